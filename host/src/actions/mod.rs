@@ -1,0 +1,311 @@
+//! Executes the actions reconcilers return, idempotently.
+//!
+//! - create: AlreadyExists counts as done;
+//! - delete: NotFound counts as done;
+//! - apply: server-side apply, forced, field manager = the controller's name;
+//! - update-status: JSON merge patch of `.status` on the `/status` subresource;
+//! - event: an `events.k8s.io/v1` Event through kube-runtime's `Recorder` (deduplicated into series).
+//!
+//! Conflicts, 429 and 5xx answers and connection failures are retried here with a short
+//! exponential backoff; what still fails is returned, naming the action and the object, and the
+//! controller retries the whole key with its rate limiter.
+
+mod action;
+
+pub use action::{Action, EventType};
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use backon::{ExponentialBuilder, Retryable};
+use k8s_openapi::api::core::v1::ObjectReference;
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
+use kube::runtime::events::{Event as KubeEvent, EventType as KubeEventType, Recorder, Reporter};
+use parking_lot::Mutex;
+use serde_json::{Value, json};
+
+use crate::kinds::{self, KindRef, KindResolver, ObjectKey};
+
+/// Errors executing an action.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("{verb} {object}: invalid object: {reason}")]
+    InvalidObject { verb: &'static str, object: String, reason: String },
+    #[error("{verb} {object}: {source}")]
+    Kind { verb: &'static str, object: String, source: kinds::Error },
+    #[error("{verb} {object}: {}", describe(.source))]
+    Api { verb: &'static str, object: String, source: kube::Error },
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    /// Errors that retrying the same action cannot fix (invalid objects, 400/422 answers).
+    pub fn is_permanent(&self) -> bool {
+        match self {
+            Error::InvalidObject { .. } => true,
+            Error::Kind { .. } => false,
+            Error::Api { source: kube::Error::Api(s), .. } => matches!(s.code, 400 | 422),
+            Error::Api { .. } => false,
+        }
+    }
+}
+
+fn describe(e: &kube::Error) -> String {
+    match e {
+        kube::Error::Api(s) => format!("{} ({} {})", s.message, s.code, s.reason),
+        other => other.to_string(),
+    }
+}
+
+/// What an executed action did.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Executed {
+    /// The object the server returned (create, apply, update-status).
+    Object(Value),
+    /// Already in the desired state (create of an existing object, delete of a missing one).
+    AlreadyDone,
+    /// Deleted, or an event recorded.
+    Done,
+}
+
+/// Runs actions against the API server.
+#[derive(Clone)]
+pub struct Executor {
+    resolver: KindResolver,
+    instance: Option<String>,
+    recorders: Arc<Mutex<HashMap<String, Recorder>>>,
+    retry: ExponentialBuilder,
+}
+
+impl Executor {
+    /// `instance` identifies this host in Events (e.g. the pod name).
+    pub fn new(resolver: KindResolver, instance: Option<String>) -> Self {
+        let retry = ExponentialBuilder::default()
+            .with_min_delay(Duration::from_millis(50))
+            .with_max_delay(Duration::from_secs(2))
+            .with_max_times(4)
+            .with_jitter();
+        Self { resolver, instance, recorders: Default::default(), retry }
+    }
+
+    /// Execute one action on behalf of controller `manager` (its field manager and event source).
+    pub async fn execute(&self, manager: &str, action: &Action) -> Result<Executed> {
+        match action {
+            Action::Create { object } => self.create(object).await,
+            Action::Apply { object } => self.apply(manager, object).await,
+            Action::Delete { key } => self.delete(key).await,
+            Action::UpdateStatus { key, status } => self.update_status(key, status).await,
+            Action::Event { regarding, event_type, reason, message } => {
+                self.event(manager, regarding, *event_type, reason, message).await
+            }
+        }
+    }
+
+    async fn api(&self, verb: &'static str, key: &ObjectKey) -> Result<Api<DynamicObject>> {
+        let resolved = self
+            .resolver
+            .resolve(&key.kind)
+            .await
+            .map_err(|source| Error::Kind { verb, object: key.to_string(), source })?;
+        let client = self.resolver.client().clone();
+        Ok(match (&key.namespace, resolved.namespaced) {
+            (Some(ns), true) => Api::namespaced_with(client, ns, &resolved.resource),
+            (None, true) => {
+                return Err(Error::InvalidObject {
+                    verb,
+                    object: key.to_string(),
+                    reason: format!("{} is namespaced but no namespace was given", key.kind),
+                });
+            }
+            (_, false) => Api::all_with(client, &resolved.resource),
+        })
+    }
+
+    async fn retrying<T, F, Fut>(&self, verb: &'static str, key: &ObjectKey, call: F) -> Result<T>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = kube::Result<T>>,
+    {
+        call.retry(self.retry)
+            .when(is_retryable)
+            .sleep(tokio::time::sleep)
+            .await
+            .map_err(|source| Error::Api { verb, object: key.to_string(), source })
+    }
+
+    async fn create(&self, object: &Value) -> Result<Executed> {
+        let key = object_key("create", object)?;
+        let api = self.api("create", &key).await?;
+        let obj: DynamicObject = parse_object("create", &key, object)?;
+        let params = PostParams::default();
+        let res = self.retrying("create", &key, || api.create(&params, &obj)).await;
+        match res {
+            Ok(created) => Ok(Executed::Object(to_value(created))),
+            Err(Error::Api { source: kube::Error::Api(s), .. }) if s.is_already_exists() => Ok(Executed::AlreadyDone),
+            Err(e) => Err(e),
+        }
+    }
+
+    async fn apply(&self, manager: &str, object: &Value) -> Result<Executed> {
+        let key = object_key("apply", object)?;
+        let api = self.api("apply", &key).await?;
+        let params = PatchParams::apply(manager).force();
+        let patch = Patch::Apply(object);
+        let applied = self
+            .retrying("apply", &key, || api.patch(&key.name, &params, &patch))
+            .await?;
+        Ok(Executed::Object(to_value(applied)))
+    }
+
+    async fn delete(&self, key: &ObjectKey) -> Result<Executed> {
+        let api = self.api("delete", key).await?;
+        let params = DeleteParams::background();
+        match self.retrying("delete", key, || api.delete(&key.name, &params)).await {
+            Ok(_) => Ok(Executed::Done),
+            Err(Error::Api { source: kube::Error::Api(s), .. }) if s.is_not_found() => Ok(Executed::AlreadyDone),
+            Err(e) => Err(e),
+        }
+    }
+
+    async fn update_status(&self, key: &ObjectKey, status: &Value) -> Result<Executed> {
+        let api = self.api("update-status", key).await?;
+        let patch = Patch::Merge(json!({ "status": status }));
+        let params = PatchParams::default();
+        let updated = self
+            .retrying("update-status", key, || api.patch_status(&key.name, &params, &patch))
+            .await?;
+        Ok(Executed::Object(to_value(updated)))
+    }
+
+    async fn event(
+        &self,
+        manager: &str,
+        regarding: &ObjectKey,
+        event_type: EventType,
+        reason: &str,
+        message: &str,
+    ) -> Result<Executed> {
+        let recorder = self.recorder(manager);
+        let reference = ObjectReference {
+            api_version: Some(regarding.kind.api_version.clone()),
+            kind: Some(regarding.kind.kind.clone()),
+            name: Some(regarding.name.clone()),
+            namespace: regarding.namespace.clone(),
+            ..Default::default()
+        };
+        let event = KubeEvent {
+            type_: match event_type {
+                EventType::Normal => KubeEventType::Normal,
+                EventType::Warning => KubeEventType::Warning,
+            },
+            reason: truncate(reason, 128),
+            note: Some(truncate(message, 1024)),
+            action: truncate(reason, 128),
+            secondary: None,
+        };
+        self.retrying("event", regarding, || recorder.publish(&event, &reference)).await?;
+        Ok(Executed::Done)
+    }
+
+    fn recorder(&self, manager: &str) -> Recorder {
+        self.recorders
+            .lock()
+            .entry(manager.to_string())
+            .or_insert_with(|| {
+                let reporter = Reporter { controller: manager.to_string(), instance: self.instance.clone() };
+                Recorder::new(self.resolver.client().clone(), reporter)
+            })
+            .clone()
+    }
+}
+
+fn is_retryable(e: &kube::Error) -> bool {
+    match e {
+        kube::Error::Api(s) => (s.is_conflict() && !s.is_already_exists()) || s.code == 429 || s.code >= 500,
+        kube::Error::HyperError(_) | kube::Error::Service(_) => true,
+        _ => false,
+    }
+}
+
+fn to_value(obj: DynamicObject) -> Value {
+    serde_json::to_value(obj).unwrap_or(Value::Null)
+}
+
+fn truncate(s: &str, max: usize) -> String {
+    if s.len() <= max {
+        return s.to_string();
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    s[..end].to_string()
+}
+
+/// The key of an object given as JSON: apiVersion, kind, metadata.namespace, metadata.name.
+pub fn object_key(verb: &'static str, object: &Value) -> Result<ObjectKey> {
+    let field = |path: &[&str]| {
+        path.iter().try_fold(object, |v, p| v.get(p)).and_then(Value::as_str).filter(|s| !s.is_empty())
+    };
+    let missing = |what: &str| Error::InvalidObject {
+        verb,
+        object: format!("{}", compact(object)),
+        reason: format!("missing {what}"),
+    };
+    let api_version = field(&["apiVersion"]).ok_or_else(|| missing("apiVersion"))?;
+    let kind = field(&["kind"]).ok_or_else(|| missing("kind"))?;
+    let name = field(&["metadata", "name"]).ok_or_else(|| missing("metadata.name"))?;
+    let namespace = field(&["metadata", "namespace"]).map(str::to_string);
+    Ok(ObjectKey::new(KindRef::new(api_version, kind), namespace, name))
+}
+
+fn parse_object(verb: &'static str, key: &ObjectKey, object: &Value) -> Result<DynamicObject> {
+    serde_json::from_value(object.clone()).map_err(|e| Error::InvalidObject {
+        verb,
+        object: key.to_string(),
+        reason: e.to_string(),
+    })
+}
+
+/// At most 120 characters of an object's JSON, for error messages.
+fn compact(v: &Value) -> String {
+    truncate(&v.to_string(), 120)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn object_key_names_what_is_missing() {
+        let ok = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "n"}});
+        let key = object_key("create", &ok).unwrap();
+        assert_eq!(key.to_string(), "v1/Pod n/p");
+        let no_name = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {}});
+        let err = object_key("create", &no_name).unwrap_err().to_string();
+        assert!(err.contains("missing metadata.name"), "{err}");
+        let no_kind = json!({"apiVersion": "v1", "metadata": {"name": "x"}});
+        assert!(object_key("create", &no_kind).unwrap_err().to_string().contains("missing kind"));
+    }
+
+    #[test]
+    fn permanent_errors_are_told_apart() {
+        let invalid = Error::InvalidObject { verb: "create", object: "x".into(), reason: "r".into() };
+        assert!(invalid.is_permanent());
+        let status = kube::core::Status::failure("bad", "Invalid").with_code(422);
+        let api = Error::Api { verb: "create", object: "x".into(), source: kube::Error::Api(status.boxed()) };
+        assert!(api.is_permanent());
+        let status = kube::core::Status::failure("busy", "TooManyRequests").with_code(429);
+        assert!(is_retryable(&kube::Error::Api(status.clone().boxed())));
+        let api = Error::Api { verb: "create", object: "x".into(), source: kube::Error::Api(status.boxed()) };
+        assert!(!api.is_permanent());
+    }
+
+    #[test]
+    fn truncate_respects_char_boundaries() {
+        assert_eq!(truncate("héllo", 2), "h");
+        assert_eq!(truncate("abc", 10), "abc");
+    }
+}

@@ -1,0 +1,226 @@
+//! What an index is keyed by: [`IndexSpec`], and the values it gives an object.
+
+use std::borrow::Cow;
+use std::fmt;
+
+use serde_json::Value;
+
+use super::selector::validate_key;
+use super::{CachedObject, Error, Result};
+
+/// The built-in index by namespace (every store has it).
+pub const NAMESPACE_INDEX: &str = "namespace";
+/// The built-in index by the UID of the controller owner (every store has it).
+pub const OWNER_INDEX: &str = "owner";
+
+/// How an index computes an object's values. An object with no value is not in the index;
+/// one with several values is found under each.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum IndexSpec {
+    /// `metadata.namespace` (cluster-scoped objects are not indexed).
+    Namespace,
+    /// The UID of the owner reference with `controller: true`.
+    ControllerOwner,
+    /// The value of one label; declared as `labels.<key>`.
+    Label(String),
+    /// A dotted JSON path such as `spec.nodeName`. Strings are indexed as-is, numbers and
+    /// booleans as their JSON text; an array gives one value per element (arrays on the way
+    /// fan out too: `spec.containers.image`; a numeric segment picks one element). Objects, null
+    /// and missing fields give no value. After `metadata.labels.` or `metadata.annotations.`
+    /// the rest of the path is one key, dots and all (`metadata.annotations.example.com/x`).
+    Field(String),
+}
+
+impl IndexSpec {
+    /// Parse a declared index path: `labels.<key>` (or `metadata.labels.<key>`) for a label,
+    /// any other dotted path for a field.
+    pub fn parse(path: &str) -> Result<Self> {
+        let err = |reason: String| Error::InvalidIndexPath { path: path.into(), reason };
+        if let Some(key) = path.strip_prefix("labels.").or(path.strip_prefix("metadata.labels.")) {
+            validate_key(key).map_err(err)?;
+            return Ok(Self::Label(key.into()));
+        }
+        if path.is_empty() {
+            return Err(err("the path is empty".into()));
+        }
+        let (fields, map_key) = split_map_key(path);
+        if let Some(key) = map_key {
+            validate_key(key).map_err(err)?;
+        }
+        for seg in fields.split('.') {
+            if seg.is_empty() {
+                return Err(err("empty segment (leading, trailing or doubled `.`)".into()));
+            }
+            if !seg.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-') {
+                return Err(err(format!(
+                    "segment `{seg}` may contain only letters, digits, `_` and `-` \
+                     (write `spec.containers.0.image`, not `[0]`)"
+                )));
+            }
+        }
+        Ok(Self::Field(path.into()))
+    }
+
+    /// True if computing values needs the object's full JSON, not only its cached metadata.
+    pub(super) fn reads_json(&self) -> bool {
+        matches!(self, Self::Field(_))
+    }
+
+    /// The object's values for this index, sorted and deduplicated. `value` is the object's
+    /// JSON (only read by [`Field`](Self::Field)).
+    pub(super) fn values<'a>(&self, obj: &'a CachedObject, value: &'a Value) -> Vec<Cow<'a, str>> {
+        let mut out = Vec::new();
+        match self {
+            Self::Namespace => out.extend(obj.namespace().map(Cow::Borrowed)),
+            Self::ControllerOwner => {
+                out.extend(
+                    obj.controller_owner()
+                        .map(|o| o.uid)
+                        .filter(|u| !u.is_empty())
+                        .map(Cow::Borrowed),
+                );
+            }
+            Self::Label(key) => out.extend(obj.label(key).map(Cow::Borrowed)),
+            Self::Field(path) => {
+                let (fields, map_key) = split_map_key(path);
+                let segs: Vec<&str> = fields.split('.').chain(map_key).collect();
+                collect(value, &segs, &mut out);
+                out.sort_unstable();
+                out.dedup();
+            }
+        }
+        out
+    }
+}
+
+/// The declared path: `labels.<key>` for labels, the path itself for fields.
+impl fmt::Display for IndexSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Namespace => f.write_str("metadata.namespace"),
+            Self::ControllerOwner => f.write_str("controller owner uid"),
+            Self::Label(key) => write!(f, "labels.{key}"),
+            Self::Field(path) => f.write_str(path),
+        }
+    }
+}
+
+/// Split `metadata.annotations.<key>` / `metadata.labels.<key>` into the dotted part and the key.
+fn split_map_key(path: &str) -> (&str, Option<&str>) {
+    for map in ["metadata.annotations", "metadata.labels"] {
+        if let Some(key) = path.strip_prefix(map).and_then(|rest| rest.strip_prefix('.')) {
+            return (map, Some(key));
+        }
+    }
+    (path, None)
+}
+
+fn collect<'a>(v: &'a Value, segs: &[&str], out: &mut Vec<Cow<'a, str>>) {
+    match (v, segs.split_first()) {
+        (Value::Array(items), Some((seg, rest))) if seg.bytes().all(|b| b.is_ascii_digit()) => {
+            if let Some(item) = seg.parse::<usize>().ok().and_then(|i| items.get(i)) {
+                collect(item, rest, out);
+            }
+        }
+        (Value::Array(items), _) => items.iter().for_each(|item| collect(item, segs, out)),
+        (Value::Object(map), Some((seg, rest))) => {
+            if let Some(child) = map.get(*seg) {
+                collect(child, rest, out);
+            }
+        }
+        (Value::String(s), None) => out.push(Cow::Borrowed(s)),
+        (Value::Number(n), None) => out.push(Cow::Owned(n.to_string())),
+        (Value::Bool(b), None) => out.push(Cow::Owned(b.to_string())),
+        _ => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn values(spec: &IndexSpec, v: Value) -> Vec<String> {
+        let obj = CachedObject::from_value(v.clone()).unwrap();
+        spec.values(&obj, &v).into_iter().map(Cow::into_owned).collect()
+    }
+
+    #[test]
+    fn parses_declared_paths() {
+        assert_eq!(IndexSpec::parse("labels.app").unwrap(), IndexSpec::Label("app".into()));
+        assert_eq!(
+            IndexSpec::parse("metadata.labels.app.kubernetes.io/name").unwrap(),
+            IndexSpec::Label("app.kubernetes.io/name".into())
+        );
+        assert_eq!(
+            IndexSpec::parse("spec.nodeName").unwrap(),
+            IndexSpec::Field("spec.nodeName".into())
+        );
+        assert_eq!(
+            IndexSpec::parse("metadata.annotations.example.com/team").unwrap(),
+            IndexSpec::Field("metadata.annotations.example.com/team".into())
+        );
+        assert_eq!(IndexSpec::parse("labels.app").unwrap().to_string(), "labels.app");
+        for (bad, reason) in [
+            ("", "empty"),
+            ("spec..nodeName", "empty segment"),
+            (".spec", "empty segment"),
+            ("spec.", "empty segment"),
+            ("labels.", "invalid label key"),
+            ("labels.a b", "invalid label key"),
+            ("spec.containers[0].image", "segment `containers[0]`"),
+            ("metadata.annotations.", "invalid label key"),
+        ] {
+            match IndexSpec::parse(bad) {
+                Err(Error::InvalidIndexPath { path, reason: r }) => {
+                    assert_eq!(path, bad);
+                    assert!(r.contains(reason), "{bad:?}: {r:?}");
+                }
+                other => panic!("{bad:?} parsed: {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn field_values_cover_scalars_arrays_and_missing() {
+        let v = json!({
+            "metadata": {"name": "p", "annotations": {"example.com/team": "blue"}},
+            "spec": {
+                "nodeName": "n1", "replicas": 3, "paused": false, "nothing": null,
+                "tags": ["b", "a", "b", 7],
+                "containers": [{"image": "nginx"}, {"image": "envoy"}, {"image": "nginx"}],
+            }
+        });
+        let field = |p: &str| values(&IndexSpec::parse(p).unwrap(), v.clone());
+        assert_eq!(field("spec.nodeName"), ["n1"]);
+        assert_eq!(field("spec.replicas"), ["3"]);
+        assert_eq!(field("spec.paused"), ["false"]);
+        assert_eq!(field("spec.tags"), ["7", "a", "b"]);
+        assert_eq!(field("spec.containers.image"), ["envoy", "nginx"]);
+        assert_eq!(field("spec.containers.1.image"), ["envoy"]);
+        assert_eq!(field("spec.containers.9.image"), Vec::<String>::new());
+        assert_eq!(field("metadata.annotations.example.com/team"), ["blue"]);
+        for missing in ["spec.missing", "spec.nothing", "spec", "spec.nodeName.deeper"] {
+            assert!(field(missing).is_empty(), "{missing}");
+        }
+    }
+
+    #[test]
+    fn builtin_and_label_values() {
+        let v = json!({"metadata": {
+            "name": "p", "namespace": "ns", "labels": {"app": "web"},
+            "ownerReferences": [
+                {"apiVersion": "v1", "kind": "A", "name": "a", "uid": "not-controller"},
+                {"apiVersion": "v1", "kind": "B", "name": "b", "uid": "ctl", "controller": true}
+            ]
+        }});
+        assert_eq!(values(&IndexSpec::Namespace, v.clone()), ["ns"]);
+        assert_eq!(values(&IndexSpec::ControllerOwner, v.clone()), ["ctl"]);
+        assert_eq!(values(&IndexSpec::Label("app".into()), v.clone()), ["web"]);
+        assert!(values(&IndexSpec::Label("tier".into()), v).is_empty());
+        let cluster = json!({"metadata": {"name": "n"}});
+        assert!(values(&IndexSpec::Namespace, cluster.clone()).is_empty());
+        assert!(values(&IndexSpec::ControllerOwner, cluster).is_empty());
+    }
+}

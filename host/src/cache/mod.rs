@@ -1,0 +1,51 @@
+//! The local cache plugins read instead of the API server (the seed's Store + Indexer).
+//!
+//! - [`IndexedStore`]: one kind's objects (one informer's), keyed by namespace/name, with indexes.
+//! - [`CachedObject`]: an object as cached: its JSON (managedFields stripped) plus parsed metadata.
+//! - [`CacheRead`]: cross-kind reads (`get`, `list`, `by_index`) as reconcilers see them;
+//!   [`CacheView`] implements it over a set of stores (only the kinds a reconciler may read).
+
+mod index;
+mod object;
+mod selector;
+mod store;
+mod view;
+
+pub use index::{IndexSpec, NAMESPACE_INDEX, OWNER_INDEX};
+pub use object::{CachedObject, OwnerRef};
+pub use selector::Selector;
+pub use store::{Change, IndexedStore};
+pub use view::CacheView;
+
+use std::sync::Arc;
+
+use crate::kinds::KindRef;
+
+/// Errors reading or indexing the cache.
+#[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
+pub enum Error {
+    #[error("kind {0} is not readable here: declare it in the plugin's metadata and grant it")]
+    NotGranted(KindRef),
+    #[error("no index {index:?} on kind {kind}")]
+    UnknownIndex { kind: KindRef, index: String },
+    #[error("invalid label selector {selector:?}: {reason}")]
+    InvalidSelector { selector: String, reason: String },
+    #[error("invalid index path {path:?}: {reason}")]
+    InvalidIndexPath { path: String, reason: String },
+    #[error("index {name:?} already exists with a different definition")]
+    IndexConflict { name: String },
+    #[error("object is not valid for the cache: {0}")]
+    InvalidObject(String),
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Read access to cached objects across kinds. Never calls the API server.
+pub trait CacheRead: Send + Sync {
+    /// One object, or None if it is not cached.
+    fn get(&self, kind: &KindRef, namespace: Option<&str>, name: &str) -> Result<Option<Arc<CachedObject>>>;
+    /// Objects of `kind`, optionally in one namespace and matching a label selector.
+    fn list(&self, kind: &KindRef, namespace: Option<&str>, selector: Option<&str>) -> Result<Vec<Arc<CachedObject>>>;
+    /// Objects whose index `index` has value `value`.
+    fn by_index(&self, kind: &KindRef, index: &str, value: &str) -> Result<Vec<Arc<CachedObject>>>;
+}

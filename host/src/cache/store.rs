@@ -1,0 +1,863 @@
+//! [`IndexedStore`]: one kind's cached objects with their indexes (client-go's thread-safe
+//! store + indexer).
+//!
+//! Layout: objects by key (`namespace/name`), and per index a map value → set of keys. Each
+//! object also remembers its values per index, so an update or delete removes exactly the old
+//! entries without recomputing them. Keys and index values are shared `Arc<str>`s. Expensive
+//! work (serialising JSON, parsing it for a new field index) happens before the write lock is
+//! taken, so readers only ever wait for map updates.
+
+use std::borrow::Cow;
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::sync::Arc;
+
+use parking_lot::RwLock;
+use serde_json::Value;
+
+use super::index::{IndexSpec, NAMESPACE_INDEX, OWNER_INDEX};
+use super::object::{CachedObject, key_parts, str_field};
+use super::{Error, Result, Selector};
+use crate::kinds::KindRef;
+
+/// What applying an event did to the store.
+#[derive(Clone, Debug)]
+pub enum Change {
+    Added(Arc<CachedObject>),
+    Updated {
+        old: Arc<CachedObject>,
+        new: Arc<CachedObject>,
+    },
+    Deleted(Arc<CachedObject>),
+    /// Same resourceVersion as cached (or, without one, the same JSON): nothing was done.
+    Unchanged(Arc<CachedObject>),
+}
+
+impl Change {
+    /// The object as it is now, or as it last was for `Deleted`.
+    pub fn object(&self) -> &Arc<CachedObject> {
+        match self {
+            Self::Added(o) | Self::Deleted(o) | Self::Unchanged(o) => o,
+            Self::Updated { new, .. } => new,
+        }
+    }
+
+    /// True for `Unchanged`.
+    pub fn is_unchanged(&self) -> bool {
+        matches!(self, Self::Unchanged(_))
+    }
+}
+
+/// One kind's objects (one informer's cache), with the built-in `namespace` and `owner`
+/// indexes and any added ones. Results of reads are ordered by key (`namespace/name`).
+pub struct IndexedStore {
+    kind: KindRef,
+    inner: RwLock<Inner>,
+}
+
+struct Inner {
+    objects: HashMap<Arc<str>, Entry>,
+    indexes: Vec<Index>,
+}
+
+struct Entry {
+    obj: Arc<CachedObject>,
+    /// The object's values for each index, in `Inner::indexes` order.
+    values: Box<[Values]>,
+}
+
+type Values = Box<[Arc<str>]>;
+
+struct Index {
+    name: Box<str>,
+    spec: IndexSpec,
+    /// Value → keys of the objects that have it. Sets are removed when they empty.
+    map: HashMap<Arc<str>, BTreeSet<Arc<str>>>,
+}
+
+impl IndexedStore {
+    /// An empty store for `kind` with the built-in indexes.
+    pub fn new(kind: KindRef) -> Self {
+        let index = |name: &str, spec| Index { name: name.into(), spec, map: HashMap::new() };
+        let indexes = vec![
+            index(NAMESPACE_INDEX, IndexSpec::Namespace),
+            index(OWNER_INDEX, IndexSpec::ControllerOwner),
+        ];
+        Self { kind, inner: RwLock::new(Inner { objects: HashMap::new(), indexes }) }
+    }
+
+    /// The kind stored here.
+    pub fn kind(&self) -> &KindRef {
+        &self.kind
+    }
+
+    /// Add index `name`, computed over the objects already cached. Adding the same spec again is
+    /// a no-op; a different spec under an existing name is an `IndexConflict`.
+    pub fn add_index(&self, name: &str, spec: IndexSpec) -> Result<()> {
+        let snapshot = {
+            let inner = self.inner.read();
+            if inner.has_index(name, &spec)? {
+                return Ok(());
+            }
+            inner.objects.values().map(|e| e.obj.clone()).collect::<Vec<_>>()
+        };
+        // Compute values outside the lock: field indexes parse each object's JSON.
+        let computed: HashMap<Arc<str>, (Arc<CachedObject>, Vec<String>)> = snapshot
+            .into_iter()
+            .map(|obj| (obj.key_arc().clone(), (obj.clone(), owned_values(&spec, &obj))))
+            .collect();
+
+        let mut inner = self.inner.write();
+        if inner.has_index(name, &spec)? {
+            return Ok(()); // added meanwhile by another caller
+        }
+        let mut index = Index { name: name.into(), spec, map: HashMap::new() };
+        for (key, entry) in inner.objects.iter_mut() {
+            let values = match computed.get(key) {
+                Some((obj, values)) if Arc::ptr_eq(obj, &entry.obj) => Cow::Borrowed(values),
+                // Changed since the snapshot: compute again (rare).
+                _ => Cow::Owned(owned_values(&index.spec, &entry.obj)),
+            };
+            let values = index.intern(values.iter().map(String::as_str));
+            index.add(key, &values);
+            let mut all = std::mem::take(&mut entry.values).into_vec();
+            all.push(values);
+            entry.values = all.into_boxed_slice();
+        }
+        inner.indexes.push(index);
+        Ok(())
+    }
+
+    /// Names of the indexes, built-ins first.
+    pub fn index_names(&self) -> Vec<String> {
+        self.inner.read().indexes.iter().map(|i| i.name.to_string()).collect()
+    }
+
+    /// Insert or update one object (a watch event's JSON).
+    pub fn apply(&self, mut value: Value) -> Result<Change> {
+        let key = key_of(&value)?;
+        let rv = str_field(&value["metadata"], "resourceVersion");
+        if let Some(same) = self.inner.read().same_version(&key, rv) {
+            return Ok(Change::Unchanged(same));
+        }
+        let obj = Arc::new(CachedObject::from_value_mut(&mut value)?);
+        Ok(self.inner.write().upsert(obj, &value))
+    }
+
+    /// Remove one object; `None` if it was not cached.
+    pub fn delete(&self, namespace: Option<&str>, name: &str) -> Option<Change> {
+        let key = make_key(namespace, name);
+        self.inner.write().remove(&key).map(Change::Deleted)
+    }
+
+    /// Replace everything with a fresh list (a relist), atomically for readers.
+    ///
+    /// Returns a change for every listed object in list order — `Added`, `Updated`, or
+    /// `Unchanged` when the resourceVersion is the one cached — followed by `Deleted` for each
+    /// cached object missing from the list, in key order. If any object is invalid nothing is
+    /// changed. Should another writer change a listed object while the list is being prepared,
+    /// its version is kept and no change is reported for it.
+    pub fn replace(&self, values: Vec<Value>) -> Result<Vec<Change>> {
+        enum Prepared {
+            /// Already cached with the listed resourceVersion.
+            Same {
+                key: String,
+                cached: Arc<CachedObject>,
+            },
+            New {
+                obj: Arc<CachedObject>,
+                value: Value,
+            },
+        }
+        let mut checked = Vec::with_capacity(values.len());
+        {
+            let inner = self.inner.read();
+            for value in values {
+                let key = key_of(&value)?;
+                let same =
+                    inner.same_version(&key, str_field(&value["metadata"], "resourceVersion"));
+                checked.push((key, value, same));
+            }
+        }
+        // Serialise the new and changed objects before taking the write lock.
+        let mut prepared = Vec::with_capacity(checked.len());
+        for (key, mut value, same) in checked {
+            prepared.push(match same {
+                Some(cached) => Prepared::Same { key, cached },
+                None => Prepared::New {
+                    obj: Arc::new(CachedObject::from_value_mut(&mut value)?),
+                    value,
+                },
+            });
+        }
+
+        let mut inner = self.inner.write();
+        let mut changes = Vec::with_capacity(prepared.len());
+        let mut seen = HashSet::with_capacity(prepared.len());
+        for p in prepared {
+            match p {
+                Prepared::New { obj, value } => {
+                    seen.insert(obj.key_arc().clone());
+                    changes.push(inner.upsert(obj, &value));
+                }
+                Prepared::Same { key, cached } => {
+                    let Some((key, entry)) = inner.objects.get_key_value(key.as_str()) else {
+                        continue; // deleted by another writer meanwhile
+                    };
+                    seen.insert(key.clone());
+                    // If another writer changed it meanwhile, its version stays, unreported.
+                    if Arc::ptr_eq(&entry.obj, &cached) {
+                        changes.push(Change::Unchanged(cached));
+                    }
+                }
+            }
+        }
+        let mut gone: Vec<Arc<str>> =
+            inner.objects.keys().filter(|k| !seen.contains(*k)).cloned().collect();
+        gone.sort_unstable();
+        changes.extend(gone.iter().filter_map(|k| inner.remove(k)).map(Change::Deleted));
+        Ok(changes)
+    }
+
+    /// One object, if cached.
+    pub fn get(&self, namespace: Option<&str>, name: &str) -> Option<Arc<CachedObject>> {
+        let key = make_key(namespace, name);
+        self.inner.read().objects.get(key.as_str()).map(|e| e.obj.clone())
+    }
+
+    /// Objects in `namespace` (all namespaces if None) matching `selector` (all if None).
+    pub fn list(
+        &self,
+        namespace: Option<&str>,
+        selector: Option<&Selector>,
+    ) -> Vec<Arc<CachedObject>> {
+        let keep = |o: &Arc<CachedObject>| selector.is_none_or(|s| s.matches(o));
+        let inner = self.inner.read();
+        match namespace.filter(|ns| !ns.is_empty()) {
+            Some(ns) => inner
+                .lookup(NAMESPACE_INDEX, ns)
+                .unwrap_or_default()
+                .into_iter()
+                .filter(keep)
+                .collect(),
+            None => sorted(
+                inner.objects.values().map(|e| &e.obj).filter(|o| keep(o)).cloned().collect(),
+            ),
+        }
+    }
+
+    /// Objects whose index `index` has value `value`.
+    pub fn by_index(&self, index: &str, value: &str) -> Result<Vec<Arc<CachedObject>>> {
+        self.inner
+            .read()
+            .lookup(index, value)
+            .ok_or_else(|| Error::UnknownIndex { kind: self.kind.clone(), index: index.into() })
+    }
+
+    /// Every cached object.
+    pub fn snapshot(&self) -> Vec<Arc<CachedObject>> {
+        sorted(self.inner.read().objects.values().map(|e| e.obj.clone()).collect())
+    }
+
+    /// Number of cached objects.
+    pub fn len(&self) -> usize {
+        self.inner.read().objects.len()
+    }
+
+    /// True if nothing is cached.
+    pub fn is_empty(&self) -> bool {
+        self.inner.read().objects.is_empty()
+    }
+}
+
+impl std::fmt::Debug for IndexedStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IndexedStore").field("kind", &self.kind).field("len", &self.len()).finish()
+    }
+}
+
+impl Inner {
+    /// True if index `name` exists with this spec, false if the name is free.
+    fn has_index(&self, name: &str, spec: &IndexSpec) -> Result<bool> {
+        match self.indexes.iter().find(|i| &*i.name == name) {
+            Some(i) if &i.spec == spec => Ok(true),
+            Some(_) => Err(Error::IndexConflict { name: name.into() }),
+            None => Ok(false),
+        }
+    }
+
+    /// The cached object at `key` if it has resourceVersion `rv` (never for an empty `rv`).
+    fn same_version(&self, key: &str, rv: &str) -> Option<Arc<CachedObject>> {
+        let entry =
+            self.objects.get(key).filter(|e| !rv.is_empty() && e.obj.resource_version() == rv)?;
+        Some(entry.obj.clone())
+    }
+
+    /// Objects with `value` in index `name`, in key order; None if there is no such index.
+    fn lookup(&self, name: &str, value: &str) -> Option<Vec<Arc<CachedObject>>> {
+        let index = self.indexes.iter().find(|i| &*i.name == name)?;
+        let keys = index.map.get(value).into_iter().flatten();
+        Some(keys.filter_map(|k| self.objects.get(k)).map(|e| e.obj.clone()).collect())
+    }
+
+    /// Insert or replace `obj`; `value` is its JSON, read by field indexes.
+    fn upsert(&mut self, obj: Arc<CachedObject>, value: &Value) -> Change {
+        let key = obj.key_arc().clone();
+        if let Some(old) = self.objects.get(&key) {
+            let rv = obj.resource_version();
+            let same = match rv.is_empty() {
+                false => old.obj.resource_version() == rv,
+                true => old.obj.resource_version().is_empty() && old.obj.json() == obj.json(),
+            };
+            if same {
+                return Change::Unchanged(old.obj.clone());
+            }
+        }
+        let values: Box<[Values]> = self
+            .indexes
+            .iter()
+            .map(|index| index.intern(index.spec.values(&obj, value).iter().map(|v| &**v)))
+            .collect();
+        // Remove then insert, so the map, the indexes and `obj` all share `obj`'s key.
+        let old = self.objects.remove(&key);
+        for (i, (index, new_values)) in self.indexes.iter_mut().zip(&values).enumerate() {
+            match old.as_ref().and_then(|o| o.values.get(i)) {
+                Some(old_values) if old_values == new_values => index.rekey(&key, new_values),
+                Some(old_values) => {
+                    index.remove(&key, old_values);
+                    index.add(&key, new_values);
+                }
+                None => index.add(&key, new_values),
+            }
+        }
+        self.objects.insert(key, Entry { obj: obj.clone(), values });
+        match old {
+            None => Change::Added(obj),
+            Some(old) => Change::Updated { old: old.obj, new: obj },
+        }
+    }
+
+    /// Remove the object at `key` from the map and every index.
+    fn remove(&mut self, key: &str) -> Option<Arc<CachedObject>> {
+        let entry = self.objects.remove(key)?;
+        for (index, values) in self.indexes.iter_mut().zip(&entry.values) {
+            index.remove(key, values);
+        }
+        Some(entry.obj)
+    }
+}
+
+impl Index {
+    /// `values` as `Arc<str>`s, reusing the ones already in the index.
+    fn intern<'v>(&self, values: impl Iterator<Item = &'v str>) -> Values {
+        values
+            .map(|v| match self.map.get_key_value(v) {
+                Some((existing, _)) => existing.clone(),
+                None => Arc::from(v),
+            })
+            .collect()
+    }
+
+    fn add(&mut self, key: &Arc<str>, values: &[Arc<str>]) {
+        for v in values {
+            self.map.entry(v.clone()).or_default().insert(key.clone());
+        }
+    }
+
+    /// Point the entries for `values` at `key` (an equal string in a new allocation), so the
+    /// replaced object's key can be freed.
+    fn rekey(&mut self, key: &Arc<str>, values: &[Arc<str>]) {
+        for v in values {
+            if let Some(keys) = self.map.get_mut(v) {
+                keys.replace(key.clone());
+            }
+        }
+    }
+
+    fn remove(&mut self, key: &str, values: &[Arc<str>]) {
+        for v in values {
+            if let Some(keys) = self.map.get_mut(v) {
+                keys.remove(key);
+                if keys.is_empty() {
+                    self.map.remove(v);
+                }
+            }
+        }
+    }
+}
+
+/// client-go's key: `namespace/name`, or `name` without a namespace (empty counts as none).
+fn make_key(namespace: Option<&str>, name: &str) -> String {
+    match namespace.filter(|ns| !ns.is_empty()) {
+        Some(ns) => format!("{ns}/{name}"),
+        None => name.to_string(),
+    }
+}
+
+fn key_of(value: &Value) -> Result<String> {
+    let (namespace, name) = key_parts(value)?;
+    Ok(make_key(namespace, name))
+}
+
+/// An index's values for `obj`, parsing its JSON if the index reads fields.
+fn owned_values(spec: &IndexSpec, obj: &CachedObject) -> Vec<String> {
+    let json = if spec.reads_json() { obj.value() } else { Value::Null };
+    spec.values(obj, &json).into_iter().map(Cow::into_owned).collect()
+}
+
+fn sorted(mut objects: Vec<Arc<CachedObject>>) -> Vec<Arc<CachedObject>> {
+    objects.sort_unstable_by(|a, b| a.key().cmp(b.key()));
+    objects
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn store() -> IndexedStore {
+        IndexedStore::new(KindRef::new("v1", "Pod"))
+    }
+
+    fn pod(ns: &str, name: &str, rv: &str, app: &str, node: &str) -> Value {
+        json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"namespace": ns, "name": name, "uid": format!("uid-{ns}-{name}"),
+                         "resourceVersion": rv, "labels": {"app": app}},
+            "spec": {"nodeName": node}
+        })
+    }
+
+    fn owned(mut v: Value, owner_uid: &str, controller: bool) -> Value {
+        v["metadata"]["ownerReferences"] = json!([{
+            "apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "rs", "uid": owner_uid,
+            "controller": controller
+        }]);
+        v
+    }
+
+    fn keys(objs: &[Arc<CachedObject>]) -> Vec<&str> {
+        objs.iter().map(|o| o.key()).collect()
+    }
+
+    fn by(s: &IndexedStore, index: &str, value: &str) -> Vec<String> {
+        s.by_index(index, value).unwrap().iter().map(|o| o.key().to_string()).collect()
+    }
+
+    /// No index holds an empty set or a key that is not cached, and every cached object is
+    /// indexed under exactly the values it has now.
+    fn assert_consistent(s: &IndexedStore) {
+        let inner = s.inner.read();
+        for index in &inner.indexes {
+            for (value, keys) in &index.map {
+                assert!(!keys.is_empty(), "empty set left for {}={value}", index.name);
+                for k in keys {
+                    let e = inner.objects.get(k).expect("index points at a cached object");
+                    let json = e.obj.value();
+                    let now = index.spec.values(&e.obj, &json);
+                    assert!(
+                        now.iter().any(|v| v == &**value),
+                        "{k} is stale under {}={value}",
+                        index.name
+                    );
+                }
+            }
+        }
+        for (k, e) in &inner.objects {
+            assert_eq!(e.values.len(), inner.indexes.len());
+            for (index, values) in inner.indexes.iter().zip(&e.values) {
+                for v in values.iter() {
+                    assert!(
+                        index.map.get(v).is_some_and(|ks| ks.contains(k)),
+                        "{k} missing under {v}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn apply_adds_updates_and_skips_same_resource_version() {
+        let s = store();
+        assert!(matches!(s.apply(pod("a", "p", "1", "web", "n1")).unwrap(), Change::Added(_)));
+        let cached = s.get(Some("a"), "p").unwrap();
+        // Same resourceVersion, even with different content: nothing happens.
+        let change = s.apply(pod("a", "p", "1", "CHANGED", "n1")).unwrap();
+        assert!(change.is_unchanged());
+        assert!(Arc::ptr_eq(change.object(), &cached));
+        assert!(Arc::ptr_eq(&s.get(Some("a"), "p").unwrap(), &cached));
+        assert_eq!(s.get(Some("a"), "p").unwrap().label("app"), Some("web"));
+        match s.apply(pod("a", "p", "2", "db", "n1")).unwrap() {
+            Change::Updated { old, new } => {
+                assert_eq!((old.resource_version(), new.resource_version()), ("1", "2"));
+                assert_eq!(new.label("app"), Some("db"));
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(s.len(), 1);
+        assert!(s.get(Some("b"), "p").is_none());
+        assert!(s.get(None, "p").is_none());
+        // Without resourceVersions, equal JSON is Unchanged and different JSON an update.
+        let bare = |app: &str| json!({"metadata": {"name": "q", "labels": {"app": app}}});
+        assert!(matches!(s.apply(bare("x")).unwrap(), Change::Added(_)));
+        assert!(s.apply(bare("x")).unwrap().is_unchanged());
+        assert!(matches!(s.apply(bare("y")).unwrap(), Change::Updated { .. }));
+        assert!(s.apply(json!({"metadata": {}})).is_err());
+        assert_consistent(&s);
+    }
+
+    #[test]
+    fn label_index_follows_label_changes() {
+        let s = store();
+        s.add_index("app", IndexSpec::parse("labels.app").unwrap()).unwrap();
+        s.apply(pod("a", "p1", "1", "web", "n1")).unwrap();
+        s.apply(pod("a", "p2", "1", "web", "n1")).unwrap();
+        assert_eq!(by(&s, "app", "web"), ["a/p1", "a/p2"]);
+        s.apply(pod("a", "p1", "2", "db", "n1")).unwrap();
+        assert_eq!(by(&s, "app", "web"), ["a/p2"]);
+        assert_eq!(by(&s, "app", "db"), ["a/p1"]);
+        let mut unlabelled = pod("a", "p2", "2", "", "n1");
+        unlabelled["metadata"].as_object_mut().unwrap().remove("labels");
+        s.apply(unlabelled).unwrap();
+        assert!(by(&s, "app", "web").is_empty());
+        assert!(by(&s, "app", "").is_empty());
+        assert_consistent(&s);
+    }
+
+    #[test]
+    fn field_index_handles_scalars_arrays_and_missing_fields() {
+        let s = store();
+        s.add_index("node", IndexSpec::parse("spec.nodeName").unwrap()).unwrap();
+        s.add_index("port", IndexSpec::parse("spec.containers.ports.containerPort").unwrap())
+            .unwrap();
+        let mut p1 = pod("a", "p1", "1", "web", "n1");
+        p1["spec"]["containers"] = json!([
+            {"name": "app", "ports": [{"containerPort": 80}, {"containerPort": 443}]},
+            {"name": "sidecar", "ports": [{"containerPort": 80}]}
+        ]);
+        s.apply(p1).unwrap();
+        let mut pending = pod("a", "p2", "1", "web", "");
+        pending["spec"].as_object_mut().unwrap().remove("nodeName");
+        s.apply(pending).unwrap();
+        assert_eq!(by(&s, "node", "n1"), ["a/p1"]);
+        assert!(by(&s, "node", "").is_empty(), "missing field is not indexed");
+        assert_eq!(by(&s, "port", "80"), ["a/p1"]);
+        assert_eq!(by(&s, "port", "443"), ["a/p1"]);
+        // Scheduling p2 moves it into the index; rescheduling p1 moves it out of n1.
+        s.apply(pod("a", "p2", "2", "web", "n1")).unwrap();
+        s.apply(pod("a", "p1", "2", "web", "n2")).unwrap();
+        assert_eq!(by(&s, "node", "n1"), ["a/p2"]);
+        assert_eq!(by(&s, "node", "n2"), ["a/p1"]);
+        assert!(by(&s, "port", "80").is_empty(), "p1 lost its containers");
+        assert_consistent(&s);
+    }
+
+    #[test]
+    fn owner_index_uses_the_controller_owner_only() {
+        let s = store();
+        s.apply(owned(pod("a", "p1", "1", "web", "n1"), "rs-1", true)).unwrap();
+        s.apply(owned(pod("a", "p2", "1", "web", "n1"), "rs-1", true)).unwrap();
+        s.apply(owned(pod("a", "p3", "1", "web", "n1"), "rs-2", false)).unwrap();
+        s.apply(pod("a", "p4", "1", "web", "n1")).unwrap();
+        assert_eq!(by(&s, OWNER_INDEX, "rs-1"), ["a/p1", "a/p2"]);
+        assert!(by(&s, OWNER_INDEX, "rs-2").is_empty(), "non-controller owners are not indexed");
+        // Adoption by another controller moves the pod.
+        s.apply(owned(pod("a", "p2", "2", "web", "n1"), "rs-3", true)).unwrap();
+        assert_eq!(by(&s, OWNER_INDEX, "rs-1"), ["a/p1"]);
+        assert_eq!(by(&s, OWNER_INDEX, "rs-3"), ["a/p2"]);
+        assert_consistent(&s);
+    }
+
+    #[test]
+    fn list_by_namespace_and_selector() {
+        let s = store();
+        s.apply(pod("b", "p2", "1", "web", "n1")).unwrap();
+        s.apply(pod("a", "p1", "1", "web", "n1")).unwrap();
+        s.apply(pod("a", "p0", "1", "db", "n1")).unwrap();
+        s.apply(pod("c", "p3", "1", "db", "n1")).unwrap();
+        assert_eq!(keys(&s.list(Some("a"), None)), ["a/p0", "a/p1"]);
+        assert_eq!(keys(&s.list(None, None)), ["a/p0", "a/p1", "b/p2", "c/p3"]);
+        assert_eq!(keys(&s.list(Some(""), None)), ["a/p0", "a/p1", "b/p2", "c/p3"]);
+        let web = Selector::parse("app=web").unwrap();
+        assert_eq!(keys(&s.list(Some("a"), Some(&web))), ["a/p1"]);
+        assert_eq!(keys(&s.list(None, Some(&web))), ["a/p1", "b/p2"]);
+        assert!(s.list(Some("zz"), None).is_empty());
+        assert_eq!(keys(&s.snapshot()), ["a/p0", "a/p1", "b/p2", "c/p3"]);
+        assert_eq!(by(&s, NAMESPACE_INDEX, "a"), ["a/p0", "a/p1"]);
+    }
+
+    #[test]
+    fn delete_removes_the_object_from_every_index() {
+        let s = store();
+        s.add_index("app", IndexSpec::parse("labels.app").unwrap()).unwrap();
+        s.add_index("node", IndexSpec::parse("spec.nodeName").unwrap()).unwrap();
+        s.apply(owned(pod("a", "p1", "1", "web", "n1"), "rs-1", true)).unwrap();
+        s.apply(pod("a", "p2", "1", "db", "n2")).unwrap();
+        match s.delete(Some("a"), "p1") {
+            Some(Change::Deleted(o)) => assert_eq!(o.key(), "a/p1"),
+            other => panic!("{other:?}"),
+        }
+        assert!(s.delete(Some("a"), "p1").is_none());
+        assert!(s.get(Some("a"), "p1").is_none());
+        assert!(by(&s, OWNER_INDEX, "rs-1").is_empty());
+        assert!(by(&s, "app", "web").is_empty());
+        assert!(by(&s, "node", "n1").is_empty());
+        assert_eq!(by(&s, NAMESPACE_INDEX, "a"), ["a/p2"]);
+        s.delete(Some("a"), "p2");
+        assert!(s.is_empty());
+        assert!(s.inner.read().indexes.iter().all(|i| i.map.is_empty()), "no empty sets left");
+    }
+
+    #[test]
+    fn replace_reports_changes_and_fixes_indexes() {
+        let s = store();
+        s.add_index("app", IndexSpec::parse("labels.app").unwrap()).unwrap();
+        s.apply(pod("a", "keep", "1", "web", "n1")).unwrap();
+        s.apply(pod("a", "change", "1", "web", "n1")).unwrap();
+        s.apply(pod("a", "gone", "1", "web", "n1")).unwrap();
+        let keep = s.get(Some("a"), "keep").unwrap();
+        let changes = s
+            .replace(vec![
+                pod("a", "keep", "1", "web", "n1"),
+                pod("a", "change", "2", "db", "n1"),
+                pod("b", "new", "1", "web", "n1"),
+            ])
+            .unwrap();
+        let summary: Vec<(&str, &str)> = changes
+            .iter()
+            .map(|c| {
+                let what = match c {
+                    Change::Added(_) => "added",
+                    Change::Updated { .. } => "updated",
+                    Change::Deleted(_) => "deleted",
+                    Change::Unchanged(_) => "unchanged",
+                };
+                (what, c.object().key())
+            })
+            .collect();
+        assert_eq!(
+            summary,
+            [
+                ("unchanged", "a/keep"),
+                ("updated", "a/change"),
+                ("added", "b/new"),
+                ("deleted", "a/gone")
+            ]
+        );
+        assert!(Arc::ptr_eq(&s.get(Some("a"), "keep").unwrap(), &keep), "unchanged object kept");
+        assert_eq!(by(&s, "app", "web"), ["a/keep", "b/new"]);
+        assert_eq!(by(&s, "app", "db"), ["a/change"]);
+        assert_eq!(by(&s, NAMESPACE_INDEX, "a"), ["a/change", "a/keep"]);
+        assert_consistent(&s);
+
+        // One invalid object rejects the whole relist.
+        let err = s.replace(vec![pod("c", "x", "1", "web", "n1"), json!({"metadata": {}})]);
+        assert!(matches!(err, Err(Error::InvalidObject(_))));
+        assert_eq!(s.len(), 3);
+        // An empty relist deletes everything.
+        assert_eq!(s.replace(vec![]).unwrap().len(), 3);
+        assert!(s.is_empty());
+        assert!(s.inner.read().indexes.iter().all(|i| i.map.is_empty()));
+    }
+
+    #[test]
+    fn add_index_covers_objects_already_cached() {
+        let s = store();
+        s.apply(pod("a", "p1", "1", "web", "n1")).unwrap();
+        s.apply(pod("a", "p2", "1", "db", "n2")).unwrap();
+        s.add_index("node", IndexSpec::parse("spec.nodeName").unwrap()).unwrap();
+        s.add_index("app", IndexSpec::Label("app".into())).unwrap();
+        assert_eq!(by(&s, "node", "n1"), ["a/p1"]);
+        assert_eq!(by(&s, "app", "db"), ["a/p2"]);
+        s.apply(pod("a", "p2", "2", "web", "n1")).unwrap();
+        assert_eq!(by(&s, "node", "n1"), ["a/p1", "a/p2"]);
+        assert_eq!(by(&s, "app", "web"), ["a/p1", "a/p2"]);
+        assert_consistent(&s);
+    }
+
+    #[test]
+    fn index_names_conflicts_and_unknown_indexes() {
+        let s = store();
+        assert_eq!(s.index_names(), [NAMESPACE_INDEX, OWNER_INDEX]);
+        let node = IndexSpec::parse("spec.nodeName").unwrap();
+        s.add_index("node", node.clone()).unwrap();
+        s.add_index("node", node).unwrap();
+        assert_eq!(s.index_names(), [NAMESPACE_INDEX, OWNER_INDEX, "node"]);
+        assert_eq!(
+            s.add_index("node", IndexSpec::Label("node".into())),
+            Err(Error::IndexConflict { name: "node".into() })
+        );
+        assert_eq!(
+            s.add_index(OWNER_INDEX, IndexSpec::Label("x".into())),
+            Err(Error::IndexConflict { name: OWNER_INDEX.into() })
+        );
+        s.add_index(NAMESPACE_INDEX, IndexSpec::Namespace).unwrap();
+        assert_eq!(s.index_names().len(), 3);
+        assert_eq!(
+            s.by_index("nope", "x").unwrap_err(),
+            Error::UnknownIndex { kind: KindRef::new("v1", "Pod"), index: "nope".into() }
+        );
+    }
+
+    #[test]
+    fn cluster_scoped_objects_are_keyed_by_name() {
+        let s = IndexedStore::new(KindRef::new("v1", "Namespace"));
+        s.apply(json!({"metadata": {"name": "team-a", "resourceVersion": "1"}})).unwrap();
+        assert_eq!(s.get(None, "team-a").unwrap().key(), "team-a");
+        assert_eq!(s.get(Some(""), "team-a").unwrap().name(), "team-a");
+        assert!(s.list(Some("team-a"), None).is_empty());
+        assert!(matches!(s.delete(Some(""), "team-a"), Some(Change::Deleted(_))));
+        assert!(s.is_empty());
+    }
+
+    #[test]
+    fn readers_see_consistent_indexes_during_updates() {
+        let s = Arc::new(store());
+        s.add_index("app", IndexSpec::parse("labels.app").unwrap()).unwrap();
+        for i in 0..50 {
+            s.apply(pod("a", &format!("p{i}"), "0", "v0", "n1")).unwrap();
+        }
+        let writer = {
+            let s = s.clone();
+            std::thread::spawn(move || {
+                for round in 1..=40 {
+                    for i in 0..50 {
+                        let app = format!("v{}", round % 3);
+                        s.apply(pod("a", &format!("p{i}"), &round.to_string(), &app, "n1"))
+                            .unwrap();
+                    }
+                }
+            })
+        };
+        let mut reads = 0;
+        while !writer.is_finished() || reads == 0 {
+            for app in ["v0", "v1", "v2"] {
+                for o in s.by_index("app", app).unwrap() {
+                    assert_eq!(o.label("app"), Some(app), "{} returned for app={app}", o.key());
+                }
+                reads += 1;
+            }
+        }
+        writer.join().unwrap();
+        assert_eq!(by(&s, "app", "v1").len(), 50); // round 40 → v1
+        assert_consistent(&s);
+    }
+
+    /// A Pod as an API server returns it: labels, annotations, a container, status and a
+    /// managedFields block.
+    fn realistic_pod(i: usize) -> Value {
+        let rs = i % 50;
+        json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {
+                "name": format!("web-{rs}-{i:05}"), "namespace": format!("team-{}", i % 10),
+                "uid": format!("6f1c2d3e-0000-4000-8000-{i:012}"), "resourceVersion": format!("{}", 100000 + i),
+                "generation": 1, "creationTimestamp": "2024-05-01T10:00:00Z",
+                "labels": {
+                    "app.kubernetes.io/name": "web", "app.kubernetes.io/instance": format!("web-{rs}"),
+                    "app.kubernetes.io/version": "1.4.2", "app.kubernetes.io/component": "frontend",
+                    "app.kubernetes.io/part-of": "shop", "app.kubernetes.io/managed-by": "wasmloop",
+                    "pod-template-hash": format!("7d9f8c{rs:04}"), "tier": "front", "env": "prod",
+                    "team": format!("team-{}", i % 10)
+                },
+                "annotations": {
+                    "prometheus.io/scrape": "true", "prometheus.io/port": "9090",
+                    "kubectl.kubernetes.io/restartedAt": "2024-05-01T09:59:00Z",
+                    "example.com/owner": "platform", "example.com/revision": "42"
+                },
+                "ownerReferences": [{
+                    "apiVersion": "apps/v1", "kind": "ReplicaSet", "name": format!("web-{rs}"),
+                    "uid": format!("rs-uid-{rs}"), "controller": true, "blockOwnerDeletion": true
+                }],
+                "managedFields": [{
+                    "manager": "kube-controller-manager", "operation": "Update", "apiVersion": "v1",
+                    "time": "2024-05-01T10:00:00Z", "fieldsType": "FieldsV1",
+                    "fieldsV1": {"f:metadata": {"f:labels": {".": {}, "f:app": {}, "f:tier": {}},
+                                 "f:ownerReferences": {".": {}, "k:{\"uid\":\"x\"}": {}}},
+                                 "f:spec": {"f:containers": {"k:{\"name\":\"web\"}": {
+                                     ".": {}, "f:image": {}, "f:name": {}, "f:ports": {}}}}}
+                }, {
+                    "manager": "kubelet", "operation": "Update", "apiVersion": "v1",
+                    "time": "2024-05-01T10:00:05Z", "fieldsType": "FieldsV1", "subresource": "status",
+                    "fieldsV1": {"f:status": {"f:conditions": {}, "f:containerStatuses": {},
+                                 "f:hostIP": {}, "f:phase": {}, "f:podIP": {}, "f:startTime": {}}}
+                }]
+            },
+            "spec": {
+                "nodeName": format!("node-{}", i % 100),
+                "containers": [{
+                    "name": "web", "image": "registry.example.com/shop/web:1.4.2",
+                    "ports": [{"containerPort": 8080, "protocol": "TCP"}],
+                    "resources": {"requests": {"cpu": "100m", "memory": "128Mi"},
+                                  "limits": {"memory": "256Mi"}},
+                    "env": [{"name": "MODE", "value": "prod"}],
+                    "volumeMounts": [{"name": "kube-api-access", "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount", "readOnly": true}],
+                    "terminationMessagePath": "/dev/termination-log", "imagePullPolicy": "IfNotPresent"
+                }],
+                "restartPolicy": "Always", "terminationGracePeriodSeconds": 30, "dnsPolicy": "ClusterFirst",
+                "serviceAccountName": "default", "schedulerName": "default-scheduler",
+                "tolerations": [{"key": "node.kubernetes.io/not-ready", "operator": "Exists",
+                                 "effect": "NoExecute", "tolerationSeconds": 300}]
+            },
+            "status": {
+                "phase": "Running", "hostIP": "10.0.0.1", "podIP": format!("10.1.{}.{}", i / 250, i % 250),
+                "startTime": "2024-05-01T10:00:01Z", "qosClass": "Burstable",
+                "conditions": [
+                    {"type": "Ready", "status": "True", "lastTransitionTime": "2024-05-01T10:00:05Z"},
+                    {"type": "PodScheduled", "status": "True", "lastTransitionTime": "2024-05-01T10:00:00Z"}
+                ],
+                "containerStatuses": [{"name": "web", "ready": true, "restartCount": 0,
+                                       "image": "registry.example.com/shop/web:1.4.2",
+                                       "state": {"running": {"startedAt": "2024-05-01T10:00:04Z"}}}]
+            }
+        })
+    }
+
+    #[test]
+    fn ten_thousand_pods_index_exactly() {
+        const N: usize = 10_000;
+        let s = store();
+        s.add_index("node", IndexSpec::parse("spec.nodeName").unwrap()).unwrap();
+        s.add_index("instance", IndexSpec::parse("labels.app.kubernetes.io/instance").unwrap())
+            .unwrap();
+        let pods: Vec<Value> = (0..N).map(realistic_pod).collect();
+        let raw_bytes: usize = pods.iter().map(|p| p.to_string().len()).sum();
+        let changes = s.replace(pods).unwrap();
+        assert_eq!(changes.len(), N);
+        assert!(changes.iter().all(|c| matches!(c, Change::Added(_))));
+        assert_eq!(s.len(), N);
+
+        let expect = |pred: &dyn Fn(usize) -> bool| {
+            let mut keys: Vec<String> = (0..N)
+                .filter(|&i| pred(i))
+                .map(|i| format!("team-{}/web-{}-{i:05}", i % 10, i % 50))
+                .collect();
+            keys.sort();
+            keys
+        };
+        assert_eq!(by(&s, "node", "node-7"), expect(&|i| i % 100 == 7));
+        assert_eq!(by(&s, OWNER_INDEX, "rs-uid-13"), expect(&|i| i % 50 == 13));
+        assert_eq!(by(&s, "instance", "web-13"), expect(&|i| i % 50 == 13));
+        assert_eq!(by(&s, NAMESPACE_INDEX, "team-3").len(), N / 10);
+        let sel =
+            Selector::parse("team=team-3,app.kubernetes.io/instance in (web-13,web-23)").unwrap();
+        let listed: Vec<String> =
+            s.list(Some("team-3"), Some(&sel)).iter().map(|o| o.key().into()).collect();
+        assert_eq!(listed, expect(&|i| i % 10 == 3 && (i % 50 == 13 || i % 50 == 23)));
+
+        let all = s.snapshot();
+        assert!(all.iter().all(|o| !o.json().contains("managedFields")));
+        // A lower bound (no allocator overhead, no map slots), for orientation only.
+        let cached: usize = all.iter().map(|o| o.approx_heap_bytes()).sum();
+        eprintln!(
+            "{N} pods: {} bytes of JSON each as received, ~{} bytes each cached (lower bound)",
+            raw_bytes / N,
+            cached / N
+        );
+
+        // A relist with nothing changed reports everything unchanged and keeps the indexes.
+        let changes = s.replace((0..N).map(realistic_pod).collect()).unwrap();
+        assert!(changes.iter().all(Change::is_unchanged));
+        assert_eq!(by(&s, "node", "node-7").len(), N / 100);
+    }
+}

@@ -1,0 +1,184 @@
+//! [`CacheView`]: the stores one reconciler may read, behind [`CacheRead`].
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use serde_json::Value;
+
+use super::object::str_field;
+use super::{CacheRead, CachedObject, Error, IndexedStore, Result, Selector};
+use crate::kinds::KindRef;
+
+/// A set of stores keyed by kind. Reading a kind not in the view is `NotGranted`.
+#[derive(Clone, Debug, Default)]
+pub struct CacheView {
+    stores: HashMap<KindRef, Arc<IndexedStore>>,
+}
+
+impl CacheView {
+    /// An empty view: every read is `NotGranted`.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// This view plus `store` (replacing any store of the same kind).
+    pub fn with_store(mut self, store: Arc<IndexedStore>) -> Self {
+        self.insert(store);
+        self
+    }
+
+    /// Add `store`, replacing any store of the same kind.
+    pub fn insert(&mut self, store: Arc<IndexedStore>) {
+        self.stores.insert(store.kind().clone(), store);
+    }
+
+    /// The store for `kind`, if the view has it.
+    pub fn store(&self, kind: &KindRef) -> Option<&Arc<IndexedStore>> {
+        self.stores.get(kind)
+    }
+
+    /// The kinds in this view.
+    pub fn kinds(&self) -> impl Iterator<Item = &KindRef> {
+        self.stores.keys()
+    }
+
+    /// A view holding `values`, one store per `apiVersion`/`kind` (both required). For offline
+    /// runs and tests; a later object with the same key replaces an earlier one.
+    pub fn from_objects(values: impl IntoIterator<Item = Value>) -> Result<Self> {
+        let mut view = Self::new();
+        for value in values {
+            let kind = KindRef::new(str_field(&value, "apiVersion"), str_field(&value, "kind"));
+            if kind.api_version.is_empty() || kind.kind.is_empty() {
+                let name = str_field(&value["metadata"], "name");
+                return Err(Error::InvalidObject(format!(
+                    "object {name:?} needs apiVersion and kind"
+                )));
+            }
+            let store = view
+                .stores
+                .entry(kind.clone())
+                .or_insert_with(|| Arc::new(IndexedStore::new(kind)));
+            store.apply(value)?;
+        }
+        Ok(view)
+    }
+
+    fn granted(&self, kind: &KindRef) -> Result<&IndexedStore> {
+        self.stores.get(kind).map(|s| &**s).ok_or_else(|| Error::NotGranted(kind.clone()))
+    }
+}
+
+impl CacheRead for CacheView {
+    fn get(
+        &self,
+        kind: &KindRef,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Result<Option<Arc<CachedObject>>> {
+        Ok(self.granted(kind)?.get(namespace, name))
+    }
+
+    fn list(
+        &self,
+        kind: &KindRef,
+        namespace: Option<&str>,
+        selector: Option<&str>,
+    ) -> Result<Vec<Arc<CachedObject>>> {
+        let store = self.granted(kind)?;
+        let selector = selector.map(Selector::parse).transpose()?.filter(|s| !s.is_everything());
+        Ok(store.list(namespace, selector.as_ref()))
+    }
+
+    fn by_index(&self, kind: &KindRef, index: &str, value: &str) -> Result<Vec<Arc<CachedObject>>> {
+        self.granted(kind)?.by_index(index, value)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::cache::{IndexSpec, OWNER_INDEX};
+
+    fn pods() -> KindRef {
+        KindRef::new("v1", "Pod")
+    }
+
+    fn view() -> CacheView {
+        CacheView::from_objects([
+            json!({"apiVersion": "v1", "kind": "Pod",
+                   "metadata": {"name": "p1", "namespace": "a", "labels": {"app": "web"},
+                                "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet",
+                                                     "name": "rs", "uid": "rs-1", "controller": true}]}}),
+            json!({"apiVersion": "v1", "kind": "Pod",
+                   "metadata": {"name": "p2", "namespace": "b", "labels": {"app": "db"}}}),
+            json!({"apiVersion": "apps/v1", "kind": "ReplicaSet",
+                   "metadata": {"name": "rs", "namespace": "a", "uid": "rs-1"}}),
+        ])
+        .unwrap()
+    }
+
+    fn keys(objs: Vec<Arc<CachedObject>>) -> Vec<String> {
+        objs.iter().map(|o| o.key().to_string()).collect()
+    }
+
+    #[test]
+    fn from_objects_groups_by_kind_and_reads_through_cache_read() {
+        let v = view();
+        let mut kinds: Vec<_> = v.kinds().cloned().collect();
+        kinds.sort();
+        assert_eq!(kinds, [KindRef::new("apps/v1", "ReplicaSet"), pods()]);
+        let read: &dyn CacheRead = &v;
+        assert_eq!(read.get(&pods(), Some("a"), "p1").unwrap().unwrap().label("app"), Some("web"));
+        assert!(read.get(&pods(), Some("b"), "p1").unwrap().is_none());
+        assert_eq!(keys(read.list(&pods(), None, None).unwrap()), ["a/p1", "b/p2"]);
+        assert_eq!(keys(read.list(&pods(), None, Some("app in (db)")).unwrap()), ["b/p2"]);
+        assert_eq!(keys(read.list(&pods(), Some("a"), Some("")).unwrap()), ["a/p1"]);
+        assert_eq!(keys(read.by_index(&pods(), OWNER_INDEX, "rs-1").unwrap()), ["a/p1"]);
+        let rs = KindRef::new("apps/v1", "ReplicaSet");
+        assert_eq!(read.get(&rs, Some("a"), "rs").unwrap().unwrap().uid(), "rs-1");
+    }
+
+    #[test]
+    fn errors_for_ungranted_kinds_unknown_indexes_and_bad_selectors() {
+        let v = view();
+        let secrets = KindRef::new("v1", "Secret");
+        assert_eq!(v.get(&secrets, None, "x").unwrap_err(), Error::NotGranted(secrets.clone()));
+        assert_eq!(v.list(&secrets, None, None).unwrap_err(), Error::NotGranted(secrets.clone()));
+        assert_eq!(v.by_index(&secrets, OWNER_INDEX, "x").unwrap_err(), Error::NotGranted(secrets));
+        assert_eq!(
+            v.by_index(&pods(), "node", "n1").unwrap_err(),
+            Error::UnknownIndex { kind: pods(), index: "node".into() }
+        );
+        assert!(matches!(
+            v.list(&pods(), None, Some("app in web")).unwrap_err(),
+            Error::InvalidSelector { .. }
+        ));
+        // Indexes added to a store are visible through the view.
+        v.store(&pods()).unwrap().add_index("app", IndexSpec::Label("app".into())).unwrap();
+        assert_eq!(keys(v.by_index(&pods(), "app", "db").unwrap()), ["b/p2"]);
+    }
+
+    #[test]
+    fn views_are_built_from_stores() {
+        let store = Arc::new(IndexedStore::new(pods()));
+        store.apply(json!({"metadata": {"name": "p"}})).unwrap();
+        let mut v = CacheView::new();
+        assert!(v.get(&pods(), None, "p").is_err());
+        v.insert(store.clone());
+        assert!(v.get(&pods(), None, "p").unwrap().is_some());
+        let v = CacheView::new().with_store(store);
+        assert!(v.store(&pods()).is_some());
+    }
+
+    #[test]
+    fn from_objects_requires_api_version_and_kind() {
+        let err = CacheView::from_objects([json!({"kind": "Pod", "metadata": {"name": "p"}})])
+            .unwrap_err();
+        assert_eq!(err, Error::InvalidObject(r#"object "p" needs apiVersion and kind"#.into()));
+        let err =
+            CacheView::from_objects([json!({"apiVersion": "v1", "kind": "Pod"})]).unwrap_err();
+        assert_eq!(err, Error::InvalidObject("metadata is missing".into()));
+    }
+}

@@ -1,0 +1,115 @@
+//! Controller metrics, named as controller-runtime's: reconcile totals by result, errors,
+//! reconcile time, active workers, plus actions by verb and result.
+
+use std::time::Duration;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+use crate::queue::{QueueMetrics, QueueMetricsHandle};
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ControllerLabel {
+    controller: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ResultLabels {
+    controller: String,
+    result: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ActionLabels {
+    controller: String,
+    verb: String,
+    result: String,
+}
+
+/// Metrics of all controllers (one set of families, labelled by controller name).
+#[derive(Clone)]
+pub struct ControllerMetrics {
+    reconcile_total: Family<ResultLabels, Counter>,
+    reconcile_errors: Family<ControllerLabel, Counter>,
+    reconcile_time: Family<ControllerLabel, Histogram>,
+    active_workers: Family<ControllerLabel, Gauge>,
+    actions: Family<ActionLabels, Counter>,
+    queues: QueueMetrics,
+}
+
+impl ControllerMetrics {
+    /// Register the controller and work-queue families in `registry`.
+    pub fn new(registry: &mut Registry) -> Self {
+        let m = Self {
+            reconcile_total: Family::default(),
+            reconcile_errors: Family::default(),
+            reconcile_time: Family::new_with_constructor(|| Histogram::new(exponential_buckets(0.0001, 2.0, 18))),
+            active_workers: Family::default(),
+            actions: Family::default(),
+            queues: QueueMetrics::new(registry),
+        };
+        let r = registry.sub_registry_with_prefix("controller_runtime");
+        r.register("reconcile", "Reconciles by controller and result", m.reconcile_total.clone());
+        r.register("reconcile_errors", "Reconciles that failed", m.reconcile_errors.clone());
+        r.register("reconcile_time_seconds", "Time per reconcile, actions included", m.reconcile_time.clone());
+        r.register("active_workers", "Workers currently reconciling", m.active_workers.clone());
+        registry
+            .sub_registry_with_prefix("wasmloop")
+            .register("actions", "Actions executed by verb and result", m.actions.clone());
+        m
+    }
+
+    /// Metrics that are registered nowhere (tests, offline runs).
+    pub fn unregistered() -> Self {
+        Self::new(&mut Registry::default())
+    }
+
+    pub(crate) fn queue_handle(&self, name: &str) -> QueueMetricsHandle {
+        self.queues.for_queue(name)
+    }
+
+    pub(crate) fn worker_started(&self, controller: &str) {
+        self.active_workers.get_or_create(&label(controller)).inc();
+    }
+
+    pub(crate) fn worker_finished(&self, controller: &str, took: Duration, result: &str) {
+        let l = label(controller);
+        self.active_workers.get_or_create(&l).dec();
+        self.reconcile_time.get_or_create(&l).observe(took.as_secs_f64());
+        self.reconcile_total
+            .get_or_create(&ResultLabels { controller: controller.to_string(), result: result.to_string() })
+            .inc();
+        if result.contains("error") {
+            self.reconcile_errors.get_or_create(&l).inc();
+        }
+    }
+
+    pub(crate) fn action_executed(&self, controller: &str, verb: &str, result: &str) {
+        self.actions
+            .get_or_create(&ActionLabels { controller: controller.into(), verb: verb.into(), result: result.into() })
+            .inc();
+    }
+
+    /// Reconciles of `controller` that ended with `result` (`success`, `requeue_after`, `error`,
+    /// `permanent_error`).
+    pub fn reconciles(&self, controller: &str, result: &str) -> u64 {
+        self.reconcile_total
+            .get_or_create(&ResultLabels { controller: controller.to_string(), result: result.to_string() })
+            .get()
+    }
+
+    /// Actions of `controller` with `verb` that ended with `result` (`ok` or `error`).
+    pub fn actions(&self, controller: &str, verb: &str, result: &str) -> u64 {
+        self.actions
+            .get_or_create(&ActionLabels { controller: controller.into(), verb: verb.into(), result: result.into() })
+            .get()
+    }
+}
+
+fn label(controller: &str) -> ControllerLabel {
+    ControllerLabel { controller: controller.to_string() }
+}

@@ -1,0 +1,381 @@
+//! The control loop: events → keys → work queue → reconcile → actions.
+//!
+//! A [`Controller`] runs one [`Reconciler`] (native or Wasm):
+//! - it acquires shared informers for the reconciled kind and every watched kind, and maps each
+//!   cache change to keys of the reconciled kind ([`mapping`]);
+//! - N workers take keys from a rate-limited [`WorkQueue`] (one key is never processed twice at
+//!   once; bursts fold into one reconcile), run the reconciler on a blocking thread against a
+//!   read-only [`CacheView`], check every action against the [`Grants`], then execute them;
+//! - failures are retried with per-key exponential backoff, `requeue_after` is honoured, and a
+//!   periodic resync replays the cache into the queue without any API call;
+//! - [`Controller::replace_reconciler`] swaps in a new version without losing queued keys:
+//!   running reconciles finish on the old one, the next one runs the new one.
+
+mod mapping;
+mod metrics;
+pub mod reconciler;
+
+pub use metrics::ControllerMetrics;
+pub use reconciler::{
+    IndexDecl, Mapping, Outcome, ReconcileError, Reconciler, ReconcilerSpec, Reason, Request, WatchSpec,
+};
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::{Mutex, RwLock};
+use serde::Deserialize;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+use tracing::{Instrument, debug, info, info_span, warn};
+
+use crate::actions::{self, Executor};
+use crate::cache::{self, CacheView, IndexSpec};
+use crate::grants::Grants;
+use crate::informer::{self, InformerKey, InformerRegistry, Subscription};
+use crate::kinds::ObjectKey;
+use crate::queue::{RateLimitConfig, WorkQueue};
+use mapping::KeyMapper;
+
+/// Errors starting or reconfiguring a controller.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("controller {controller}: {source}")]
+    Informer { controller: String, source: informer::Error },
+    #[error("controller {controller}: index {index:?} on {kind}: {source}")]
+    Index { controller: String, kind: String, index: String, source: cache::Error },
+    #[error("controller {controller}: {source}")]
+    Grants { controller: String, source: crate::grants::Error },
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// How a controller runs. Defaults follow controller-runtime.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct ControllerConfig {
+    /// Concurrent reconciles (distinct keys). Default 1.
+    pub workers: usize,
+    /// Replay the whole cache into the queue this often; `None` disables. Default 10 h.
+    #[serde(with = "crate::duration::serde_opt")]
+    pub resync: Option<Duration>,
+    /// Watch only this namespace (default: all).
+    pub namespace: Option<String>,
+    /// Per-key backoff and overall bucket.
+    pub rate_limits: RateLimitConfig,
+    /// How long to wait for the first list of every informer. Default 2 min.
+    #[serde(with = "crate::duration::serde")]
+    pub sync_timeout: Duration,
+}
+
+impl Default for ControllerConfig {
+    fn default() -> Self {
+        Self {
+            workers: 1,
+            resync: Some(Duration::from_secs(10 * 3600)),
+            namespace: None,
+            rate_limits: RateLimitConfig::default(),
+            sync_timeout: Duration::from_secs(120),
+        }
+    }
+}
+
+/// A running controller. Dropping it without [`Controller::shutdown`] aborts its tasks.
+pub struct Controller {
+    inner: Arc<Inner>,
+    workers: Vec<JoinHandle<()>>,
+    resync: Option<JoinHandle<()>>,
+}
+
+struct Inner {
+    name: String,
+    config: ControllerConfig,
+    registry: InformerRegistry,
+    executor: Executor,
+    metrics: ControllerMetrics,
+    queue: WorkQueue<ObjectKey>,
+    /// The first reason each queued key was added for.
+    reasons: Mutex<HashMap<ObjectKey, Reason>>,
+    /// Swapped atomically on hot reload; each reconcile clones the current one.
+    /// `None` before the first wiring and after shutdown.
+    current: RwLock<Option<Current>>,
+}
+
+/// Everything that changes together when the reconciler is replaced.
+#[derive(Clone)]
+struct Current {
+    reconciler: Arc<dyn Reconciler>,
+    grants: Arc<Grants>,
+    view: Arc<CacheView>,
+    primary: Arc<cache::IndexedStore>,
+    /// Keeps the informers alive and their handlers registered.
+    _subscriptions: Arc<Vec<Subscription>>,
+}
+
+impl Controller {
+    /// Start a controller: informers synced, existing objects queued, workers running.
+    pub async fn start(
+        reconciler: Arc<dyn Reconciler>,
+        config: ControllerConfig,
+        grants: Arc<Grants>,
+        registry: InformerRegistry,
+        executor: Executor,
+        metrics: ControllerMetrics,
+    ) -> Result<Self> {
+        let name = reconciler.spec().name.clone();
+        let queue = WorkQueue::new(name.clone(), config.rate_limits.build(), Some(metrics.queue_handle(&name)));
+        let inner = Arc::new(Inner {
+            name,
+            config,
+            registry,
+            executor,
+            metrics,
+            queue,
+            reasons: Mutex::new(HashMap::new()),
+            current: RwLock::new(None),
+        });
+        let current = inner.wire(reconciler, grants).await?;
+        *inner.current.write() = Some(current);
+        inner.enqueue_all(Reason::Event);
+        let workers = (0..inner.config.workers.max(1))
+            .map(|i| tokio::spawn(inner.clone().work().instrument(info_span!("worker", controller = %inner.name, i))))
+            .collect();
+        let resync = inner.config.resync.map(|period| tokio::spawn(inner.clone().resync_every(period)));
+        info!(controller = %inner.name, workers = inner.config.workers, "controller started");
+        Ok(Self { inner, workers, resync })
+    }
+
+    pub fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    /// The queue (for inspection and tests).
+    pub fn queue(&self) -> &WorkQueue<ObjectKey> {
+        &self.inner.queue
+    }
+
+    /// The spec of the reconciler currently in use.
+    pub fn spec(&self) -> Option<ReconcilerSpec> {
+        self.inner.current.read().as_ref().map(|c| c.reconciler.spec().clone())
+    }
+
+    /// Swap in a new reconciler (hot reload). Informers are re-wired only if the new version
+    /// reads other kinds; queued keys stay queued; running reconciles finish on the old version.
+    /// The grants travel with the reconciler they were checked against.
+    pub async fn replace_reconciler(&self, reconciler: Arc<dyn Reconciler>, grants: Arc<Grants>) -> Result<()> {
+        let to = reconciler.spec().version.clone();
+        let current = self.inner.wire(reconciler, grants).await?;
+        let old = self.inner.current.write().replace(current);
+        let from = old.map(|c| c.reconciler.spec().version.clone()).unwrap_or_default();
+        info!(controller = %self.inner.name, %from, %to, "reconciler replaced");
+        // Keys queued before the swap run on the new version; reconcile everything once so the
+        // new logic applies even to objects that see no event.
+        self.inner.enqueue_all(Reason::Resync);
+        Ok(())
+    }
+
+    /// Stop taking keys, let running reconciles finish (up to `grace`), release informers.
+    pub async fn shutdown(mut self, grace: Duration) {
+        self.inner.queue.shut_down();
+        if let Some(r) = self.resync.take() {
+            r.abort();
+        }
+        let deadline = Instant::now() + grace;
+        for w in std::mem::take(&mut self.workers) {
+            if tokio::time::timeout_at(deadline, w).await.is_err() {
+                warn!(controller = %self.inner.name, "worker did not finish within the grace period");
+            }
+        }
+        self.inner.current.write().take();
+        info!(controller = %self.inner.name, "controller stopped");
+    }
+}
+
+impl Drop for Controller {
+    fn drop(&mut self) {
+        self.inner.queue.shut_down();
+        self.workers.iter().for_each(JoinHandle::abort);
+        if let Some(r) = &self.resync {
+            r.abort();
+        }
+    }
+}
+
+impl Inner {
+    /// Acquire informers, add indexes, subscribe handlers and wait for sync.
+    async fn wire(self: &Arc<Self>, reconciler: Arc<dyn Reconciler>, grants: Arc<Grants>) -> Result<Current> {
+        let spec = reconciler.spec().clone();
+        grants.check_spec(&spec).map_err(|source| Error::Grants { controller: self.name.clone(), source })?;
+        let err = |source| Error::Informer { controller: self.name.clone(), source };
+        let ns = self.config.namespace.clone();
+        let primary_key = InformerKey::new(spec.reconciles.clone(), ns.clone(), spec.selector.as_deref())
+            .map_err(|e| err(informer::Error::Selector(InformerKey { kind: spec.reconciles.clone(), namespace: ns.clone(), selector: spec.selector.clone() }, e)))?;
+        let primary = self.registry.acquire(primary_key).await.map_err(err)?;
+        let namespaced = self.registry.resolver().resolve(&spec.reconciles).await.map_err(|e| err(e.into()))?.namespaced;
+        let mapper = KeyMapper { primary: spec.reconciles.clone(), namespaced };
+
+        let mut view = CacheView::new();
+        let mut subscriptions = Vec::new();
+        let me = Arc::downgrade(self);
+        let m = mapper.clone();
+        subscriptions.push(primary.subscribe(Arc::new(move |change| {
+            if let Some(inner) = me.upgrade() {
+                m.for_primary(change).into_iter().for_each(|k| inner.enqueue(k, Reason::Event));
+            }
+        })));
+        view.insert(primary.store().clone());
+        let mut informers = vec![primary.clone()];
+        for watch in &spec.watches {
+            let key = InformerKey::new(watch.kind.clone(), ns.clone(), watch.selector.as_deref()).map_err(|e| {
+                err(informer::Error::Selector(InformerKey { kind: watch.kind.clone(), namespace: ns.clone(), selector: watch.selector.clone() }, e))
+            })?;
+            let inf = self.registry.acquire(key).await.map_err(err)?;
+            let me = Arc::downgrade(self);
+            let (m, mapping) = (mapper.clone(), watch.mapping.clone());
+            subscriptions.push(inf.subscribe(Arc::new(move |change| {
+                if let Some(inner) = me.upgrade() {
+                    m.for_watched(&mapping, change).into_iter().for_each(|k| inner.enqueue(k, Reason::Event));
+                }
+            })));
+            if view.store(&watch.kind).is_none() {
+                view.insert(inf.store().clone());
+            }
+            informers.push(inf);
+        }
+        for idx in &spec.indexes {
+            let store = match view.store(&idx.kind) {
+                Some(s) => s.clone(),
+                None => {
+                    // An index on a kind that is read but not watched for events.
+                    let key = InformerKey::new(idx.kind.clone(), ns.clone(), None).map_err(|e| {
+                        err(informer::Error::Selector(InformerKey { kind: idx.kind.clone(), namespace: ns.clone(), selector: None }, e))
+                    })?;
+                    let inf = self.registry.acquire(key).await.map_err(err)?;
+                    let s = inf.store().clone();
+                    view.insert(s.clone());
+                    subscriptions.push(inf.subscribe(Arc::new(|_| {})));
+                    informers.push(inf);
+                    s
+                }
+            };
+            let index_err = |source| Error::Index { controller: self.name.clone(), kind: idx.kind.to_string(), index: idx.name.clone(), source };
+            let spec = IndexSpec::parse(&idx.path).map_err(index_err)?;
+            store.add_index(&idx.name, spec).map_err(index_err)?;
+        }
+        for inf in &informers {
+            inf.wait_synced(self.config.sync_timeout).await.map_err(err)?;
+        }
+        Ok(Current {
+            reconciler,
+            grants,
+            view: Arc::new(view),
+            primary: primary.store().clone(),
+            _subscriptions: Arc::new(subscriptions),
+        })
+    }
+
+    fn enqueue(&self, key: ObjectKey, reason: Reason) {
+        self.reasons.lock().entry(key.clone()).or_insert(reason);
+        self.queue.add(key);
+    }
+
+    fn enqueue_all(&self, reason: Reason) {
+        let Some((primary, kind)) =
+            self.current.read().as_ref().map(|c| (c.primary.clone(), c.reconciler.spec().reconciles.clone()))
+        else {
+            return;
+        };
+        for o in primary.snapshot() {
+            self.enqueue(ObjectKey::new(kind.clone(), o.namespace().map(str::to_string), o.name()), reason);
+        }
+    }
+
+    async fn resync_every(self: Arc<Self>, period: Duration) {
+        let mut tick = tokio::time::interval_at(Instant::now() + period, period);
+        loop {
+            tick.tick().await;
+            debug!(controller = %self.name, "resync: replaying the cache");
+            self.enqueue_all(Reason::Resync);
+        }
+    }
+
+    async fn work(self: Arc<Self>) {
+        while let Some(key) = self.queue.get().await {
+            let span = info_span!("reconcile", controller = %self.name, key = %key);
+            self.process(&key).instrument(span).await;
+            self.queue.done(&key);
+        }
+    }
+
+    async fn process(&self, key: &ObjectKey) {
+        let reason = self.reasons.lock().remove(key).unwrap_or(Reason::Event);
+        let Some(current) = self.current.read().clone() else { return };
+        let request = Request { key: key.clone(), reason };
+        let started = Instant::now();
+        self.metrics.worker_started(&self.name);
+        let reconciler = current.reconciler.clone();
+        let view = current.view.clone();
+        let result = tokio::task::spawn_blocking(move || reconciler.reconcile(&request, view.as_ref()))
+            .await
+            .unwrap_or_else(|e| Err(ReconcileError::Transient(format!("reconciler panicked: {e}"))));
+        let result = match result {
+            Ok(outcome) => self.execute(key, &current.grants, outcome).await,
+            Err(e) => Err(e),
+        };
+        self.metrics.worker_finished(&self.name, started.elapsed(), result_label(&result));
+        match result {
+            Ok(requeue_after) => {
+                self.queue.forget(key);
+                if let Some(after) = requeue_after {
+                    self.reasons.lock().entry(key.clone()).or_insert(Reason::Requeue);
+                    self.queue.add_after(key.clone(), after);
+                }
+            }
+            Err(ReconcileError::Transient(msg)) => {
+                let attempt = self.queue.num_requeues(key) + 1;
+                warn!(attempt, error = %msg, "reconcile failed; retrying with backoff");
+                self.reasons.lock().entry(key.clone()).or_insert(Reason::Retry(attempt));
+                self.queue.add_rate_limited(key.clone());
+            }
+            Err(ReconcileError::Permanent(msg)) => {
+                warn!(error = %msg, "reconcile failed permanently; not retried until the object changes");
+                self.queue.forget(key);
+            }
+        }
+    }
+
+    /// Check every action against the grants first (nothing is sent if one is refused), then
+    /// execute them in order.
+    async fn execute(&self, key: &ObjectKey, grants: &Grants, outcome: Outcome) -> Result<Option<Duration>, ReconcileError> {
+        for (i, action) in outcome.actions.iter().enumerate() {
+            grants.check_action(action).map_err(|e| {
+                ReconcileError::Permanent(format!("action {i} ({}) refused, no action of this reconcile was executed: {e}", action.verb()))
+            })?;
+        }
+        for action in &outcome.actions {
+            match self.executor.execute(&self.name, action).await {
+                Ok(_) => self.metrics.action_executed(&self.name, action.verb(), "ok"),
+                Err(e) => {
+                    self.metrics.action_executed(&self.name, action.verb(), "error");
+                    debug!(key = %key, error = %e, "action failed");
+                    return Err(to_reconcile_error(e));
+                }
+            }
+        }
+        Ok(outcome.requeue_after)
+    }
+}
+
+fn to_reconcile_error(e: actions::Error) -> ReconcileError {
+    if e.is_permanent() { ReconcileError::Permanent(e.to_string()) } else { ReconcileError::Transient(e.to_string()) }
+}
+
+fn result_label(r: &Result<Option<Duration>, ReconcileError>) -> &'static str {
+    match r {
+        Ok(Some(_)) => "requeue_after",
+        Ok(None) => "success",
+        Err(ReconcileError::Transient(_)) => "error",
+        Err(ReconcileError::Permanent(_)) => "permanent_error",
+    }
+}

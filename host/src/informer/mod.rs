@@ -1,0 +1,291 @@
+//! Shared informers: List, then Watch from the list's resourceVersion, into an [`IndexedStore`].
+//!
+//! One watch and one store per (kind, namespace, label selector), however many controllers use
+//! it ([`InformerRegistry::acquire`]). Users hold an `Arc<Informer>` (usually inside a
+//! [`Subscription`]); when the last one is dropped the watch stops. The watch itself is
+//! kube-runtime's `watcher`: paged initial list, bookmarks, relist on 410 Gone, reconnect
+//! backoff 800 ms → 30 s with jitter, reset after 2 min of health (client-go's numbers).
+//!
+//! A (re)list is applied atomically when it completes: readers see the old consistent state
+//! until then, and objects that vanished while the watch was down produce `Deleted` changes.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use futures::StreamExt;
+use kube::api::{Api, DynamicObject};
+use kube::runtime::watcher::{self, watcher};
+use kube::runtime::WatchStreamExt;
+use parking_lot::{Mutex, RwLock};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tracing::{debug, info, warn};
+
+use crate::cache::{self, Change, IndexedStore, Selector};
+use crate::kinds::{self, KindRef, KindResolver};
+
+/// Errors starting or waiting for an informer.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error(transparent)]
+    Kind(#[from] kinds::Error),
+    #[error("informer for {0}: {1}")]
+    Selector(InformerKey, #[source] cache::Error),
+    #[error("informer for {key} did not sync within {timeout:?}; last error: {last_error}")]
+    SyncTimeout { key: InformerKey, timeout: Duration, last_error: String },
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// What an informer watches: a kind, optionally one namespace, optionally a label selector.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct InformerKey {
+    pub kind: KindRef,
+    pub namespace: Option<String>,
+    /// Canonical form of the label selector (so equal selectors share one informer).
+    pub selector: Option<String>,
+}
+
+impl InformerKey {
+    /// A key whose selector is parsed and normalised; an empty selector means "everything".
+    pub fn new(kind: KindRef, namespace: Option<String>, selector: Option<&str>) -> cache::Result<Self> {
+        let selector = match selector.map(str::trim).filter(|s| !s.is_empty()) {
+            Some(s) => Some(Selector::parse(s)?.to_string()),
+            None => None,
+        };
+        Ok(Self { kind, namespace, selector })
+    }
+}
+
+impl fmt::Display for InformerKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.kind)?;
+        if let Some(ns) = &self.namespace {
+            write!(f, " in {ns}")?;
+        }
+        if let Some(sel) = &self.selector {
+            write!(f, " [{sel}]")?;
+        }
+        Ok(())
+    }
+}
+
+/// A callback run, in order, for every change the informer applies to its store.
+pub type Handler = Arc<dyn Fn(&Change) + Send + Sync>;
+
+#[derive(Default)]
+struct Handlers {
+    next_id: AtomicU64,
+    list: RwLock<Vec<(u64, Handler)>>,
+}
+
+impl Handlers {
+    fn dispatch(&self, change: &Change) {
+        for (_, h) in self.list.read().iter() {
+            h(change);
+        }
+    }
+}
+
+/// One running watch and its store. Dropping the last `Arc<Informer>` stops the watch.
+pub struct Informer {
+    key: InformerKey,
+    store: Arc<IndexedStore>,
+    handlers: Arc<Handlers>,
+    synced: watch::Receiver<bool>,
+    last_error: Arc<Mutex<String>>,
+    task: JoinHandle<()>,
+}
+
+impl Informer {
+    pub fn key(&self) -> &InformerKey {
+        &self.key
+    }
+
+    /// The cache this informer fills.
+    pub fn store(&self) -> &Arc<IndexedStore> {
+        &self.store
+    }
+
+    /// True once the first complete list has been applied.
+    pub fn has_synced(&self) -> bool {
+        *self.synced.borrow()
+    }
+
+    /// Wait until the first list is in the store, or fail after `timeout`.
+    pub async fn wait_synced(&self, timeout: Duration) -> Result<()> {
+        let mut rx = self.synced.clone();
+        match tokio::time::timeout(timeout, rx.wait_for(|s| *s)).await {
+            Ok(Ok(_)) => Ok(()),
+            _ => Err(Error::SyncTimeout {
+                key: self.key.clone(),
+                timeout,
+                last_error: self.last_error.lock().clone(),
+            }),
+        }
+    }
+
+    /// Run `handler` for every future change. Existing objects are not replayed: callers that
+    /// need them read the store (after subscribing, so nothing falls in between).
+    pub fn subscribe(self: &Arc<Self>, handler: Handler) -> Subscription {
+        let id = self.handlers.next_id.fetch_add(1, Ordering::Relaxed);
+        self.handlers.list.write().push((id, handler));
+        Subscription { informer: self.clone(), id }
+    }
+
+    /// Number of current subscribers.
+    pub fn subscribers(&self) -> usize {
+        self.handlers.list.read().len()
+    }
+}
+
+impl Drop for Informer {
+    fn drop(&mut self) {
+        debug!(informer = %self.key, "stopping informer: no users left");
+        self.task.abort();
+    }
+}
+
+/// A registered handler; unregistered (and the informer released) when dropped.
+pub struct Subscription {
+    informer: Arc<Informer>,
+    id: u64,
+}
+
+impl Subscription {
+    pub fn informer(&self) -> &Arc<Informer> {
+        &self.informer
+    }
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        self.informer.handlers.list.write().retain(|(id, _)| *id != self.id);
+    }
+}
+
+/// Starts informers on demand and shares them between users.
+#[derive(Clone)]
+pub struct InformerRegistry {
+    resolver: KindResolver,
+    informers: Arc<Mutex<HashMap<InformerKey, Weak<Informer>>>>,
+}
+
+impl InformerRegistry {
+    pub fn new(resolver: KindResolver) -> Self {
+        Self { resolver, informers: Default::default() }
+    }
+
+    pub fn resolver(&self) -> &KindResolver {
+        &self.resolver
+    }
+
+    /// The running informer for `key`, started if none is running.
+    pub async fn acquire(&self, key: InformerKey) -> Result<Arc<Informer>> {
+        if let Some(inf) = self.informers.lock().get(&key).and_then(Weak::upgrade) {
+            return Ok(inf);
+        }
+        let resolved = self.resolver.resolve(&key.kind).await?;
+        let mut map = self.informers.lock();
+        // Another caller may have started it while we resolved the kind.
+        if let Some(inf) = map.get(&key).and_then(Weak::upgrade) {
+            return Ok(inf);
+        }
+        map.retain(|_, w| w.strong_count() > 0);
+        let informer = Arc::new(self.start(key.clone(), resolved));
+        map.insert(key, Arc::downgrade(&informer));
+        Ok(informer)
+    }
+
+    /// Keys of the informers currently running.
+    pub fn running(&self) -> Vec<InformerKey> {
+        let map = self.informers.lock();
+        map.iter().filter(|(_, w)| w.strong_count() > 0).map(|(k, _)| k.clone()).collect()
+    }
+
+    fn start(&self, key: InformerKey, resolved: kinds::ResolvedKind) -> Informer {
+        let store = Arc::new(IndexedStore::new(key.kind.clone()));
+        let handlers = Arc::new(Handlers::default());
+        let (synced_tx, synced) = watch::channel(false);
+        let last_error = Arc::new(Mutex::new(String::from("none")));
+        let client = self.resolver.client().clone();
+        let api: Api<DynamicObject> = match (&key.namespace, resolved.namespaced) {
+            (Some(ns), true) => Api::namespaced_with(client, ns, &resolved.resource),
+            _ => Api::all_with(client, &resolved.resource),
+        };
+        let mut config = watcher::Config::default();
+        if let Some(sel) = &key.selector {
+            config = config.labels(sel);
+        }
+        info!(informer = %key, "starting informer");
+        let task = tokio::spawn(run_watch(
+            key.clone(),
+            api,
+            config,
+            store.clone(),
+            handlers.clone(),
+            synced_tx,
+            last_error.clone(),
+        ));
+        Informer { key, store, handlers, synced, last_error, task }
+    }
+}
+
+async fn run_watch(
+    key: InformerKey,
+    api: Api<DynamicObject>,
+    config: watcher::Config,
+    store: Arc<IndexedStore>,
+    handlers: Arc<Handlers>,
+    synced: watch::Sender<bool>,
+    last_error: Arc<Mutex<String>>,
+) {
+    let mut stream = watcher(api, config).default_backoff().boxed();
+    let mut buffer: Vec<serde_json::Value> = Vec::new();
+    while let Some(event) = stream.next().await {
+        let event = match event {
+            Ok(e) => e,
+            Err(e) => {
+                // The backoff wrapper retries; we only record and report.
+                warn!(informer = %key, error = %e, "watch error; retrying with backoff");
+                *last_error.lock() = e.to_string();
+                continue;
+            }
+        };
+        match event {
+            watcher::Event::Init => buffer.clear(),
+            watcher::Event::InitApply(obj) => match to_value(obj) {
+                Ok(v) => buffer.push(v),
+                Err(e) => warn!(informer = %key, error = %e, "skipping object that does not serialise"),
+            },
+            watcher::Event::InitDone => {
+                match store.replace(std::mem::take(&mut buffer)) {
+                    Ok(changes) => changes.iter().for_each(|c| handlers.dispatch(c)),
+                    Err(e) => warn!(informer = %key, error = %e, "relist rejected by the cache"),
+                }
+                if !*synced.borrow() {
+                    info!(informer = %key, objects = store.len(), "informer synced");
+                    synced.send_replace(true);
+                }
+            }
+            watcher::Event::Apply(obj) => match to_value(obj).map_err(|e| e.to_string()).and_then(|v| {
+                store.apply(v).map_err(|e| e.to_string())
+            }) {
+                Ok(change) => handlers.dispatch(&change),
+                Err(e) => warn!(informer = %key, error = %e, "object not cached"),
+            },
+            watcher::Event::Delete(obj) => {
+                if let Some(change) = store.delete(obj.metadata.namespace.as_deref(), obj.metadata.name.as_deref().unwrap_or_default()) {
+                    handlers.dispatch(&change);
+                }
+            }
+        }
+    }
+}
+
+fn to_value(obj: DynamicObject) -> serde_json::Result<serde_json::Value> {
+    serde_json::to_value(obj)
+}

@@ -1,0 +1,22 @@
+//! wasmloop: a Kubernetes controller host that runs reconcile logic as sandboxed Wasm plugins.
+//!
+//! The control loop, module by module:
+//! - [`informer`]: shared List+Watch informers that fill the cache;
+//! - [`cache`]: the indexed local cache reconcilers read;
+//! - [`queue`]: work queues (dedup, one key at a time, delays, rate-limited retries);
+//! - [`controller`]: maps events to keys, runs workers and resync, calls the reconciler;
+//! - [`actions`]: executes what reconcilers return, idempotently;
+//! - [`plugin`]: the wasmtime sandbox that runs Wasm reconcilers; [`grants`] what each may do;
+//! - [`hotload`]: loads, swaps and removes plugins from ConfigMaps.
+
+pub mod actions;
+pub mod cache;
+pub mod client;
+pub mod controller;
+pub mod duration;
+pub mod grants;
+pub mod informer;
+pub mod kinds;
+pub mod native;
+pub mod queue;
+pub mod server;

@@ -1,0 +1,851 @@
+//! The work queue between the informers and the reconcilers, with client-go's semantics.
+//!
+//! A [`WorkQueue`] holds keys, not objects. Its rules (client-go's `dirty` and `processing` sets):
+//!
+//! - Ready keys come out first in, first out, and each key is queued at most once: adding a key
+//!   that is already waiting to be processed is a no-op (deduplication).
+//! - A key handed out by [`get`](WorkQueue::get) is *processing* until [`done`](WorkQueue::done).
+//!   Adding it meanwhile marks it dirty without handing it to another worker; `done` queues it
+//!   again. So one key is never processed by two workers at once.
+//! - [`add_after`](WorkQueue::add_after) parks a key until its deadline (RequeueAfter); a key
+//!   already parked keeps the earlier of its two deadlines. Due keys join the ready queue in
+//!   deadline order (ties: first parked first). They are moved lazily, by any queue operation
+//!   (a waiting `get` wakes at the next deadline), so no background task is needed.
+//! - [`add_rate_limited`](WorkQueue::add_rate_limited) parks a key for as long as the
+//!   [`RateLimiter`] says (per-key backoff after a failure); [`forget`](WorkQueue::forget) resets it.
+//!
+//! Any number of workers may wait in `get`; they sleep on a [`Notify`] and on the next deadline.
+
+pub mod metrics;
+pub mod rate_limit;
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::fmt;
+use std::hash::Hash;
+use std::pin::pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::{Mutex, RwLock};
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+use crate::queue::metrics::WorkId;
+pub use crate::queue::metrics::{QueueMetrics, QueueMetricsHandle};
+pub use crate::queue::rate_limit::{
+    ItemExponential, MaxOf, RateLimitConfig, RateLimiter, TokenBucket,
+};
+
+/// Errors of the queue module (all from configuration).
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A rate limit configuration has a value without meaning.
+    #[error("invalid rate limit configuration: {0}")]
+    InvalidRateLimit(String),
+}
+
+/// Result of this module's fallible operations.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Add statistics of one queue, for reporting how much deduplication saved.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct QueueStats {
+    /// Calls of `add`, `add_after` and `add_rate_limited` before shutdown.
+    pub adds: u64,
+    /// Adds folded into a key that was already pending (ready, dirty or parked earlier).
+    pub deduplicated: u64,
+}
+
+impl QueueStats {
+    /// Fraction of adds that were folded, 0.0 when nothing was added.
+    pub fn dedup_ratio(&self) -> f64 {
+        if self.adds == 0 {
+            0.0
+        } else {
+            self.deduplicated as f64 / self.adds as f64
+        }
+    }
+}
+
+/// A deduplicating, delaying, rate-limited work queue of keys. Clones share one queue.
+pub struct WorkQueue<K> {
+    inner: Arc<Inner<K>>,
+}
+
+impl<K> Clone for WorkQueue<K> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: self.inner.clone(),
+        }
+    }
+}
+
+impl<K> fmt::Debug for WorkQueue<K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let state = self.inner.state.lock();
+        f.debug_struct("WorkQueue")
+            .field("name", &self.inner.name)
+            .field("ready", &state.ready.len())
+            .field("processing", &state.processing.len())
+            .field("delayed", &state.waiting.len())
+            .field("shut_down", &state.shut_down)
+            .finish()
+    }
+}
+
+struct Inner<K> {
+    name: String,
+    state: Mutex<State<K>>,
+    limiter: RwLock<Arc<dyn RateLimiter<K>>>,
+    /// Wakes getters: one per newly ready key, all on shutdown or an earlier deadline.
+    notify: Notify,
+    metrics: Option<QueueMetricsHandle>,
+}
+
+struct State<K> {
+    /// Keys ready to be handed out, oldest first. Each is in `dirty` and not in `processing`.
+    ready: VecDeque<K>,
+    /// Keys that need processing (ready, or added while processing), with their first add time.
+    dirty: HashMap<K, Instant>,
+    /// Keys handed to a worker and not yet done, with their metrics id.
+    processing: HashMap<K, Option<WorkId>>,
+    /// Parked keys by (deadline, sequence number), so ties come out first parked first.
+    waiting: BTreeMap<(Instant, u64), K>,
+    /// The `waiting` entry of each parked key.
+    waiting_at: HashMap<K, (Instant, u64)>,
+    next_seq: u64,
+    shut_down: bool,
+    stats: QueueStats,
+}
+
+/// What happened to a key handed to [`State::enqueue`].
+#[derive(Debug, PartialEq, Eq)]
+enum Enqueued {
+    /// Already dirty: nothing changes.
+    Folded,
+    /// Appended to the ready queue.
+    Ready,
+    /// Marked dirty while processing; `done` will queue it.
+    Deferred,
+}
+
+impl<K: Clone + Eq + Hash> State<K> {
+    fn enqueue(&mut self, key: K, now: Instant, metrics: Option<&QueueMetricsHandle>) -> Enqueued {
+        if self.dirty.contains_key(&key) {
+            return Enqueued::Folded;
+        }
+        if let Some(m) = metrics {
+            m.added();
+        }
+        let processing = self.processing.contains_key(&key);
+        self.dirty.insert(key.clone(), now);
+        if processing {
+            return Enqueued::Deferred;
+        }
+        self.ready.push_back(key);
+        if let Some(m) = metrics {
+            m.set_depth(self.ready.len());
+        }
+        Enqueued::Ready
+    }
+
+    /// Moves parked keys whose deadline has come to the ready queue; returns how many became ready.
+    fn promote_due(&mut self, now: Instant, metrics: Option<&QueueMetricsHandle>) -> usize {
+        let mut ready = 0;
+        while let Some(entry) = self.waiting.first_entry() {
+            if entry.key().0 > now {
+                break;
+            }
+            let key = entry.remove();
+            self.waiting_at.remove(&key);
+            match self.enqueue(key, now, metrics) {
+                Enqueued::Ready => ready += 1,
+                Enqueued::Folded => self.stats.deduplicated += 1,
+                Enqueued::Deferred => {}
+            }
+        }
+        ready
+    }
+
+    fn next_deadline(&self) -> Option<Instant> {
+        self.waiting
+            .first_key_value()
+            .map(|((deadline, _), _)| *deadline)
+    }
+}
+
+impl<K: Clone + Eq + Hash + Send + Sync + 'static> WorkQueue<K> {
+    /// An empty queue called `name` (the `name` label of its metrics).
+    pub fn new(
+        name: impl Into<String>,
+        limiter: Arc<dyn RateLimiter<K>>,
+        metrics: Option<QueueMetricsHandle>,
+    ) -> Self {
+        let state = State {
+            ready: VecDeque::new(),
+            dirty: HashMap::new(),
+            processing: HashMap::new(),
+            waiting: BTreeMap::new(),
+            waiting_at: HashMap::new(),
+            next_seq: 0,
+            shut_down: false,
+            stats: QueueStats::default(),
+        };
+        let inner = Inner {
+            name: name.into(),
+            state: Mutex::new(state),
+            limiter: RwLock::new(limiter),
+            notify: Notify::new(),
+            metrics,
+        };
+        Self {
+            inner: Arc::new(inner),
+        }
+    }
+
+    /// The queue's name.
+    pub fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    /// Queues `key`. Returns `true` if this add will cause a (further) processing of the key,
+    /// `false` if it was folded into a pending one (or the queue is shut down).
+    pub fn add(&self, key: K) -> bool {
+        let mut state = self.inner.state.lock();
+        if state.shut_down {
+            return false;
+        }
+        state.stats.adds += 1;
+        self.enqueue_counted(&mut state, key)
+    }
+
+    fn enqueue_counted(&self, state: &mut State<K>, key: K) -> bool {
+        match state.enqueue(key, Instant::now(), self.inner.metrics.as_ref()) {
+            Enqueued::Folded => {
+                state.stats.deduplicated += 1;
+                false
+            }
+            Enqueued::Deferred => true,
+            Enqueued::Ready => {
+                self.inner.notify.notify_one();
+                true
+            }
+        }
+    }
+
+    /// Queues `key` once `delay` has passed (immediately for a zero delay). A key that is already
+    /// parked keeps the earlier of its two deadlines.
+    pub fn add_after(&self, key: K, delay: Duration) {
+        let mut state = self.inner.state.lock();
+        if state.shut_down {
+            return;
+        }
+        state.stats.adds += 1;
+        let now = Instant::now();
+        if delay.is_zero() {
+            self.enqueue_counted(&mut state, key);
+            return;
+        }
+        // A delay past the end of time is "never": the key is dropped rather than overflowing.
+        let Some(deadline) = now.checked_add(delay) else {
+            state.stats.deduplicated += 1;
+            return;
+        };
+        if let Some(&(parked, seq)) = state.waiting_at.get(&key) {
+            if parked <= deadline {
+                state.stats.deduplicated += 1;
+                return;
+            }
+            state.waiting.remove(&(parked, seq));
+            state.stats.deduplicated += 1;
+        }
+        let earliest_before = state.next_deadline();
+        let seq = state.next_seq;
+        state.next_seq += 1;
+        state.waiting.insert((deadline, seq), key.clone());
+        state.waiting_at.insert(key, (deadline, seq));
+        if earliest_before.is_none_or(|earliest| deadline < earliest) {
+            // Sleeping getters must wake earlier than they planned.
+            self.inner.notify.notify_waiters();
+        }
+    }
+
+    /// Parks `key` for as long as the rate limiter says (recording one more failure), and
+    /// counts a retry.
+    pub fn add_rate_limited(&self, key: K) {
+        if self.is_shut_down() {
+            return;
+        }
+        let limiter = self.inner.limiter.read().clone();
+        let delay = limiter.when(&key);
+        if let Some(m) = &self.inner.metrics {
+            m.retried();
+        }
+        self.add_after(key, delay);
+    }
+
+    /// Resets `key`'s failure history in the rate limiter (call after a successful reconcile).
+    pub fn forget(&self, key: &K) {
+        self.inner.limiter.read().forget(key);
+    }
+
+    /// How many failures of `key` the rate limiter remembers.
+    pub fn num_requeues(&self, key: &K) -> u32 {
+        self.inner.limiter.read().retries(key)
+    }
+
+    /// Waits for a ready key and marks it processing; the caller must call [`done`](Self::done)
+    /// with it. Returns `None` once the queue is shut down (keys still queued are not handed out).
+    ///
+    /// Cancel-safe: dropping the future never loses a key.
+    pub async fn get(&self) -> Option<K> {
+        loop {
+            // Register for wake-ups before looking, so none is missed between look and wait.
+            let mut notified = pin!(self.inner.notify.notified());
+            notified.as_mut().enable();
+            let next_deadline = {
+                let mut state = self.inner.state.lock();
+                if state.shut_down {
+                    return None;
+                }
+                self.promote_due(&mut state);
+                if let Some(key) = state.ready.pop_front() {
+                    let queued_at = state.dirty.remove(&key).unwrap_or_else(Instant::now);
+                    let id = self.inner.metrics.as_ref().map(|m| {
+                        m.set_depth(state.ready.len());
+                        m.started(queued_at)
+                    });
+                    state.processing.insert(key.clone(), id);
+                    return Some(key);
+                }
+                state.next_deadline()
+            };
+            match next_deadline {
+                Some(deadline) => {
+                    tokio::select! {
+                        () = &mut notified => {}
+                        () = tokio::time::sleep_until(deadline) => {}
+                    }
+                }
+                None => notified.await,
+            }
+        }
+    }
+
+    fn promote_due(&self, state: &mut State<K>) {
+        let ready = state.promote_due(Instant::now(), self.inner.metrics.as_ref());
+        for _ in 0..ready {
+            self.inner.notify.notify_one();
+        }
+    }
+
+    /// Marks `key` as processed. If it was added while processing, it is queued again.
+    pub fn done(&self, key: &K) {
+        let mut state = self.inner.state.lock();
+        let Some(id) = state.processing.remove(key) else {
+            return;
+        };
+        if let (Some(m), Some(id)) = (&self.inner.metrics, id) {
+            m.finished(id);
+        }
+        if state.dirty.contains_key(key) && !state.shut_down {
+            state.ready.push_back(key.clone());
+            if let Some(m) = &self.inner.metrics {
+                m.set_depth(state.ready.len());
+            }
+            self.inner.notify.notify_one();
+        }
+    }
+
+    /// Number of keys ready to be handed out (the depth).
+    pub fn len(&self) -> usize {
+        let mut state = self.inner.state.lock();
+        self.promote_due(&mut state);
+        state.ready.len()
+    }
+
+    /// Whether no key is ready to be handed out.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Number of keys parked until a deadline.
+    pub fn delayed_len(&self) -> usize {
+        let mut state = self.inner.state.lock();
+        self.promote_due(&mut state);
+        state.waiting.len()
+    }
+
+    /// Add and deduplication counts since the queue was created.
+    pub fn stats(&self) -> QueueStats {
+        self.inner.state.lock().stats
+    }
+
+    /// Stops the queue: every waiting `get` returns `None`, as does every later one, and later
+    /// adds are ignored. Workers still processing may call `done` as usual.
+    pub fn shut_down(&self) {
+        self.inner.state.lock().shut_down = true;
+        self.inner.notify.notify_waiters();
+    }
+
+    /// Whether [`shut_down`](Self::shut_down) was called.
+    pub fn is_shut_down(&self) -> bool {
+        self.inner.state.lock().shut_down
+    }
+
+    /// Replaces the rate limiter (after a configuration change). Queued and parked keys stay;
+    /// failure histories start afresh in the new limiter.
+    pub fn set_rate_limiter(&self, limiter: Arc<dyn RateLimiter<K>>) {
+        *self.inner.limiter.write() = limiter;
+    }
+}
+
+impl<K> Drop for Inner<K> {
+    fn drop(&mut self) {
+        // Work still in flight will never be done: stop reporting it as unfinished.
+        if let Some(m) = &self.metrics {
+            self.state
+                .get_mut()
+                .processing
+                .values()
+                .flatten()
+                .for_each(|id| m.abandoned(*id));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashSet;
+    use std::task::Poll;
+
+    use futures::poll;
+    use prometheus_client::registry::Registry;
+    use tokio::time::{advance, timeout};
+
+    const MS: Duration = Duration::from_millis(1);
+
+    fn queue<K: Clone + Eq + Hash + Send + Sync + 'static>() -> WorkQueue<K> {
+        WorkQueue::new("test", RateLimitConfig::default().build(), None)
+    }
+
+    /// `get` returns nothing within an hour (instant on the paused clock).
+    async fn assert_nothing_ready<K: Clone + Eq + Hash + Send + Sync + fmt::Debug + 'static>(
+        q: &WorkQueue<K>,
+    ) {
+        let got = timeout(Duration::from_secs(3600), q.get()).await;
+        assert!(got.is_err(), "expected no ready key, got {got:?}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn five_adds_make_one_get() {
+        let q = queue();
+        let added: Vec<bool> = (0..5).map(|_| q.add("a")).collect();
+        assert_eq!(added, [true, false, false, false, false]);
+        assert_eq!(q.len(), 1);
+        assert_eq!(q.get().await, Some("a"));
+        assert!(q.is_empty());
+        assert_nothing_ready(&q).await;
+        assert_eq!(
+            q.stats(),
+            QueueStats {
+                adds: 5,
+                deduplicated: 4
+            }
+        );
+        assert_eq!(q.stats().dedup_ratio(), 0.8);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn ready_keys_are_fifo() {
+        let q = queue();
+        for key in ["c", "a", "b", "a"] {
+            q.add(key);
+        }
+        let mut out = Vec::new();
+        for _ in 0..3 {
+            out.push(q.get().await);
+        }
+        assert_eq!(out, [Some("c"), Some("a"), Some("b")]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn add_while_processing_waits_for_done() {
+        let q = queue();
+        q.add("a");
+        assert_eq!(q.get().await, Some("a"));
+        // Re-added (three times) while processing: not ready, not handed to another worker.
+        assert!(q.add("a"));
+        assert!(!q.add("a"));
+        assert!(!q.add("a"));
+        assert_eq!(q.len(), 0);
+        let mut second = pin!(q.get());
+        assert_eq!(poll!(second.as_mut()), Poll::Pending);
+        q.done(&"a");
+        assert_eq!(q.len(), 1);
+        assert_eq!(second.await, Some("a"));
+        q.done(&"a");
+        // Exactly once: nothing further.
+        assert_nothing_ready(&q).await;
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn done_without_readd_does_not_requeue() {
+        let q = queue();
+        q.add(1);
+        assert_eq!(q.get().await, Some(1));
+        q.done(&1);
+        q.done(&1); // a second done is harmless
+        assert!(q.is_empty());
+        assert!(q.add(1), "after done the key can be queued afresh");
+        assert_eq!(q.len(), 1);
+    }
+
+    /// Workers mark keys in a shared set while they hold them: a key found there is a double run.
+    async fn run_workers(
+        q: WorkQueue<u32>,
+        workers: usize,
+        keys: u32,
+        rounds: u32,
+        hold: Duration,
+    ) -> usize {
+        let holding = Arc::new(Mutex::new(HashSet::new()));
+        let processed = Arc::new(Mutex::new(0usize));
+        let mut handles = Vec::new();
+        for _ in 0..workers {
+            let (q, holding, processed) = (q.clone(), holding.clone(), processed.clone());
+            handles.push(tokio::spawn(async move {
+                while let Some(key) = q.get().await {
+                    assert!(holding.lock().insert(key), "key {key} held by two workers");
+                    if hold.is_zero() {
+                        tokio::task::yield_now().await;
+                    } else {
+                        tokio::time::sleep(hold).await;
+                    }
+                    holding.lock().remove(&key);
+                    *processed.lock() += 1;
+                    q.done(&key);
+                }
+            }));
+        }
+        for _ in 0..rounds {
+            for key in 0..keys {
+                q.add(key);
+            }
+            if hold.is_zero() {
+                tokio::task::yield_now().await;
+            } else {
+                tokio::time::sleep(MS).await;
+            }
+        }
+        // Let the workers drain, then stop them.
+        while !q.is_empty() || !q.inner.state.lock().processing.is_empty() {
+            tokio::time::sleep(MS).await;
+        }
+        q.shut_down();
+        for handle in handles {
+            handle.await.expect("worker panicked");
+        }
+        *processed.lock()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn two_workers_never_hold_the_same_key() {
+        let q = queue();
+        let processed = run_workers(q.clone(), 4, 3, 50, 2 * MS).await;
+        // Every key is processed at least once, and dedup keeps it far below 150 runs.
+        assert!((3..150).contains(&processed), "processed {processed}");
+        assert!(q.stats().deduplicated > 0);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn two_workers_never_hold_the_same_key_on_threads() {
+        let q = queue();
+        let processed = run_workers(q, 8, 5, 500, Duration::ZERO).await;
+        assert!(processed >= 5, "processed {processed}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn many_waiting_workers_each_get_one_key() {
+        let q = queue();
+        let tasks: Vec<_> = (0..5)
+            .map(|_| {
+                let q = q.clone();
+                tokio::spawn(async move { q.get().await })
+            })
+            .collect();
+        tokio::task::yield_now().await;
+        for key in 0..5 {
+            q.add(key);
+        }
+        let mut got = Vec::new();
+        for task in tasks {
+            got.push(task.await.expect("getter panicked"));
+        }
+        got.sort();
+        assert_eq!(got, [Some(0), Some(1), Some(2), Some(3), Some(4)]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn cancelled_get_loses_nothing() {
+        let q = queue();
+        assert_nothing_ready(&q).await; // a get dropped by its timeout
+        let waiter = tokio::spawn({
+            let q = q.clone();
+            async move { q.get().await }
+        });
+        tokio::task::yield_now().await;
+        q.add("a");
+        assert_eq!(waiter.await.expect("getter panicked"), Some("a"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn delayed_keys_come_out_in_deadline_order_not_before() {
+        let q = queue();
+        q.add_after("c", 300 * MS);
+        q.add_after("a", 100 * MS);
+        q.add_after("b", 200 * MS);
+        q.add_after("b2", 200 * MS); // same deadline as "b": after it
+        assert_eq!((q.len(), q.delayed_len()), (0, 4));
+        let start = Instant::now();
+        let mut get = pin!(q.get());
+        assert_eq!(poll!(get.as_mut()), Poll::Pending);
+        advance(99 * MS).await;
+        assert_eq!(poll!(get.as_mut()), Poll::Pending);
+        advance(MS).await;
+        assert_eq!(poll!(get.as_mut()), Poll::Ready(Some("a")));
+        let mut rest = Vec::new();
+        for _ in 0..3 {
+            let key = q.get().await;
+            rest.push((key, start.elapsed()));
+        }
+        assert_eq!(
+            rest,
+            [
+                (Some("b"), 200 * MS),
+                (Some("b2"), 200 * MS),
+                (Some("c"), 300 * MS)
+            ]
+        );
+        assert_eq!(q.delayed_len(), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn earliest_add_after_wins() {
+        let q = queue();
+        let start = Instant::now();
+        q.add_after("a", Duration::from_secs(10));
+        q.add_after("a", 100 * MS); // earlier: moves it up
+        q.add_after("a", Duration::from_secs(5)); // later: ignored
+        assert_eq!(q.delayed_len(), 1);
+        assert_eq!(q.get().await, Some("a"));
+        assert_eq!(start.elapsed(), 100 * MS);
+        assert_eq!(
+            q.delayed_len(),
+            0,
+            "the later deadlines left nothing behind"
+        );
+        assert_eq!(
+            q.stats(),
+            QueueStats {
+                adds: 3,
+                deduplicated: 2
+            }
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn earlier_add_after_wakes_a_sleeping_getter() {
+        let q = queue();
+        q.add_after("late", Duration::from_secs(10));
+        let getter = tokio::spawn({
+            let q = q.clone();
+            async move { (q.get().await, Instant::now()) }
+        });
+        tokio::task::yield_now().await; // the getter now sleeps until +10 s
+        let start = Instant::now();
+        q.add_after("soon", 50 * MS);
+        let (key, at) = getter.await.expect("getter panicked");
+        assert_eq!((key, at - start), (Some("soon"), 50 * MS));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn zero_delay_is_a_plain_add() {
+        let q = queue();
+        q.add_after(7, Duration::ZERO);
+        assert_eq!((q.len(), q.delayed_len()), (1, 0));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn due_key_already_queued_is_folded() {
+        let q = queue();
+        q.add("a");
+        q.add_after("a", 10 * MS);
+        advance(10 * MS).await;
+        assert_eq!((q.len(), q.delayed_len()), (1, 0));
+        assert_eq!(q.get().await, Some("a"));
+        assert_nothing_ready(&q).await;
+        assert_eq!(q.stats().deduplicated, 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn rate_limited_adds_back_off_and_forget_resets() {
+        let q = queue();
+        let start = Instant::now();
+        let mut ready_after = Vec::new();
+        for _ in 0..4 {
+            let parked_at = Instant::now();
+            q.add_rate_limited("a");
+            assert_eq!(q.get().await, Some("a"));
+            ready_after.push(parked_at.elapsed());
+            q.done(&"a");
+        }
+        assert_eq!(ready_after, [5 * MS, 10 * MS, 20 * MS, 40 * MS]);
+        assert_eq!(start.elapsed(), 75 * MS);
+        assert_eq!(q.num_requeues(&"a"), 4);
+        q.forget(&"a");
+        assert_eq!(q.num_requeues(&"a"), 0);
+        let parked_at = Instant::now();
+        q.add_rate_limited("a");
+        assert_eq!(q.get().await, Some("a"));
+        assert_eq!(parked_at.elapsed(), 5 * MS);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn shut_down_wakes_all_getters() {
+        let q: WorkQueue<u8> = queue();
+        q.add_after(1, Duration::from_secs(60)); // one getter sleeps on a deadline too
+        let getters: Vec<_> = (0..3)
+            .map(|_| {
+                let q = q.clone();
+                tokio::spawn(async move { q.get().await })
+            })
+            .collect();
+        tokio::task::yield_now().await;
+        assert!(!q.is_shut_down());
+        q.shut_down();
+        for getter in getters {
+            let got = timeout(MS, getter).await.expect("getter was not woken");
+            assert_eq!(got.expect("getter panicked"), None);
+        }
+        assert!(q.is_shut_down());
+        assert!(!q.add(2));
+        q.add_rate_limited(3);
+        assert_eq!(q.num_requeues(&3), 0, "no failure recorded after shutdown");
+        assert_eq!(q.get().await, None);
+    }
+
+    struct Fixed(Duration);
+    impl<K> RateLimiter<K> for Fixed {
+        fn when(&self, _: &K) -> Duration {
+            self.0
+        }
+        fn forget(&self, _: &K) {}
+        fn retries(&self, _: &K) -> u32 {
+            42
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn set_rate_limiter_keeps_keys() {
+        let q = queue();
+        q.add("ready");
+        q.add_rate_limited("parked");
+        q.set_rate_limiter(Arc::new(Fixed(Duration::from_secs(1))));
+        assert_eq!((q.len(), q.delayed_len()), (1, 1));
+        assert_eq!(q.num_requeues(&"parked"), 42, "the new limiter answers");
+        let start = Instant::now();
+        q.add_rate_limited("new");
+        assert_eq!(q.get().await, Some("ready"));
+        assert_eq!(q.get().await, Some("parked"));
+        assert_eq!(q.get().await, Some("new"));
+        assert_eq!(start.elapsed(), Duration::from_secs(1));
+    }
+
+    fn scrape(registry: &Registry) -> String {
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, registry)
+            .expect("encoding into a String cannot fail");
+        text
+    }
+
+    fn assert_has(text: &str, line: &str) {
+        assert!(
+            text.lines().any(|l| l == line),
+            "missing {line:?} in:\n{text}"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn metrics_follow_the_queue() {
+        let mut registry = Registry::default();
+        let metrics = QueueMetrics::new(&mut registry);
+        let q = WorkQueue::new(
+            "pods",
+            RateLimitConfig::default().build(),
+            Some(metrics.for_queue("pods")),
+        );
+        q.add("a");
+        q.add("b");
+        q.add("a"); // deduplicated: not an add in the metrics
+        advance(Duration::from_secs(1)).await;
+        assert_eq!(q.get().await, Some("a"));
+        advance(Duration::from_secs(2)).await;
+        q.done(&"a");
+        q.add_rate_limited("c");
+        let text = scrape(&registry);
+        assert_has(&text, r#"workqueue_depth{name="pods"} 1"#);
+        assert_has(&text, r#"workqueue_adds_total{name="pods"} 2"#);
+        assert_has(&text, r#"workqueue_retries_total{name="pods"} 1"#);
+        assert_has(
+            &text,
+            r#"workqueue_queue_duration_seconds_count{name="pods"} 1"#,
+        );
+        assert_has(
+            &text,
+            r#"workqueue_queue_duration_seconds_sum{name="pods"} 1.0"#,
+        );
+        assert_has(
+            &text,
+            r#"workqueue_work_duration_seconds_count{name="pods"} 1"#,
+        );
+        assert_has(
+            &text,
+            r#"workqueue_work_duration_seconds_sum{name="pods"} 2.0"#,
+        );
+        assert_has(
+            &text,
+            r#"workqueue_unfinished_work_seconds{name="pods"} 0.0"#,
+        );
+
+        // "b" waited 3 s; "c" becomes ready after its 5 ms backoff and counts as an add.
+        assert_eq!(q.get().await, Some("b"));
+        assert_eq!(q.get().await, Some("c"));
+        advance(Duration::from_secs(4)).await;
+        // Scraped with no queue activity in between: "b" and "c" are both ~4 s in flight.
+        let text = scrape(&registry);
+        assert_has(&text, r#"workqueue_adds_total{name="pods"} 3"#);
+        assert_has(&text, r#"workqueue_depth{name="pods"} 0"#);
+        assert_has(
+            &text,
+            r#"workqueue_queue_duration_seconds_sum{name="pods"} 4.0"#,
+        );
+        assert_has(
+            &text,
+            r#"workqueue_unfinished_work_seconds{name="pods"} 8.005"#,
+        );
+        assert_has(
+            &text,
+            r#"workqueue_longest_running_processor_seconds{name="pods"} 4.005"#,
+        );
+
+        // A dropped queue stops reporting its abandoned work.
+        drop(q);
+        let text = scrape(&registry);
+        assert_has(
+            &text,
+            r#"workqueue_unfinished_work_seconds{name="pods"} 0.0"#,
+        );
+    }
+}

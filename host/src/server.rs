@@ -1,0 +1,85 @@
+//! HTTP endpoints on one port: `/metrics` (OpenMetrics), `/healthz`, `/readyz`.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::IntoResponse;
+use axum::routing::get;
+use parking_lot::Mutex;
+use prometheus_client::registry::Registry;
+use tokio::net::TcpListener;
+
+/// Errors serving HTTP.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("cannot listen on {addr}: {source}")]
+    Bind { addr: SocketAddr, source: std::io::Error },
+    #[error("HTTP server failed: {0}")]
+    Serve(#[source] std::io::Error),
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Readiness: true once caches have synced and the plugins present at start are loaded.
+#[derive(Clone, Default)]
+pub struct Readiness(Arc<AtomicBool>);
+
+impl Readiness {
+    pub fn set(&self, ready: bool) {
+        self.0.store(ready, Ordering::SeqCst);
+    }
+    pub fn get(&self) -> bool {
+        self.0.load(Ordering::SeqCst)
+    }
+}
+
+#[derive(Clone)]
+struct AppState {
+    registry: Arc<Mutex<Registry>>,
+    ready: Readiness,
+}
+
+/// Bind `addr` and serve until `shutdown` resolves. Returns the bound address (port 0 picks one).
+pub async fn serve(
+    addr: SocketAddr,
+    registry: Arc<Mutex<Registry>>,
+    ready: Readiness,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(SocketAddr, tokio::task::JoinHandle<Result<()>>)> {
+    let listener = TcpListener::bind(addr).await.map_err(|source| Error::Bind { addr, source })?;
+    let bound = listener.local_addr().map_err(|source| Error::Bind { addr, source })?;
+    let app = Router::new()
+        .route("/metrics", get(metrics))
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/readyz", get(readyz))
+        .with_state(AppState { registry, ready });
+    let task = tokio::spawn(async move {
+        axum::serve(listener, app).with_graceful_shutdown(shutdown).await.map_err(Error::Serve)
+    });
+    Ok((bound, task))
+}
+
+async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
+    let mut body = String::new();
+    let encoded = prometheus_client::encoding::text::encode(&mut body, &state.registry.lock());
+    match encoded {
+        Ok(()) => (
+            StatusCode::OK,
+            [(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")],
+            body,
+        ),
+        Err(e) => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+            format!("encoding metrics failed: {e}"),
+        ),
+    }
+}
+
+async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
+    if state.ready.get() { (StatusCode::OK, "ready") } else { (StatusCode::SERVICE_UNAVAILABLE, "not ready") }
+}

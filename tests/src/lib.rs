@@ -1,0 +1,178 @@
+//! Test harness: one real kube-apiserver + etcd per test run, a fresh namespace per test.
+//!
+//! `./scripts/test.sh` starts one control plane for the whole run and points
+//! `WASMLOOP_TEST_KUBECONFIG` at it. Without that variable (e.g. `cargo test` alone), the first
+//! test in each test binary starts a private control plane with `scripts/control-plane.sh`, and a
+//! small reaper process stops it when the test binary exits, so nothing is left running.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use k8s_openapi::api::core::v1::Namespace;
+use kube::api::{Api, DeleteParams, PostParams};
+use kube::Client;
+
+/// The workspace root (where `scripts/` lives).
+pub fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("tests/ has a parent").to_path_buf()
+}
+
+/// The kubeconfig of this run's control plane, starting one if needed.
+pub fn kubeconfig() -> Result<PathBuf> {
+    static KUBECONFIG: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    KUBECONFIG
+        .get_or_init(|| start_or_reuse().map_err(|e| format!("{e:#}")))
+        .clone()
+        .map_err(|e| anyhow::anyhow!(e))
+}
+
+fn start_or_reuse() -> Result<PathBuf> {
+    if let Ok(path) = std::env::var("WASMLOOP_TEST_KUBECONFIG") {
+        let path = PathBuf::from(path);
+        if !path.exists() {
+            bail!("WASMLOOP_TEST_KUBECONFIG points at {}, which does not exist", path.display());
+        }
+        return Ok(path);
+    }
+    let script = workspace_root().join("scripts/control-plane.sh");
+    let out = Command::new(&script)
+        .arg("start")
+        .stderr(Stdio::inherit())
+        .output()
+        .with_context(|| format!("running {}", script.display()))?;
+    if !out.status.success() {
+        bail!("{} start failed (run `{} build` first?)", script.display(), script.display());
+    }
+    let dir = String::from_utf8(out.stdout)?.trim().to_string();
+    // Reaper: stop the control plane when this test process exits.
+    let pid = std::process::id();
+    Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "while kill -0 {pid} 2>/dev/null; do sleep 1; done; '{}' stop '{dir}' >/dev/null 2>&1",
+            script.display()
+        ))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .context("starting the control-plane reaper")?;
+    Ok(PathBuf::from(dir).join("kubeconfig"))
+}
+
+/// A client for this run's control plane, with the host's request counter.
+pub async fn client() -> Result<(Client, wasmloop::client::ApiRequests)> {
+    let kc = kubeconfig()?;
+    Ok(wasmloop::client::build(Some(kc.to_str().context("kubeconfig path is not UTF-8")?)).await?)
+}
+
+/// A namespace of its own for one test; `cleanup` deletes it.
+pub struct TestNamespace {
+    pub name: String,
+    pub client: Client,
+}
+
+impl TestNamespace {
+    /// Create `<prefix>-<random>` (prefix trimmed to a valid length).
+    pub async fn create(client: &Client, prefix: &str) -> Result<Self> {
+        let suffix: String = format!("{:08x}", rand_u32());
+        let mut prefix: String = prefix.chars().map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_lowercase() } else { '-' }).collect();
+        prefix.truncate(40);
+        let name = format!("{}-{suffix}", prefix.trim_end_matches('-'));
+        let ns: Namespace = serde_json::from_value(serde_json::json!({"metadata": {"name": name}}))?;
+        Api::<Namespace>::all(client.clone()).create(&PostParams::default(), &ns).await.with_context(|| format!("creating namespace {name}"))?;
+        Ok(Self { name, client: client.clone() })
+    }
+
+    /// Delete the namespace (objects in it are garbage-collected by the apiserver's namespace
+    /// lifecycle only when a controller manager runs; the control plane is per run anyway).
+    pub async fn cleanup(self) -> Result<()> {
+        Api::<Namespace>::all(self.client).delete(&self.name, &DeleteParams::default()).await?;
+        Ok(())
+    }
+}
+
+fn rand_u32() -> u32 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos());
+    h.finish() as u32
+}
+
+/// Poll `check` every 50 ms until it returns `Some`, or fail after `timeout` naming `what`.
+pub async fn eventually<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<Option<T>>>,
+{
+    let deadline = tokio::time::Instant::now() + timeout;
+    let mut last_err = None;
+    loop {
+        match check().await {
+            Ok(Some(v)) => return Ok(v),
+            Ok(None) => {}
+            Err(e) => last_err = Some(e),
+        }
+        if tokio::time::Instant::now() >= deadline {
+            match last_err {
+                Some(e) => bail!("timed out after {timeout:?} waiting for {what}; last error: {e:#}"),
+                None => bail!("timed out after {timeout:?} waiting for {what}"),
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Log to the test output (`RUST_LOG` filters; default warnings only).
+pub fn init_tracing() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()))
+        .with_test_writer()
+        .try_init();
+}
+
+/// The host's runtime parts wired to this run's control plane.
+pub struct Host {
+    pub client: Client,
+    pub requests: wasmloop::client::ApiRequests,
+    pub registry: wasmloop::informer::InformerRegistry,
+    pub executor: wasmloop::actions::Executor,
+    pub metrics: wasmloop::controller::ControllerMetrics,
+}
+
+impl Host {
+    pub async fn new() -> Result<Self> {
+        let (client, requests) = client().await?;
+        let resolver = wasmloop::kinds::KindResolver::new(client.clone());
+        Ok(Self {
+            registry: wasmloop::informer::InformerRegistry::new(resolver.clone()),
+            executor: wasmloop::actions::Executor::new(resolver, Some("test".into())),
+            metrics: wasmloop::controller::ControllerMetrics::unregistered(),
+            client,
+            requests,
+        })
+    }
+
+    /// Start a controller for `reconciler` with all grants, scoped to `namespace`.
+    pub async fn start(
+        &self,
+        reconciler: std::sync::Arc<dyn wasmloop::controller::Reconciler>,
+        namespace: &str,
+        tweak: impl FnOnce(&mut wasmloop::controller::ControllerConfig),
+    ) -> Result<wasmloop::controller::Controller> {
+        let mut config = wasmloop::controller::ControllerConfig { namespace: Some(namespace.to_string()), ..Default::default() };
+        tweak(&mut config);
+        Ok(wasmloop::controller::Controller::start(
+            reconciler,
+            config,
+            std::sync::Arc::new(wasmloop::grants::Grants::all()),
+            self.registry.clone(),
+            self.executor.clone(),
+            self.metrics.clone(),
+        )
+        .await?)
+    }
+}
