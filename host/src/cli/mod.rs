@@ -1,0 +1,120 @@
+//! Command-line interface. `anyhow` lives here, at the binary's edge, and nowhere else.
+
+mod offline;
+mod run;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand, ValueEnum};
+
+#[derive(Parser, Debug)]
+#[command(name = "wasmloop", version, about = "A Kubernetes controller host that runs reconcile logic as sandboxed Wasm plugins")]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Run the host: load plugins from ConfigMaps and reconcile.
+    Run(run::RunArgs),
+    /// Run a plugin once against objects from files, without a cluster; print its actions as YAML.
+    Reconcile(offline::ReconcileArgs),
+    /// Describe a plugin: name, version, contract version, size, exports, metadata.
+    Inspect {
+        /// The plugin component (.wasm).
+        plugin: PathBuf,
+    },
+    /// Print a plugin as a ConfigMap for `kubectl apply -f -` (zstd-compressed, manifest merged).
+    Pack(PackArgs),
+}
+
+#[derive(clap::Args, Debug)]
+struct PackArgs {
+    /// The plugin component (.wasm).
+    plugin: PathBuf,
+    /// The admin's manifest (name, grants, limits, queue, resync); validated before packing.
+    #[arg(long)]
+    manifest: Option<PathBuf>,
+    /// ConfigMap and plugin name (default: the manifest's name, else the file name).
+    #[arg(long)]
+    name: Option<String>,
+    /// ConfigMap namespace (default: none, i.e. kubectl's current namespace).
+    #[arg(long)]
+    namespace: Option<String>,
+    /// Write to this file instead of standard output.
+    #[arg(short, long)]
+    output: Option<PathBuf>,
+}
+
+/// Log output format.
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+pub fn init_tracing(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| "info,kube_client=warn,kube_runtime=warn,wasmtime=warn,cranelift=warn".into());
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let _ = match format {
+        LogFormat::Text => builder.try_init(),
+        LogFormat::Json => builder.json().flatten_event(true).with_current_span(true).try_init(),
+    };
+}
+
+pub fn main(cli: Cli) -> anyhow::Result<ExitCode> {
+    match cli.command {
+        Command::Run(args) => {
+            let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+            rt.block_on(run::run(args))?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Reconcile(args) => offline::run(args),
+        Command::Inspect { plugin } => {
+            init_tracing(LogFormat::Text);
+            let bytes = std::fs::read(&plugin).with_context(|| format!("reading {}", plugin.display()))?;
+            let engine = wasmloop::plugin::PluginEngine::new()?;
+            let inspection = wasmloop::plugin::inspect(&engine, &bytes).with_context(|| format!("inspecting {}", plugin.display()))?;
+            print!("{inspection}");
+            Ok(if inspection.compatible { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+        }
+        Command::Pack(args) => pack(args),
+    }
+}
+
+fn pack(args: PackArgs) -> anyhow::Result<ExitCode> {
+    use wasmloop::hotload::{PluginManifest, pack};
+    let wasm = std::fs::read(&args.plugin).with_context(|| format!("reading {}", args.plugin.display()))?;
+    let file_name = args.plugin.file_stem().and_then(|s| s.to_str()).unwrap_or("plugin").replace('_', "-");
+    let mut manifest = match &args.manifest {
+        Some(p) => std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?,
+        None => String::new(),
+    };
+    // The name: --name, else the manifest's, else the file name. Written into the manifest.
+    let parsed = PluginManifest::parse(&manifest, &file_name)
+        .with_context(|| format!("in {}", args.manifest.as_ref().map(|p| p.display().to_string()).unwrap_or_default()))?;
+    let name = args.name.clone().unwrap_or(parsed.name);
+    if args.name.is_some() || !manifest.lines().any(|l| l.starts_with("name:")) {
+        manifest = format!("name: {name}\n{}", manifest.lines().filter(|l| !l.starts_with("name:")).collect::<Vec<_>>().join("\n"));
+        PluginManifest::parse(&manifest, &name).context("after setting the name")?;
+    }
+    let path = args.plugin.display().to_string();
+    let packed = pack::pack(pack::PackInput { wasm: &wasm, path: &path, manifest, name, namespace: args.namespace })?;
+    let yaml = pack::to_yaml(&packed.config_map)?;
+    eprintln!(
+        "wasmloop pack: {} → {} bytes raw, {} bytes zstd ({:.0}%)",
+        path,
+        packed.raw_bytes,
+        packed.compressed_bytes,
+        100.0 * packed.compressed_bytes as f64 / packed.raw_bytes as f64
+    );
+    match args.output {
+        Some(out) => std::fs::write(&out, yaml).with_context(|| format!("writing {}", out.display()))?,
+        None => print!("{yaml}"),
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,214 @@
+//! `wasmloop reconcile`: run the real plugin component once against a cache loaded from files.
+//! No cluster: what a plugin author runs before packing.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::{Context, bail};
+use serde_json::{Value, json};
+use wasmloop::cache::{CacheView, IndexSpec, IndexedStore};
+use wasmloop::controller::{Reason, Reconciler, Request};
+use wasmloop::grants::Grants;
+use wasmloop::hotload::PluginManifest;
+use wasmloop::kinds::{KindRef, ObjectKey};
+use wasmloop::plugin::{Limits, PluginEngine, WasmPlugin};
+
+#[derive(clap::Args, Debug)]
+pub struct ReconcileArgs {
+    /// The plugin component (.wasm).
+    plugin: PathBuf,
+    /// YAML or JSON files, or directories of them (multi-document YAML and `kind: List` work).
+    #[arg(long, required = true, num_args = 1..)]
+    objects: Vec<PathBuf>,
+    /// The key to reconcile: `<apiVersion>/<kind>/<namespace>/<name>`, or `<apiVersion>/<kind>/<name>`
+    /// for cluster-scoped kinds (e.g. `wasmloop.dev/v1alpha1/PodSet/shop/web`, `v1/Namespace/team-a`).
+    #[arg(long)]
+    key: String,
+    /// Check the actions against this manifest's grants and limits (as the host would).
+    #[arg(long)]
+    manifest: Option<PathBuf>,
+}
+
+pub fn run(args: ReconcileArgs) -> anyhow::Result<ExitCode> {
+    super::init_tracing(super::LogFormat::Text);
+    let key = parse_key(&args.key)?;
+    let mut objects = Vec::new();
+    for path in &args.objects {
+        load_path(path, &mut objects)?;
+    }
+    let (limits, grants) = match &args.manifest {
+        Some(p) => {
+            let text = std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
+            let m = PluginManifest::parse(&text, "plugin").with_context(|| format!("in {}", p.display()))?;
+            (m.limits, m.grants)
+        }
+        None => (Limits::default(), Grants::all()),
+    };
+    let bytes = std::fs::read(&args.plugin).with_context(|| format!("reading {}", args.plugin.display()))?;
+    let engine = PluginEngine::new()?;
+    let plugin = WasmPlugin::load(&engine, &bytes, limits, grants.clone())
+        .with_context(|| format!("loading {}", args.plugin.display()))?;
+    let spec = plugin.spec().clone();
+    let view = build_view(&spec, objects)?;
+    if key.kind != spec.reconciles {
+        bail!("--key {}: the plugin reconciles {}, not {}", args.key, spec.reconciles, key.kind);
+    }
+    let request = Request { key: key.clone(), reason: Reason::Event };
+    let outcome = plugin.reconcile(&request, &view);
+    let mut out = json!({"plugin": spec.name, "version": spec.version, "key": args.key});
+    let code = match outcome {
+        Ok(outcome) => {
+            let refused: Vec<Value> = outcome
+                .actions
+                .iter()
+                .enumerate()
+                .filter_map(|(i, a)| grants.check_action(a).err().map(|e| json!({"action": i, "error": e.to_string()})))
+                .collect();
+            out["actions"] = serde_json::to_value(&outcome.actions)?;
+            if let Some(d) = outcome.requeue_after {
+                out["requeueAfter"] = json!(wasmloop::duration::format(d));
+            }
+            if !refused.is_empty() {
+                out["refusedByGrants"] = Value::Array(refused);
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            out["error"] = json!(e.to_string());
+            ExitCode::FAILURE
+        }
+    };
+    print!("{}", serde_saphyr::to_string(&out)?);
+    Ok(code)
+}
+
+/// `[group/]version/kind/[namespace/]name`. A first segment like `v1`, `v1beta1` is the core group.
+pub fn parse_key(text: &str) -> anyhow::Result<ObjectKey> {
+    let parts: Vec<&str> = text.split('/').collect();
+    if parts.iter().any(|p| p.is_empty()) {
+        bail!("--key {text:?}: empty segment");
+    }
+    let core = is_version(parts[0]);
+    let (api_version, rest) = match (core, parts.len()) {
+        (true, 3 | 4) => (parts[0].to_string(), &parts[1..]),
+        (false, 4 | 5) => (format!("{}/{}", parts[0], parts[1]), &parts[2..]),
+        _ => bail!(
+            "--key {text:?}: expected <apiVersion>/<kind>/<namespace>/<name> or <apiVersion>/<kind>/<name> \
+             (e.g. wasmloop.dev/v1alpha1/PodSet/shop/web, v1/Namespace/team-a)"
+        ),
+    };
+    let kind = KindRef::new(api_version, rest[0]);
+    Ok(match rest {
+        [_, name] => ObjectKey::new(kind, None, *name),
+        [_, ns, name] => ObjectKey::new(kind, Some(ns.to_string()), *name),
+        _ => unreachable!("lengths checked above"),
+    })
+}
+
+fn is_version(s: &str) -> bool {
+    let Some(rest) = s.strip_prefix('v') else { return false };
+    let digits = rest.chars().take_while(char::is_ascii_digit).count();
+    digits > 0 && {
+        let tail = &rest[digits..];
+        tail.is_empty()
+            || ["alpha", "beta"].iter().any(|p| tail.strip_prefix(p).is_some_and(|d| !d.is_empty() && d.chars().all(|c| c.is_ascii_digit())))
+    }
+}
+
+fn load_path(path: &Path, out: &mut Vec<Value>) -> anyhow::Result<()> {
+    if path.is_dir() {
+        let mut entries: Vec<_> = std::fs::read_dir(path)
+            .with_context(|| format!("reading directory {}", path.display()))?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.is_dir() || matches!(p.extension().and_then(|e| e.to_str()), Some("yaml" | "yml" | "json")))
+            .collect();
+        entries.sort();
+        for p in entries {
+            load_path(&p, out)?;
+        }
+        return Ok(());
+    }
+    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let docs: Vec<Value> = if path.extension().and_then(|e| e.to_str()) == Some("json") {
+        vec![serde_json::from_str(&text).with_context(|| format!("{}: invalid JSON", path.display()))?]
+    } else {
+        serde_saphyr::from_multiple(&text).with_context(|| format!("{}: invalid YAML", path.display()))?
+    };
+    for (i, doc) in docs.into_iter().enumerate() {
+        if doc.is_null() {
+            continue;
+        }
+        let items = match doc.get("kind").and_then(Value::as_str) {
+            Some(k) if k.ends_with("List") => doc.get("items").and_then(Value::as_array).cloned().unwrap_or_default(),
+            _ => vec![doc],
+        };
+        for item in items {
+            for field in ["apiVersion", "kind"] {
+                if item.get(field).and_then(Value::as_str).is_none_or(str::is_empty) {
+                    bail!("{}: document {}: missing {field}", path.display(), i + 1);
+                }
+            }
+            if item.pointer("/metadata/name").and_then(Value::as_str).is_none_or(str::is_empty) {
+                bail!("{}: document {}: missing metadata.name", path.display(), i + 1);
+            }
+            out.push(fill_defaults(item));
+        }
+    }
+    Ok(())
+}
+
+/// Objects in files lack what the API server would add; give them a uid and resourceVersion.
+fn fill_defaults(mut v: Value) -> Value {
+    let name = v.pointer("/metadata/name").and_then(Value::as_str).unwrap_or_default().to_string();
+    let ns = v.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or_default().to_string();
+    if let Some(meta) = v.get_mut("metadata").and_then(Value::as_object_mut) {
+        meta.entry("uid").or_insert_with(|| json!(format!("uid-{ns}-{name}")));
+        meta.entry("resourceVersion").or_insert_with(|| json!("1"));
+    }
+    v
+}
+
+/// A view with a store for every kind the plugin declares (empty if no file has one), its
+/// declared indexes, and the objects from the files.
+fn build_view(spec: &wasmloop::controller::ReconcilerSpec, objects: Vec<Value>) -> anyhow::Result<CacheView> {
+    let from_files = CacheView::from_objects(objects)?;
+    let mut view = CacheView::new();
+    for kind in spec.kinds() {
+        let store = from_files.store(&kind).cloned().unwrap_or_else(|| Arc::new(IndexedStore::new(kind.clone())));
+        view.insert(store);
+    }
+    for idx in &spec.indexes {
+        if let Some(store) = view.store(&idx.kind) {
+            store.add_index(&idx.name, IndexSpec::parse(&idx.path)?)?;
+        }
+    }
+    Ok(view)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_parse_for_core_and_named_groups() {
+        let k = parse_key("wasmloop.dev/v1alpha1/PodSet/shop/web").unwrap();
+        assert_eq!(k.to_string(), "wasmloop.dev/v1alpha1/PodSet shop/web");
+        assert_eq!(parse_key("v1/Namespace/team-a").unwrap().namespace, None);
+        assert_eq!(parse_key("v1/Pod/ns/p").unwrap().namespace.as_deref(), Some("ns"));
+        assert_eq!(parse_key("apps/v1/ReplicaSet/ns/r").unwrap().kind.api_version, "apps/v1");
+        assert_eq!(parse_key("rbac.authorization.k8s.io/v1/ClusterRole/admin").unwrap().namespace, None);
+        for bad in ["v1/Pod", "a//b/c", "apps/v1/ReplicaSet", "x/y/z/w/v/u"] {
+            assert!(parse_key(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn bad_object_files_name_the_file_and_document() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("objs.yaml");
+        std::fs::write(&p, "apiVersion: v1\nkind: Pod\nmetadata: {name: a}\n---\napiVersion: v1\nmetadata: {name: b}\n").unwrap();
+        let err = load_path(&p, &mut Vec::new()).unwrap_err().to_string();
+        assert!(err.contains("objs.yaml") && err.contains("document 2") && err.contains("missing kind"), "{err}");
+    }
+}

@@ -1,0 +1,188 @@
+//! `wasmloop run`: the host process.
+//!
+//! Order of events: connect → serve `/healthz` `/metrics` `/readyz` → (leader election) → load
+//! plugins from ConfigMaps → ready → reconcile until SIGTERM/SIGINT or leadership is lost →
+//! stop taking keys, let running reconciles finish (bounded), release the Lease, exit 0.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use kube_lease_manager::{LeaseManagerBuilder, LeaseParams};
+use parking_lot::Mutex;
+use prometheus_client::registry::Registry;
+use tokio::sync::watch;
+use tracing::{info, warn};
+use wasmloop::actions::Executor;
+use wasmloop::controller::ControllerMetrics;
+use wasmloop::hotload::{PluginManager, PluginManagerConfig};
+use wasmloop::informer::InformerRegistry;
+use wasmloop::kinds::KindResolver;
+use wasmloop::plugin::PluginEngine;
+use wasmloop::server::{self, Readiness};
+
+use super::LogFormat;
+
+#[derive(clap::Args, Debug)]
+pub struct RunArgs {
+    /// Kubeconfig to use (default: KUBECONFIG, ~/.kube/config, then in-cluster).
+    #[arg(long, env = "KUBECONFIG")]
+    kubeconfig: Option<String>,
+    /// Namespace of the plugin ConfigMaps (label wasmloop.dev/plugin=true).
+    #[arg(long, env = "WASMLOOP_PLUGIN_NAMESPACE", default_value = "wasmloop")]
+    plugin_namespace: String,
+    /// Load plugin ConfigMaps from every namespace instead.
+    #[arg(long, env = "WASMLOOP_ALL_NAMESPACES")]
+    all_namespaces: bool,
+    /// Directory for precompiled plugins (a restart or re-apply of the same bytes does not compile).
+    #[arg(long, env = "WASMLOOP_PRECOMPILED_DIR")]
+    precompiled_dir: Option<PathBuf>,
+    /// Do not keep precompiled plugins on disk.
+    #[arg(long, env = "WASMLOOP_NO_PRECOMPILED_CACHE")]
+    no_precompiled_cache: bool,
+    /// Address of /metrics, /healthz and /readyz.
+    #[arg(long, env = "WASMLOOP_LISTEN", default_value = "0.0.0.0:8080")]
+    listen: SocketAddr,
+    /// Only the holder of a Lease reconciles (for several replicas).
+    #[arg(long, env = "WASMLOOP_LEADER_ELECT")]
+    leader_elect: bool,
+    /// Name of the Lease.
+    #[arg(long, env = "WASMLOOP_LEASE_NAME", default_value = "wasmloop")]
+    lease_name: String,
+    /// Namespace of the Lease (default: the plugin namespace).
+    #[arg(long, env = "WASMLOOP_LEASE_NAMESPACE")]
+    lease_namespace: Option<String>,
+    /// Lease duration in seconds: how long a dead leader blocks a takeover.
+    #[arg(long, env = "WASMLOOP_LEASE_DURATION", default_value_t = 15)]
+    lease_duration: u64,
+    /// Renew this many seconds before the lease expires.
+    #[arg(long, env = "WASMLOOP_LEASE_GRACE", default_value_t = 5)]
+    lease_grace: u64,
+    /// This replica's identity in the Lease and in Events (default: POD_NAME, else host name + PID).
+    #[arg(long, env = "POD_NAME")]
+    identity: Option<String>,
+    /// How long running reconciles may take to finish on shutdown (e.g. 25s).
+    #[arg(long, env = "WASMLOOP_SHUTDOWN_GRACE", default_value = "25s", value_parser = parse_duration)]
+    shutdown_grace: Duration,
+    /// Log format.
+    #[arg(long, env = "WASMLOOP_LOG_FORMAT", value_enum, default_value = "text")]
+    log_format: LogFormat,
+}
+
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    wasmloop::duration::parse(s).map_err(|e| e.to_string())
+}
+
+pub async fn run(args: RunArgs) -> anyhow::Result<()> {
+    super::init_tracing(args.log_format);
+    let identity = args.identity.clone().unwrap_or_else(default_identity);
+    let (client, _requests) = wasmloop::client::build(args.kubeconfig.as_deref()).await?;
+    let resolver = KindResolver::new(client.clone());
+    let registry = InformerRegistry::new(resolver.clone());
+    let executor = Executor::new(resolver, Some(identity.clone()));
+    let mut prom = Registry::default();
+    let metrics = ControllerMetrics::new(&mut prom);
+    let plugin_metrics = wasmloop::hotload::metrics::PluginMetrics::new(&mut prom);
+    let prom = Arc::new(Mutex::new(prom));
+    let engine = tokio::task::spawn_blocking(PluginEngine::new).await??;
+
+    let (stop_tx, stop) = watch::channel(false);
+    tokio::spawn(watch_signals(stop_tx));
+    let ready = Readiness::default();
+    let mut http_stop = stop.clone();
+    let (addr, http) = server::serve(args.listen, prom, ready.clone(), async move {
+        let _ = http_stop.wait_for(|s| *s).await;
+    })
+    .await?;
+    info!(%addr, %identity, "serving /metrics, /healthz, /readyz");
+
+    let config = PluginManagerConfig {
+        namespace: (!args.all_namespaces).then(|| args.plugin_namespace.clone()),
+        precompiled_dir: if args.no_precompiled_cache { None } else { Some(args.precompiled_dir.clone().unwrap_or_else(default_precompiled_dir)) },
+        shutdown_grace: args.shutdown_grace,
+    };
+    let start_manager = || {
+        PluginManager::start(engine.clone(), registry.clone(), executor.clone(), metrics.clone(), plugin_metrics.clone(), config.clone())
+    };
+
+    if !args.leader_elect {
+        let manager = start_manager().await.context("starting the plugin manager")?;
+        ready.set(true);
+        info!("ready");
+        wait_stop(stop.clone()).await;
+        ready.set(false);
+        manager.shutdown().await;
+    } else {
+        let lease_ns = args.lease_namespace.clone().unwrap_or_else(|| args.plugin_namespace.clone());
+        let lease = LeaseManagerBuilder::new(client.clone(), &args.lease_name)
+            .with_namespace(&lease_ns)
+            .with_parameters(LeaseParams::new(identity.clone(), args.lease_duration, args.lease_grace))
+            .build()
+            .await
+            .context("setting up leader election")?;
+        let (mut leader, lease_task) = lease.watch().await;
+        ready.set(true); // a standby replica is healthy and ready to take over
+        info!(lease = %format!("{lease_ns}/{}", args.lease_name), "waiting for leadership");
+        loop {
+            let mut s = stop.clone();
+            tokio::select! {
+                _ = s.wait_for(|s| *s) => break,
+                changed = leader.wait_for(|l| *l) => if changed.is_err() { warn!("leader election stopped"); break; },
+            }
+            info!(%identity, "became leader; loading plugins");
+            let manager = start_manager().await.context("starting the plugin manager")?;
+            let mut s = stop.clone();
+            let lost = tokio::select! {
+                _ = s.wait_for(|s| *s) => false,
+                _ = leader.wait_for(|l| !*l) => true,
+            };
+            manager.shutdown().await;
+            if !lost {
+                break;
+            }
+            warn!(%identity, "lost leadership; stopped reconciling");
+        }
+        ready.set(false);
+        // Dropping the receiver makes the lease task release the Lease and return.
+        drop(leader);
+        match tokio::time::timeout(Duration::from_secs(5), lease_task).await {
+            Ok(Ok(Ok(_))) => info!("lease released"),
+            Ok(Ok(Err(e))) => warn!(error = %e, "releasing the lease failed"),
+            _ => warn!("releasing the lease did not finish in time"),
+        }
+    }
+    let _ = tokio::time::timeout(Duration::from_secs(5), http).await;
+    info!("stopped");
+    Ok(())
+}
+
+async fn wait_stop(mut stop: watch::Receiver<bool>) {
+    let _ = stop.wait_for(|s| *s).await;
+}
+
+async fn watch_signals(stop: watch::Sender<bool>) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
+        warn!("cannot install signal handlers");
+        return;
+    };
+    tokio::select! {
+        _ = term.recv() => info!("SIGTERM: shutting down"),
+        _ = int.recv() => info!("SIGINT: shutting down"),
+    }
+    stop.send_replace(true);
+}
+
+fn default_identity() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").map(|h| h.trim().to_string()).unwrap_or_else(|_| "wasmloop".into());
+    format!("{host}-{}", std::process::id())
+}
+
+fn default_precompiled_dir() -> PathBuf {
+    match std::env::var_os("XDG_CACHE_HOME").or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache").into_os_string())) {
+        Some(base) => PathBuf::from(base).join("wasmloop/precompiled"),
+        None => std::env::temp_dir().join("wasmloop-precompiled"),
+    }
+}

@@ -1,0 +1,343 @@
+//! [`PluginManager`]: ConfigMaps labelled `wasmloop.dev/plugin=true` in, running controllers out.
+//!
+//! The manager is itself a small controller: a shared ConfigMap informer feeds a [`WorkQueue`]
+//! keyed by ConfigMap, so bursts of updates fold into one load and one ConfigMap is never
+//! loaded twice at once. For each key it compares a digest of the payload with what is loaded
+//! (or was last refused) and only then decodes, compiles (off the async runtime, through the
+//! precompiled cache), validates and swaps. Every outcome is reported on the ConfigMap: an
+//! annotation `wasmloop.dev/status`, a Kubernetes Event, a log line and a metric.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use serde_json::json;
+use tokio::sync::{Mutex, broadcast};
+use tokio::task::JoinHandle;
+use tracing::{error, info, warn};
+
+use super::manifest::PluginManifest;
+use super::metrics::PluginMetrics;
+use super::source::{self, PLUGIN_LABEL, STATUS_ANNOTATION};
+use crate::actions::{Action, EventType, Executor};
+use crate::cache::IndexedStore;
+use crate::controller::{Controller, ControllerConfig, ControllerMetrics, Reconciler};
+use crate::informer::{self, InformerKey, InformerRegistry, Subscription};
+use crate::kinds::{KindRef, ObjectKey};
+use crate::plugin::{Origin, PluginEngine, PrecompiledCache, WasmPlugin};
+use crate::queue::{RateLimitConfig, WorkQueue};
+
+/// Errors starting the manager (loading errors are reported on the ConfigMaps instead).
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("plugin ConfigMap informer: {0}")]
+    Informer(#[from] informer::Error),
+    #[error("precompiled cache: {0}")]
+    Cache(#[from] crate::plugin::engine::Error),
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Where the manager looks and how it behaves.
+#[derive(Clone, Debug)]
+pub struct PluginManagerConfig {
+    /// Namespace of the plugin ConfigMaps; `None` = all namespaces.
+    pub namespace: Option<String>,
+    /// Directory of precompiled components; `None` = always compile.
+    pub precompiled_dir: Option<PathBuf>,
+    /// How long a removed or replaced controller may take to finish running reconciles.
+    pub shutdown_grace: Duration,
+}
+
+/// What happened to a plugin ConfigMap (for tests and `/metrics`).
+#[derive(Clone, Debug, PartialEq)]
+pub enum LoadEvent {
+    Loaded { configmap: String, plugin: String, version: String, digest: String, cache_hit: bool, took: Duration },
+    Rejected { configmap: String, error: String },
+    Removed { configmap: String, plugin: String },
+}
+
+struct Loaded {
+    controller: Controller,
+    plugin: Arc<WasmPlugin>,
+    config: ControllerConfig,
+    /// Digest of the ConfigMap payload this version came from.
+    payload: String,
+}
+
+struct Inner {
+    engine: PluginEngine,
+    precompiled: Option<PrecompiledCache>,
+    registry: InformerRegistry,
+    executor: Executor,
+    metrics: ControllerMetrics,
+    plugin_metrics: PluginMetrics,
+    config: PluginManagerConfig,
+    store: Arc<IndexedStore>,
+    queue: WorkQueue<ObjectKey>,
+    loaded: Mutex<HashMap<ObjectKey, Loaded>>,
+    /// Payload digest last refused, per ConfigMap (so a broken payload is reported once).
+    rejected: parking_lot::Mutex<HashMap<ObjectKey, String>>,
+    events: broadcast::Sender<LoadEvent>,
+}
+
+/// Loads, swaps and removes plugins as their ConfigMaps come and go.
+pub struct PluginManager {
+    inner: Arc<Inner>,
+    _subscription: Subscription,
+    worker: JoinHandle<()>,
+}
+
+fn configmap_kind() -> KindRef {
+    KindRef::new("v1", "ConfigMap")
+}
+
+impl PluginManager {
+    /// Start watching plugin ConfigMaps. Returns once the ConfigMaps present now are loaded (or
+    /// refused), so readiness can follow.
+    pub async fn start(
+        engine: PluginEngine,
+        registry: InformerRegistry,
+        executor: Executor,
+        metrics: ControllerMetrics,
+        plugin_metrics: PluginMetrics,
+        config: PluginManagerConfig,
+    ) -> Result<Self> {
+        let precompiled = config.precompiled_dir.as_ref().map(PrecompiledCache::new).transpose()?;
+        let key = InformerKey::new(configmap_kind(), config.namespace.clone(), Some(&format!("{PLUGIN_LABEL}=true")))
+            .map_err(|e| informer::Error::Selector(InformerKey { kind: configmap_kind(), namespace: None, selector: None }, e))?;
+        let informer = registry.acquire(key).await?;
+        let queue = WorkQueue::new("wasmloop-plugins", RateLimitConfig::default().build(), None);
+        let (events, _) = broadcast::channel(64);
+        let inner = Arc::new(Inner {
+            engine,
+            precompiled,
+            registry,
+            executor,
+            metrics,
+            plugin_metrics,
+            config,
+            store: informer.store().clone(),
+            queue,
+            loaded: Mutex::new(HashMap::new()),
+            rejected: Default::default(),
+            events,
+        });
+        let q = inner.queue.clone();
+        let subscription = informer.subscribe(Arc::new(move |change| {
+            let o = change.object();
+            q.add(ObjectKey::new(configmap_kind(), o.namespace().map(str::to_string), o.name()));
+        }));
+        informer.wait_synced(Duration::from_secs(120)).await?;
+        // Load what exists now, before reporting ready.
+        for o in inner.store.snapshot() {
+            inner.sync(&ObjectKey::new(configmap_kind(), o.namespace().map(str::to_string), o.name())).await;
+        }
+        let worker = tokio::spawn(inner.clone().work());
+        Ok(Self { inner, _subscription: subscription, worker })
+    }
+
+    /// Load events as they happen (subscribe before causing them).
+    pub fn events(&self) -> broadcast::Receiver<LoadEvent> {
+        self.inner.events.subscribe()
+    }
+
+    /// `(configmap, plugin name, version)` of every loaded plugin.
+    pub async fn loaded(&self) -> Vec<(String, String, String)> {
+        let loaded = self.inner.loaded.lock().await;
+        loaded.iter().map(|(k, l)| (k.name.clone(), l.plugin.name().to_string(), l.plugin.spec().version.clone())).collect()
+    }
+
+    /// The loaded plugins themselves (for metrics).
+    pub async fn plugins(&self) -> Vec<Arc<WasmPlugin>> {
+        self.inner.loaded.lock().await.values().map(|l| l.plugin.clone()).collect()
+    }
+
+    /// Stop every controller (running reconciles get the grace period), then the manager.
+    pub async fn shutdown(self) {
+        self.inner.queue.shut_down();
+        self.worker.abort();
+        let loaded: Vec<_> = self.inner.loaded.lock().await.drain().collect();
+        for (_, l) in loaded {
+            l.controller.shutdown(self.inner.config.shutdown_grace).await;
+        }
+    }
+}
+
+impl Inner {
+    async fn work(self: Arc<Self>) {
+        while let Some(key) = self.queue.get().await {
+            self.sync(&key).await;
+            self.queue.done(&key);
+        }
+    }
+
+    async fn sync(&self, key: &ObjectKey) {
+        let Some(obj) = self.store.get(key.namespace.as_deref(), &key.name) else {
+            return self.unload(key).await;
+        };
+        let cm: ConfigMap = match obj.parse() {
+            Ok(cm) => cm,
+            Err(e) => return warn!(configmap = %key, error = %e, "unreadable ConfigMap"),
+        };
+        let payload = payload_digest(&cm);
+        if self.loaded.lock().await.get(key).is_some_and(|l| l.payload == payload) {
+            return;
+        }
+        if self.rejected.lock().get(key) == Some(&payload) {
+            return;
+        }
+        let started = Instant::now();
+        match self.load(key, &cm, &payload).await {
+            Ok((plugin, cache_hit)) => {
+                self.rejected.lock().remove(key);
+                let took = started.elapsed();
+                self.plugin_metrics.load(&key.to_string(), "loaded");
+                self.plugin_metrics.load_time(cache_hit, took.as_secs_f64());
+                self.plugin_metrics.set_loaded(&key.to_string(), Some(plugin.clone()));
+                let spec = plugin.spec();
+                info!(configmap = %key, plugin = %spec.name, version = %spec.version, digest = %plugin.digest(),
+                      cache_hit, took_ms = took.as_millis() as u64, "plugin loaded");
+                let how = if cache_hit { "precompiled cache hit".to_string() } else { "compiled".to_string() };
+                let message = format!("{} {} ({}) loaded in {:.0?}, {how}", spec.name, spec.version, plugin.digest(), took);
+                self.report(key, json!({"state": "Loaded", "plugin": spec.name, "version": spec.version,
+                                        "digest": plugin.digest(), "cacheHit": cache_hit, "loadMillis": took.as_millis() as u64}),
+                            EventType::Normal, "PluginLoaded", &message).await;
+                let _ = self.events.send(LoadEvent::Loaded {
+                    configmap: key.name.clone(), plugin: spec.name.clone(), version: spec.version.clone(),
+                    digest: plugin.digest().to_string(), cache_hit, took,
+                });
+            }
+            Err(reason) => {
+                self.rejected.lock().insert(key.clone(), payload);
+                self.plugin_metrics.load(&key.to_string(), "rejected");
+                let serving = self.loaded.lock().await.get(key).map(|l| format!("{} {}", l.plugin.name(), l.plugin.spec().version));
+                let message = match &serving {
+                    Some(s) => format!("{reason}; still serving {s}"),
+                    None => reason.clone(),
+                };
+                error!(configmap = %key, error = %reason, serving = serving.as_deref().unwrap_or("nothing"), "plugin rejected");
+                self.report(key, json!({"state": "Rejected", "error": reason, "serving": serving}),
+                            EventType::Warning, "PluginRejected", &message).await;
+                let _ = self.events.send(LoadEvent::Rejected { configmap: key.name.clone(), error: reason });
+            }
+        }
+    }
+
+    /// Decode, compile, validate and start or swap. Any error leaves what runs untouched.
+    async fn load(&self, key: &ObjectKey, cm: &ConfigMap, payload: &str) -> Result<(Arc<WasmPlugin>, bool), String> {
+        let src = source::decode(cm).map_err(|e| e.to_string())?;
+        let manifest = PluginManifest::parse(&src.manifest, &key.name).map_err(|e| e.to_string())?;
+        {
+            let loaded = self.loaded.lock().await;
+            if let Some((other, _)) = loaded.iter().find(|(k, l)| *k != key && l.plugin.name() == manifest.name) {
+                return Err(format!("plugin name {:?} is already used by ConfigMap {}", manifest.name, other));
+            }
+        }
+        let (engine, precompiled) = (self.engine.clone(), self.precompiled.clone());
+        let (limits, grants) = (manifest.limits.clone(), manifest.grants.clone());
+        let wasm = src.wasm;
+        let plugin = tokio::task::spawn_blocking(move || {
+            let compiled = match &precompiled {
+                Some(cache) => cache.load_or_compile(&engine, &wasm),
+                None => engine.compile_timed(&wasm),
+            }
+            .map_err(|e| e.to_string())?;
+            let cache_hit = compiled.origin == Origin::CacheHit;
+            WasmPlugin::from_compiled(&engine, compiled, limits, grants).map(|p| (p, cache_hit)).map_err(|e| e.to_string())
+        })
+        .await
+        .map_err(|e| format!("loading panicked: {e}"))??;
+        let (plugin, cache_hit) = (Arc::new(plugin.0), plugin.1);
+        let grants = plugin.grants().clone();
+        let mut loaded = self.loaded.lock().await;
+        match loaded.remove(key) {
+            Some(mut old) if old.config_eq(&manifest.controller) && old.plugin.spec().reconciles == plugin.spec().reconciles => {
+                let swapped = old.controller.replace_reconciler(plugin.clone() as Arc<dyn Reconciler>, grants).await;
+                match swapped {
+                    Ok(()) => {
+                        old.plugin = plugin.clone();
+                        old.payload = payload.to_string();
+                        loaded.insert(key.clone(), old);
+                    }
+                    Err(e) => {
+                        loaded.insert(key.clone(), old);
+                        return Err(e.to_string());
+                    }
+                }
+            }
+            Some(old) => {
+                // The controller itself changes (kind, scope, workers, queue): restart it. The new
+                // controller queues every object from the cache, so no key is lost.
+                old.controller.shutdown(self.config.shutdown_grace).await;
+                match self.start_controller(&plugin, &manifest.controller, grants).await {
+                    Ok(controller) => {
+                        loaded.insert(key.clone(), Loaded { controller, plugin: plugin.clone(), config: manifest.controller.clone(), payload: payload.to_string() });
+                    }
+                    Err(e) => {
+                        // Bring the old version back.
+                        if let Ok(controller) = self.start_controller(&old.plugin, &old.config, old.plugin.grants().clone()).await {
+                            loaded.insert(key.clone(), Loaded { controller, ..old });
+                        }
+                        return Err(e);
+                    }
+                }
+            }
+            None => {
+                let controller = self.start_controller(&plugin, &manifest.controller, grants).await?;
+                loaded.insert(key.clone(), Loaded { controller, plugin: plugin.clone(), config: manifest.controller.clone(), payload: payload.to_string() });
+            }
+        }
+        Ok((plugin, cache_hit))
+    }
+
+    async fn start_controller(&self, plugin: &Arc<WasmPlugin>, config: &ControllerConfig, grants: Arc<crate::grants::Grants>) -> Result<Controller, String> {
+        Controller::start(plugin.clone(), config.clone(), grants, self.registry.clone(), self.executor.clone(), self.metrics.clone())
+            .await
+            .map_err(|e| e.to_string())
+    }
+
+    async fn unload(&self, key: &ObjectKey) {
+        self.rejected.lock().remove(key);
+        let Some(old) = self.loaded.lock().await.remove(key) else { return };
+        let plugin = old.plugin.name().to_string();
+        self.plugin_metrics.load(&key.to_string(), "removed");
+        self.plugin_metrics.set_loaded(&key.to_string(), None);
+        old.controller.shutdown(self.config.shutdown_grace).await;
+        info!(configmap = %key, %plugin, "plugin removed");
+        let _ = self.events.send(LoadEvent::Removed { configmap: key.name.clone(), plugin });
+    }
+
+    /// Status annotation (server-side apply of just that field) and an Event on the ConfigMap.
+    async fn report(&self, key: &ObjectKey, status: serde_json::Value, event_type: EventType, reason: &str, message: &str) {
+        let annotation = Action::Apply {
+            object: json!({
+                "apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": key.name, "namespace": key.namespace, "annotations": {STATUS_ANNOTATION: status.to_string()}},
+            }),
+        };
+        let event = Action::Event { regarding: key.clone(), event_type, reason: reason.to_string(), message: message.to_string() };
+        for action in [annotation, event] {
+            if let Err(e) = self.executor.execute("wasmloop", &action).await {
+                warn!(configmap = %key, error = %e, "could not report plugin status");
+            }
+        }
+    }
+}
+
+impl Loaded {
+    fn config_eq(&self, other: &ControllerConfig) -> bool {
+        let (a, b) = (&self.config, other);
+        a.workers == b.workers && a.resync == b.resync && a.namespace == b.namespace && a.rate_limits == b.rate_limits
+    }
+}
+
+/// Digest of what defines a plugin in the ConfigMap (data + binaryData; not metadata, so the
+/// status annotation the host writes does not trigger a reload).
+fn payload_digest(cm: &ConfigMap) -> String {
+    let data = serde_json::to_vec(&cm.data).unwrap_or_default();
+    let binary = serde_json::to_vec(&cm.binary_data).unwrap_or_default();
+    source::sha256(&[&data, &binary])
+}

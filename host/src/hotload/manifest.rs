@@ -1,0 +1,164 @@
+//! `plugin.yaml`: what the cluster admin decides about a plugin (the plugin itself only declares
+//! what it needs; the manifest grants it).
+//!
+//! ```yaml
+//! name: podset                      # default: the ConfigMap's name
+//! grants:
+//!   - kinds: ["wasmloop.dev/v1alpha1/PodSet"]
+//!     verbs: [read, update-status, event]
+//!   - kinds: ["v1/Pod"]
+//!     verbs: [read, create, delete]
+//! limits: {memory: 64Mi, timeout: 1s}
+//! concurrency: 2                    # workers (distinct keys reconciled at once), default 1
+//! queue: {baseDelay: 5ms, maxDelay: 1000s, qps: 10, burst: 100}
+//! resync: 10h                       # "never" disables
+//! namespace: shop                   # watch only this namespace (default: all)
+//! ```
+
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::controller::ControllerConfig;
+use crate::grants::{Grant, Grants};
+use crate::plugin::Limits;
+use crate::queue::RateLimitConfig;
+
+/// An invalid manifest.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("invalid plugin.yaml: {0}")]
+    Yaml(String),
+    #[error("invalid plugin.yaml: {0}")]
+    Invalid(String),
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct Raw {
+    name: Option<String>,
+    #[serde(default)]
+    grants: Vec<Grant>,
+    #[serde(default)]
+    limits: Limits,
+    concurrency: Option<usize>,
+    #[serde(default)]
+    queue: RateLimitConfig,
+    resync: Option<String>,
+    namespace: Option<String>,
+}
+
+/// A parsed, validated `plugin.yaml`.
+#[derive(Clone, Debug)]
+pub struct PluginManifest {
+    pub name: String,
+    pub grants: Grants,
+    pub limits: Limits,
+    pub controller: ControllerConfig,
+}
+
+impl PluginManifest {
+    /// Parse `yaml`; `default_name` is used when the manifest has no `name`.
+    pub fn parse(yaml: &str, default_name: &str) -> Result<Self> {
+        let raw: Raw = if yaml.trim().is_empty() {
+            serde_saphyr::from_str("{}")
+        } else {
+            serde_saphyr::from_str(yaml)
+        }
+        .map_err(|e| Error::Yaml(e.to_string()))?;
+        let name = raw.name.unwrap_or_else(|| default_name.to_string());
+        if name.is_empty() || name.len() > 63 || !name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-') {
+            return Err(Error::Invalid(format!("name {name:?} must be 1-63 characters of a-z, 0-9 and '-'")));
+        }
+        raw.queue.validate().map_err(|e| Error::Invalid(format!("queue: {e}")))?;
+        let concurrency = raw.concurrency.unwrap_or(1);
+        if !(1..=64).contains(&concurrency) {
+            return Err(Error::Invalid(format!("concurrency must be between 1 and 64, got {concurrency}")));
+        }
+        let resync = match raw.resync.as_deref().map(str::trim) {
+            None => ControllerConfig::default().resync,
+            Some("never" | "0" | "") => None,
+            Some(text) => Some(crate::duration::parse(text).map_err(|e| Error::Invalid(format!("resync: {e}")))?),
+        };
+        if resync.is_some_and(|r| r < Duration::from_secs(1)) {
+            return Err(Error::Invalid("resync must be at least 1s (or \"never\")".into()));
+        }
+        Ok(Self {
+            grants: Grants::new(name.clone(), raw.grants),
+            name,
+            limits: raw.limits,
+            controller: ControllerConfig {
+                workers: concurrency,
+                resync,
+                namespace: raw.namespace,
+                rate_limits: raw.queue,
+                ..ControllerConfig::default()
+            },
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::actions::Action;
+    use crate::kinds::{KindRef, ObjectKey};
+
+    const FULL: &str = r#"
+name: podset
+grants:
+  - kinds: ["wasmloop.dev/v1alpha1/PodSet"]
+    verbs: [read, update-status, event]
+  - kinds: ["v1/Pod"]
+    verbs: [read, create, delete]
+    namespaces: [shop]
+limits: {memory: 32Mi, timeout: 500ms}
+concurrency: 3
+queue: {baseDelay: 10ms, maxDelay: 60s, qps: 50, burst: 200}
+resync: 5m
+namespace: shop
+"#;
+
+    #[test]
+    fn full_manifest_parses() {
+        let m = PluginManifest::parse(FULL, "ignored").unwrap();
+        assert_eq!(m.name, "podset");
+        assert_eq!(m.controller.workers, 3);
+        assert_eq!(m.controller.resync, Some(Duration::from_secs(300)));
+        assert_eq!(m.controller.namespace.as_deref(), Some("shop"));
+        assert_eq!(m.controller.rate_limits.base_delay, Duration::from_millis(10));
+        assert_eq!(m.limits.timeout, Duration::from_millis(500));
+        let pod = |ns: &str| Action::Delete { key: ObjectKey::new(KindRef::new("v1", "Pod"), Some(ns.into()), "p") };
+        assert!(m.grants.check_action(&pod("shop")).is_ok());
+        assert!(m.grants.check_action(&pod("kube-system")).is_err());
+    }
+
+    #[test]
+    fn defaults_apply_and_name_comes_from_the_configmap() {
+        let m = PluginManifest::parse("", "my-plugin").unwrap();
+        assert_eq!(m.name, "my-plugin");
+        assert_eq!(m.controller.workers, 1);
+        assert_eq!(m.controller.resync, Some(Duration::from_secs(36000)));
+        let m = PluginManifest::parse("resync: never", "p").unwrap();
+        assert_eq!(m.controller.resync, None);
+    }
+
+    #[test]
+    fn bad_manifests_say_what_is_wrong() {
+        for (yaml, needle) in [
+            ("nmae: x", "nmae"),
+            ("name: Bad_Name", "name"),
+            ("concurrency: 0", "concurrency"),
+            ("resync: soon", "resync"),
+            ("queue: {qps: 0}", "qps"),
+            ("limits: {memory: lots}", "memory"),
+            ("grants: [{kinds: [v1/Pod], verbs: [fly]}]", "fly"),
+            ("name: [", "plugin.yaml"),
+        ] {
+            let err = PluginManifest::parse(yaml, "p").unwrap_err().to_string();
+            assert!(err.contains(needle), "{yaml:?} → {err}");
+        }
+    }
+}
