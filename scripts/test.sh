@@ -12,6 +12,10 @@ say "setting up toolchain and control plane (cached after the first run)"
 
 say "building plugins (wasm32-wasip2)"
 ./scripts/build-plugins.sh >/dev/null
+./scripts/build-test-plugins.sh >/dev/null
+
+say "building the host binary"
+cargo build -p wasmloop --bin wasmloop --locked
 
 say "starting a control plane for this run"
 dir=$(./scripts/control-plane.sh start)

@@ -176,3 +176,73 @@ impl Host {
         .await?)
     }
 }
+
+/// A built plugin component: `$WASMLOOP_PLUGIN_DIR/<name>.wasm`, default
+/// `<workspace>/target/wasm32-wasip2/plugin/`. Missing → an error saying how to build it.
+pub fn plugin_path(name: &str) -> Result<PathBuf> {
+    let dir = std::env::var_os("WASMLOOP_PLUGIN_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| workspace_root().join("target/wasm32-wasip2/plugin"));
+    let path = dir.join(format!("{}.wasm", name.replace('-', "_")));
+    if !path.exists() {
+        bail!("{} is missing: run scripts/build-plugins.sh and scripts/build-test-plugins.sh first", path.display());
+    }
+    Ok(path)
+}
+
+/// Install (or update) the PodSet CRD from `deploy/crds/podset.yaml` and wait until it is served.
+pub async fn ensure_podset_crd(client: &Client) -> Result<()> {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    use kube::api::{Patch, PatchParams};
+    let text = std::fs::read_to_string(workspace_root().join("deploy/crds/podset.yaml"))?;
+    let crd: CustomResourceDefinition = serde_saphyr::from_str(&text)?;
+    let api = Api::<CustomResourceDefinition>::all(client.clone());
+    let name = crd.metadata.name.clone().context("CRD without a name")?;
+    api.patch(&name, &PatchParams::apply("wasmloop-tests").force(), &Patch::Apply(&crd)).await?;
+    eventually("the PodSet CRD to be established", Duration::from_secs(60), || {
+        let api = api.clone();
+        let name = name.clone();
+        async move {
+            let crd = api.get(&name).await?;
+            let established = crd.status.and_then(|s| s.conditions).unwrap_or_default().iter().any(|c| c.type_ == "Established" && c.status == "True");
+            Ok(established.then_some(()))
+        }
+    })
+    .await?;
+    // Discovery can lag the Established condition by a moment.
+    let kind = wasmloop::kinds::KindRef::new("wasmloop.dev/v1alpha1", "PodSet");
+    eventually("PodSet in discovery", Duration::from_secs(30), || {
+        let resolver = wasmloop::kinds::KindResolver::new(client.clone());
+        let kind = kind.clone();
+        async move { Ok(resolver.resolve(&kind).await.ok().map(|_| ())) }
+    })
+    .await
+}
+
+/// Pack `wasm` with `manifest` into the plugin ConfigMap `name` in `namespace` and apply it
+/// (server-side apply, so a later call replaces the payload).
+pub async fn apply_plugin(client: &Client, namespace: &str, name: &str, wasm: &[u8], manifest: &str) -> Result<()> {
+    use wasmloop::hotload::pack;
+    let packed = pack::pack(pack::PackInput {
+        wasm,
+        path: name,
+        manifest: manifest.to_string(),
+        name: name.to_string(),
+        namespace: Some(namespace.to_string()),
+    })?;
+    apply_configmap(client, namespace, packed.config_map).await
+}
+
+/// Server-side apply of a ConfigMap, owned by the tests' field manager.
+pub async fn apply_configmap(client: &Client, namespace: &str, mut cm: k8s_openapi::api::core::v1::ConfigMap) -> Result<()> {
+    use kube::api::{Patch, PatchParams};
+    let name = cm.metadata.name.clone().context("ConfigMap without a name")?;
+    cm.metadata.namespace = Some(namespace.to_string());
+    let mut value = serde_json::to_value(&cm)?;
+    value["apiVersion"] = "v1".into();
+    value["kind"] = "ConfigMap".into();
+    Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(client.clone(), namespace)
+        .patch(&name, &PatchParams::apply("wasmloop-tests").force(), &Patch::Apply(&value))
+        .await?;
+    Ok(())
+}

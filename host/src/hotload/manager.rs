@@ -51,10 +51,21 @@ pub struct PluginManagerConfig {
     pub shutdown_grace: Duration,
 }
 
+/// Where a loaded version came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LoadOrigin {
+    /// Compiled from the wasm bytes.
+    Compiled,
+    /// Deserialised from the precompiled cache (no compile).
+    Precompiled,
+    /// The ConfigMap went back to the version already serving (nothing to load).
+    Unchanged,
+}
+
 /// What happened to a plugin ConfigMap (for tests and `/metrics`).
 #[derive(Clone, Debug, PartialEq)]
 pub enum LoadEvent {
-    Loaded { configmap: String, plugin: String, version: String, digest: String, cache_hit: bool, took: Duration },
+    Loaded { configmap: String, plugin: String, version: String, digest: String, origin: LoadOrigin, took: Duration },
     Rejected { configmap: String, error: String },
     Removed { configmap: String, plugin: String },
 }
@@ -183,32 +194,23 @@ impl Inner {
             Err(e) => return warn!(configmap = %key, error = %e, "unreadable ConfigMap"),
         };
         let payload = payload_digest(&cm);
-        if self.loaded.lock().await.get(key).is_some_and(|l| l.payload == payload) {
+        let started = Instant::now();
+        let serving = self.loaded.lock().await.get(key).filter(|l| l.payload == payload).map(|l| l.plugin.clone());
+        if let Some(plugin) = serving {
+            // Back to the version that is serving (e.g. after a refused update): report it again.
+            if self.rejected.lock().remove(key).is_some() {
+                self.loaded_ok(key, &plugin, LoadOrigin::Unchanged, started.elapsed()).await;
+            }
             return;
         }
         if self.rejected.lock().get(key) == Some(&payload) {
             return;
         }
-        let started = Instant::now();
         match self.load(key, &cm, &payload).await {
             Ok((plugin, cache_hit)) => {
                 self.rejected.lock().remove(key);
-                let took = started.elapsed();
-                self.plugin_metrics.load(&key.to_string(), "loaded");
-                self.plugin_metrics.load_time(cache_hit, took.as_secs_f64());
-                self.plugin_metrics.set_loaded(&key.to_string(), Some(plugin.clone()));
-                let spec = plugin.spec();
-                info!(configmap = %key, plugin = %spec.name, version = %spec.version, digest = %plugin.digest(),
-                      cache_hit, took_ms = took.as_millis() as u64, "plugin loaded");
-                let how = if cache_hit { "precompiled cache hit".to_string() } else { "compiled".to_string() };
-                let message = format!("{} {} ({}) loaded in {:.0?}, {how}", spec.name, spec.version, plugin.digest(), took);
-                self.report(key, json!({"state": "Loaded", "plugin": spec.name, "version": spec.version,
-                                        "digest": plugin.digest(), "cacheHit": cache_hit, "loadMillis": took.as_millis() as u64}),
-                            EventType::Normal, "PluginLoaded", &message).await;
-                let _ = self.events.send(LoadEvent::Loaded {
-                    configmap: key.name.clone(), plugin: spec.name.clone(), version: spec.version.clone(),
-                    digest: plugin.digest().to_string(), cache_hit, took,
-                });
+                let origin = if cache_hit { LoadOrigin::Precompiled } else { LoadOrigin::Compiled };
+                self.loaded_ok(key, &plugin, origin, started.elapsed()).await;
             }
             Err(reason) => {
                 self.rejected.lock().insert(key.clone(), payload);
@@ -224,6 +226,28 @@ impl Inner {
                 let _ = self.events.send(LoadEvent::Rejected { configmap: key.name.clone(), error: reason });
             }
         }
+    }
+
+    async fn loaded_ok(&self, key: &ObjectKey, plugin: &Arc<WasmPlugin>, origin: LoadOrigin, took: Duration) {
+        let spec = plugin.spec();
+        self.plugin_metrics.load(&key.to_string(), "loaded");
+        self.plugin_metrics.load_time(origin != LoadOrigin::Compiled, took.as_secs_f64());
+        self.plugin_metrics.set_loaded(&key.to_string(), Some(plugin.clone()));
+        info!(configmap = %key, plugin = %spec.name, version = %spec.version, digest = %plugin.digest(),
+              ?origin, took_ms = took.as_millis() as u64, "plugin loaded");
+        let how = match origin {
+            LoadOrigin::Compiled => "compiled",
+            LoadOrigin::Precompiled => "from the precompiled cache",
+            LoadOrigin::Unchanged => "already serving",
+        };
+        let message = format!("{} {} ({}) loaded in {:.0?}, {how}", spec.name, spec.version, plugin.digest(), took);
+        self.report(key, json!({"state": "Loaded", "plugin": spec.name, "version": spec.version,
+                                "digest": plugin.digest(), "origin": how, "loadMillis": took.as_millis() as u64}),
+                    EventType::Normal, "PluginLoaded", &message).await;
+        let _ = self.events.send(LoadEvent::Loaded {
+            configmap: key.name.clone(), plugin: spec.name.clone(), version: spec.version.clone(),
+            digest: plugin.digest().to_string(), origin, took,
+        });
     }
 
     /// Decode, compile, validate and start or swap. Any error leaves what runs untouched.

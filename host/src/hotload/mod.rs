@@ -12,6 +12,6 @@ pub mod metrics;
 pub mod pack;
 pub mod source;
 
-pub use manager::{LoadEvent, PluginManager, PluginManagerConfig};
+pub use manager::{LoadEvent, LoadOrigin, PluginManager, PluginManagerConfig};
 pub use manifest::PluginManifest;
 pub use metrics::PluginMetrics;

@@ -1,0 +1,276 @@
+//! Hot-loading plugins from ConfigMaps, end to end against a real kube-apiserver: load, swap
+//! under load (no key lost), refuse a corrupt version (last good keeps serving, Event +
+//! annotation name the error), re-apply, restart (plugins come back, precompiled cache hit),
+//! delete (no more actions).
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use k8s_openapi::api::events::v1::Event;
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::core::{ApiResource, GroupVersionKind};
+use serde_json::json;
+use tokio::sync::broadcast;
+use wasmloop::hotload::{LoadEvent, LoadOrigin, PluginManager, PluginManagerConfig, PluginMetrics};
+use wasmloop::plugin::PluginEngine;
+use wasmloop_tests::{Host, TestNamespace, apply_configmap, apply_plugin, ensure_podset_crd, eventually, init_tracing, plugin_path};
+
+const WAIT: Duration = Duration::from_secs(60);
+
+fn podsets(client: &kube::Client, ns: &str) -> Api<DynamicObject> {
+    let ar = ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("wasmloop.dev", "v1alpha1", "PodSet"), "podsets");
+    Api::namespaced_with(client.clone(), ns, &ar)
+}
+
+fn podset(name: &str, replicas: u32) -> DynamicObject {
+    serde_json::from_value(json!({
+        "apiVersion": "wasmloop.dev/v1alpha1", "kind": "PodSet",
+        "metadata": {"name": name},
+        "spec": {"replicas": replicas, "template": {"metadata": {"labels": {"app": name}},
+                 "spec": {"containers": [{"name": "c", "image": "registry.invalid/none"}]}}}
+    }))
+    .unwrap()
+}
+
+fn manifest(ns: &str) -> String {
+    format!(
+        "name: podset\nnamespace: {ns}\nconcurrency: 2\ngrants:\n  - kinds: [\"wasmloop.dev/v1alpha1/PodSet\"]\n    verbs: [read, update-status, event]\n  - kinds: [\"v1/Pod\"]\n    verbs: [read, create, delete]\n"
+    )
+}
+
+async fn next_load(events: &mut broadcast::Receiver<LoadEvent>, what: &str) -> Result<LoadEvent> {
+    tokio::time::timeout(WAIT, async {
+        loop {
+            match events.recv().await {
+                Ok(e) => return Ok(e),
+                Err(broadcast::error::RecvError::Lagged(_)) => continue,
+                Err(e) => bail!("load events closed: {e}"),
+            }
+        }
+    })
+    .await
+    .with_context(|| format!("waiting for {what}"))?
+}
+
+async fn start_manager(host: &Host, ns: &str, precompiled: &std::path::Path) -> Result<PluginManager> {
+    let engine = tokio::task::spawn_blocking(PluginEngine::new).await??;
+    Ok(PluginManager::start(
+        engine,
+        host.registry.clone(),
+        host.executor.clone(),
+        host.metrics.clone(),
+        PluginMetrics::unregistered(),
+        PluginManagerConfig { namespace: Some(ns.to_string()), precompiled_dir: Some(precompiled.to_path_buf()), shutdown_grace: Duration::from_secs(10) },
+    )
+    .await?)
+}
+
+async fn pods_of(pods: &Api<Pod>, podset: &str) -> Result<Vec<Pod>> {
+    let lp = ListParams::default().labels(&format!("wasmloop.dev/podset={podset}"));
+    Ok(pods.list(&lp).await?.items.into_iter().filter(|p| p.metadata.deletion_timestamp.is_none()).collect())
+}
+
+fn is_v2(p: &Pod) -> bool {
+    p.metadata.labels.as_ref().and_then(|l| l.get("wasmloop.dev/podset-version")).map(String::as_str) == Some("v2")
+}
+
+async fn status_annotation(cms: &Api<ConfigMap>) -> Result<serde_json::Value> {
+    let cm = cms.get("podset").await?;
+    let text = cm.metadata.annotations.unwrap_or_default().get("wasmloop.dev/status").cloned().unwrap_or_default();
+    Ok(serde_json::from_str(&text).unwrap_or(serde_json::Value::Null))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn plugins_are_loaded_swapped_refused_restarted_and_removed_from_configmaps() -> Result<()> {
+    init_tracing();
+    let v1 = std::fs::read(plugin_path("podset")?)?;
+    let v2 = std::fs::read(plugin_path("podset_v2")?)?;
+    let mut host = Host::new().await?;
+    ensure_podset_crd(&host.client).await?;
+    let ns = TestNamespace::create(&host.client, "hotload").await?;
+    let precompiled = tempfile::tempdir()?;
+    let (client, n) = (host.client.clone(), ns.name.clone());
+    let (sets, pods, cms) = (podsets(&client, &n), Api::<Pod>::namespaced(client.clone(), &n), Api::<ConfigMap>::namespaced(client.clone(), &n));
+
+    // 1. Apply the podset ConfigMap → the plugin loads (compiled) → PodSets reconcile.
+    let manager = start_manager(&host, &n, precompiled.path()).await?;
+    let mut events = manager.events();
+    apply_plugin(&client, &n, "podset", &v1, &manifest(&n)).await?;
+    match next_load(&mut events, "v1 to load").await? {
+        LoadEvent::Loaded { version, origin, took, .. } => {
+            assert_eq!(version, "0.1.0");
+            assert_eq!(origin, LoadOrigin::Compiled);
+            eprintln!("hotload: v1 apply → loaded (compile) in {took:?}");
+        }
+        other => bail!("expected v1 loaded, got {other:?}"),
+    }
+    for i in 0..5 {
+        sets.create(&PostParams::default(), &podset(&format!("ps-{i}"), 2)).await?;
+    }
+    eventually("10 pods for 5 PodSets", WAIT, || {
+        let pods = pods.clone();
+        async move { Ok((pods.list(&ListParams::default()).await?.items.len() == 10).then_some(())) }
+    })
+    .await?;
+
+    // 2. Apply v2 while PodSets keep arriving: none is lost, and Pods created after the swap carry v2's label.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let creator = {
+        let (sets, stop) = (sets.clone(), stop.clone());
+        tokio::spawn(async move {
+            let mut i = 5;
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) && i < 300 {
+                sets.create(&PostParams::default(), &podset(&format!("ps-{i}"), 1)).await?;
+                tokio::time::sleep(Duration::from_millis(80)).await;
+                i += 1;
+            }
+            anyhow::Ok(i)
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let applied = Instant::now();
+    apply_plugin(&client, &n, "podset", &v2, &manifest(&n)).await?;
+    match next_load(&mut events, "v2 to load").await? {
+        LoadEvent::Loaded { version, .. } => assert_eq!(version, "0.2.0"),
+        other => bail!("expected v2 loaded, got {other:?}"),
+    }
+    let swapped = applied.elapsed();
+    let p = pods.clone();
+    let first_v2 = eventually("a pod created by v2", WAIT, || {
+        let p = p.clone();
+        async move { Ok(p.list(&ListParams::default()).await?.items.iter().any(is_v2).then(|| applied.elapsed())) }
+    })
+    .await?;
+    eprintln!("hotload: v2 apply → v2 serving in {swapped:?}; apply → first v2 Pod observed in {first_v2:?}");
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let created = creator.await??;
+    eprintln!("hotload: {} PodSets created while swapping", created - 5);
+    for i in 0..created {
+        let want = if i < 5 { 2 } else { 1 };
+        let name = format!("ps-{i}");
+        let p = pods.clone();
+        let got = eventually(&format!("{want} pods for {name} (no key lost across the swap)"), WAIT, || {
+            let (p, name) = (p.clone(), name.clone());
+            async move { let n = pods_of(&p, &name).await?.len(); Ok((n == want).then_some(n)) }
+        })
+        .await?;
+        assert_eq!(got, want);
+    }
+    // The swap kept the queue: PodSets created after v2 was serving have v2 Pods.
+    sets.create(&PostParams::default(), &podset("after-v2", 2)).await?;
+    let p = pods.clone();
+    let after = eventually("pods of after-v2", WAIT, || {
+        let p = p.clone();
+        async move { let v = pods_of(&p, "after-v2").await?; Ok((v.len() == 2).then_some(v)) }
+    })
+    .await?;
+    assert!(after.iter().all(is_v2), "new Pods must carry v2's label");
+
+    // 3. A corrupt v3 is refused: v2 keeps serving; the annotation and an Event name the error.
+    let mut garbage = b"\0asm\x0d\x00\x01\x00".to_vec();
+    garbage.extend((0..4096u32).map(|i| (i.wrapping_mul(2654435761) >> 13) as u8));
+    let corrupt = ConfigMap {
+        metadata: kube::api::ObjectMeta {
+            name: Some("podset".into()),
+            labels: Some(BTreeMap::from([("wasmloop.dev/plugin".to_string(), "true".to_string())])),
+            ..Default::default()
+        },
+        binary_data: Some(BTreeMap::from([("plugin.wasm.zst".to_string(), ByteString(zstd::encode_all(&garbage[..], 3)?))])),
+        data: Some(BTreeMap::from([("plugin.yaml".to_string(), manifest(&n))])),
+        ..Default::default()
+    };
+    apply_configmap(&client, &n, corrupt).await?;
+    let error = match next_load(&mut events, "v3 to be refused").await? {
+        LoadEvent::Rejected { error, .. } => error,
+        other => bail!("expected v3 refused, got {other:?}"),
+    };
+    let c = cms.clone();
+    let status = eventually("the Rejected annotation", WAIT, || {
+        let c = c.clone();
+        async move { let s = status_annotation(&c).await?; Ok((s["state"] == "Rejected").then_some(s)) }
+    })
+    .await?;
+    assert_eq!(status["error"], json!(error), "the annotation names the error");
+    assert!(status["serving"].as_str().is_some_and(|s| s.contains("0.2.0")), "{status}");
+    let ev = Api::<Event>::namespaced(client.clone(), &n);
+    let rejected = eventually("a PluginRejected Event", WAIT, || {
+        let ev = ev.clone();
+        async move {
+            Ok(ev.list(&ListParams::default()).await?.items.into_iter().find(|e| e.reason.as_deref() == Some("PluginRejected")))
+        }
+    })
+    .await?;
+    let note = rejected.note.unwrap_or_default();
+    assert!(note.contains("still serving podset 0.2.0"), "{note}");
+    eprintln!("hotload: v3 refused with: {error}");
+    sets.patch("ps-0", &PatchParams::default(), &Patch::Merge(json!({"spec": {"replicas": 3}}))).await?;
+    let p = pods.clone();
+    let ps0 = eventually("ps-0 scaled by v2 while v3 is refused", WAIT, || {
+        let p = p.clone();
+        async move { let v = pods_of(&p, "ps-0").await?; Ok((v.len() == 3).then_some(v)) }
+    })
+    .await?;
+    assert!(ps0.iter().any(is_v2), "the new ps-0 Pod comes from v2");
+
+    // 4. Re-apply v2: back to Loaded without compiling (it is the version serving).
+    apply_plugin(&client, &n, "podset", &v2, &manifest(&n)).await?;
+    match next_load(&mut events, "v2 re-applied").await? {
+        LoadEvent::Loaded { version, origin, took, .. } => {
+            assert_eq!(version, "0.2.0");
+            assert_eq!(origin, LoadOrigin::Unchanged, "no compile for the version already serving");
+            eprintln!("hotload: re-apply v2 → Loaded again in {took:?} (no compile)");
+        }
+        other => bail!("expected v2 loaded, got {other:?}"),
+    }
+    let c = cms.clone();
+    eventually("the annotation back at Loaded", WAIT, || {
+        let c = c.clone();
+        async move { Ok((status_annotation(&c).await?["state"] == "Loaded").then_some(())) }
+    })
+    .await?;
+
+    // 5. Restart the host (new manager, new informers, same precompiled dir): v2 comes back from
+    //    its ConfigMap without a compile, and reconciles.
+    manager.shutdown().await;
+    host = Host::new().await?;
+    let started = Instant::now();
+    let manager = start_manager(&host, &n, precompiled.path()).await?;
+    eprintln!("hotload: restart → plugins loaded in {:?}", started.elapsed());
+    let loaded = manager.loaded().await;
+    assert_eq!(loaded, vec![("podset".to_string(), "podset".to_string(), "0.2.0".to_string())]);
+    let c = cms.clone();
+    let s = eventually("the annotation after restart", WAIT, || {
+        let c = c.clone();
+        async move { let s = status_annotation(&c).await?; Ok((s["origin"] == "from the precompiled cache").then_some(s)) }
+    })
+    .await?;
+    eprintln!("hotload: restart loaded v2 from the precompiled cache in {} ms", s["loadMillis"]);
+    sets.patch("ps-1", &PatchParams::default(), &Patch::Merge(json!({"spec": {"replicas": 3}}))).await?;
+    let p = pods.clone();
+    eventually("ps-1 scaled after the restart", WAIT, || {
+        let p = p.clone();
+        async move { Ok((pods_of(&p, "ps-1").await?.len() == 3).then_some(())) }
+    })
+    .await?;
+
+    // 6. Delete the ConfigMap: the controller stops and no action of it reaches the API server.
+    let mut events = manager.events();
+    cms.delete("podset", &DeleteParams::default()).await?;
+    match next_load(&mut events, "the plugin to be removed").await? {
+        LoadEvent::Removed { plugin, .. } => assert_eq!(plugin, "podset"),
+        other => bail!("expected removal, got {other:?}"),
+    }
+    let writes = host.requests.snapshot().write;
+    sets.create(&PostParams::default(), &podset("after-delete", 2)).await?;
+    sets.patch("ps-2", &PatchParams::default(), &Patch::Merge(json!({"spec": {"replicas": 5}}))).await?;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(pods_of(&pods, "after-delete").await?.is_empty(), "a removed plugin must not act");
+    assert_eq!(pods_of(&pods, "ps-2").await?.len(), 2);
+    assert_eq!(host.requests.snapshot().write, writes, "no write from the removed plugin");
+    assert!(manager.loaded().await.is_empty());
+    manager.shutdown().await;
+    ns.cleanup().await
+}
