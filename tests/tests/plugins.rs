@@ -1,0 +1,337 @@
+//! The Wasm plugins end to end against a real kube-apiserver: `podset` through its whole
+//! lifecycle, `replicaset` at 100 × 10, `namespace-config` with its label index, and every
+//! misbehaving plugin contained while a good one keeps reconciling.
+
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use k8s_openapi::api::apps::v1::ReplicaSet;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod};
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::core::{ApiResource, GroupVersionKind};
+use serde_json::json;
+use wasmloop::controller::{Controller, ControllerConfig};
+use wasmloop::hotload::PluginManifest;
+use wasmloop::plugin::{PluginEngine, WasmPlugin};
+use wasmloop_tests::{Host, TestNamespace, ensure_podset_crd, eventually, init_tracing, plugin_path, workspace_root};
+
+const WAIT: Duration = Duration::from_secs(90);
+
+/// Load a built plugin with a manifest, as the hot-loader would, and start its controller.
+async fn start_plugin(host: &Host, plugin: &str, manifest: &str) -> Result<(Controller, Arc<WasmPlugin>)> {
+    let m = PluginManifest::parse(manifest, plugin)?;
+    let bytes = std::fs::read(plugin_path(plugin)?)?;
+    let (limits, grants) = (m.limits.clone(), m.grants.clone());
+    let wasm = tokio::task::spawn_blocking(move || -> Result<WasmPlugin> {
+        let engine = PluginEngine::new()?;
+        Ok(WasmPlugin::load(&engine, &bytes, limits, grants)?)
+    })
+    .await??;
+    let wasm = Arc::new(wasm);
+    let controller = Controller::start(
+        wasm.clone(),
+        m.controller.clone(),
+        wasm.grants().clone(),
+        host.registry.clone(),
+        host.executor.clone(),
+        host.metrics.clone(),
+    )
+    .await?;
+    Ok((controller, wasm))
+}
+
+fn podset_manifest(ns: &str) -> String {
+    format!("namespace: {ns}\nconcurrency: 2\ngrants:\n  - kinds: [\"wasmloop.dev/v1alpha1/PodSet\"]\n    verbs: [read, update-status, event]\n  - kinds: [\"v1/Pod\"]\n    verbs: [read, create, delete]\n")
+}
+
+fn podsets(client: &kube::Client, ns: &str) -> Api<DynamicObject> {
+    let ar = ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("wasmloop.dev", "v1alpha1", "PodSet"), "podsets");
+    Api::namespaced_with(client.clone(), ns, &ar)
+}
+
+fn podset(name: &str, replicas: u32) -> DynamicObject {
+    serde_json::from_value(json!({
+        "apiVersion": "wasmloop.dev/v1alpha1", "kind": "PodSet", "metadata": {"name": name},
+        "spec": {"replicas": replicas, "template": {"metadata": {"labels": {"app": name}},
+                 "spec": {"containers": [{"name": "c", "image": "registry.invalid/none"}]}}}
+    }))
+    .unwrap()
+}
+
+/// Live pods per PodSet name (by the plugin's label), ignoring those being deleted.
+async fn pod_counts(pods: &Api<Pod>) -> Result<std::collections::BTreeMap<String, usize>> {
+    let mut out = std::collections::BTreeMap::new();
+    for p in pods.list(&ListParams::default()).await?.items {
+        if p.metadata.deletion_timestamp.is_some() {
+            continue;
+        }
+        if let Some(owner) = p.metadata.labels.as_ref().and_then(|l| l.get("wasmloop.dev/podset")) {
+            *out.entry(owner.clone()).or_default() += 1;
+        }
+    }
+    Ok(out)
+}
+
+async fn statuses(sets: &Api<DynamicObject>) -> Result<std::collections::BTreeMap<String, i64>> {
+    Ok(sets
+        .list(&ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .map(|s| (s.metadata.name.clone().unwrap_or_default(), s.data.pointer("/status/replicas").and_then(|v| v.as_i64()).unwrap_or(-1)))
+        .collect())
+}
+
+/// kube-controller-manager running only its garbage collector (owner references → deletes),
+/// stopped when dropped.
+struct GarbageCollector(Child);
+
+impl GarbageCollector {
+    fn start() -> Result<Self> {
+        let kcm = Command::new(workspace_root().join("scripts/control-plane.sh")).args(["bin", "kube-controller-manager"]).output()?;
+        let kcm = String::from_utf8(kcm.stdout)?.trim().to_string();
+        let kubeconfig = wasmloop_tests::kubeconfig()?;
+        let child = Command::new(kcm)
+            .args(["--controllers=garbagecollector", "--leader-elect=false", "--port=0", "--secure-port=0"])
+            .arg(format!("--kubeconfig={}", kubeconfig.display()))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .context("starting kube-controller-manager (garbage collector)")?;
+        Ok(Self(child))
+    }
+}
+
+impl Drop for GarbageCollector {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn podset_plugin_creates_scales_and_deletes_ten_podsets_idempotently() -> Result<()> {
+    init_tracing();
+    let host = Host::new().await?;
+    ensure_podset_crd(&host.client).await?;
+    let ns = TestNamespace::create(&host.client, "podset").await?;
+    let (sets, pods) = (podsets(&host.client, &ns.name), Api::<Pod>::namespaced(host.client.clone(), &ns.name));
+    let (ctl, wasm) = start_plugin(&host, "podset", &podset_manifest(&ns.name)).await?;
+    let _gc = GarbageCollector::start()?;
+
+    let converged = |want: Vec<(String, usize)>| {
+        let (sets, pods) = (sets.clone(), pods.clone());
+        async move {
+            let counts = pod_counts(&pods).await?;
+            let status = statuses(&sets).await?;
+            let ok = want.iter().all(|(n, c)| counts.get(n).copied().unwrap_or(0) == *c && status.get(n) == Some(&(*c as i64)))
+                && counts.len() == want.iter().filter(|(_, c)| *c > 0).count();
+            anyhow::Ok(ok.then_some(()))
+        }
+    };
+    // Create: 10 PodSets × 3.
+    for i in 0..10 {
+        sets.create(&PostParams::default(), &podset(&format!("ps-{i}"), 3)).await?;
+    }
+    let want: Vec<_> = (0..10).map(|i| (format!("ps-{i}"), 3)).collect();
+    let t = Instant::now();
+    eventually("10 PodSets × 3 Pods with status", WAIT, || converged(want.clone())).await?;
+    eprintln!("podset: 10 × 3 converged in {:?}", t.elapsed());
+
+    // Scale up (0..5 → 5) and down (5..10 → 1).
+    for i in 0..10 {
+        let r = if i < 5 { 5 } else { 1 };
+        sets.patch(&format!("ps-{i}"), &PatchParams::default(), &Patch::Merge(json!({"spec": {"replicas": r}}))).await?;
+    }
+    let want: Vec<_> = (0..10).map(|i| (format!("ps-{i}"), if i < 5 { 5 } else { 1 })).collect();
+    eventually("scaled up and down", WAIT, || converged(want.clone())).await?;
+    // Scaled down from the highest ordinals: ps-7 keeps ps-7-0.
+    assert!(pods.get_opt("ps-7-0").await?.is_some_and(|p| p.metadata.deletion_timestamp.is_none()));
+
+    // Idempotent: ten more passes over a converged PodSet write nothing.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let writes = host.requests.snapshot().write;
+    let ok_before = wasm.stats().ok;
+    for _ in 0..10 {
+        ctl.queue().add(wasmloop::kinds::ObjectKey::new(wasmloop::kinds::KindRef::new("wasmloop.dev/v1alpha1", "PodSet"), Some(ns.name.clone()), "ps-3"));
+        let w = wasm.clone();
+        let target = w.stats().ok + 1;
+        eventually("one more reconcile", WAIT, || { let w = w.clone(); async move { Ok((w.stats().ok >= target).then_some(())) } }).await?;
+    }
+    assert!(wasm.stats().ok >= ok_before + 10);
+    assert_eq!(host.requests.snapshot().write, writes, "reconciling a converged PodSet ten times must write nothing");
+
+    // Delete: the PodSets go, their Pods are garbage-collected through the owner references,
+    // and reconciling a deleted PodSet does nothing.
+    for i in 5..10 {
+        sets.delete(&format!("ps-{i}"), &DeleteParams::default()).await?;
+    }
+    let want: Vec<_> = (0..5).map(|i| (format!("ps-{i}"), 5)).collect();
+    eventually("deleted PodSets' Pods gone", WAIT, || converged(want.clone())).await?;
+    assert_eq!(wasm.stats().traps + wasm.stats().timeouts + wasm.stats().ooms, 0);
+    ctl.shutdown(Duration::from_secs(5)).await;
+    ns.cleanup().await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn replicaset_plugin_converges_100_replicasets_of_10() -> Result<()> {
+    init_tracing();
+    let host = Host::new().await?;
+    let ns = TestNamespace::create(&host.client, "rs100").await?;
+    let manifest = format!("namespace: {}\nconcurrency: 4\nqueue: {{qps: 1000, burst: 1000}}\ngrants:\n  - kinds: [\"apps/v1/ReplicaSet\"]\n    verbs: [read, update-status]\n  - kinds: [\"v1/Pod\"]\n    verbs: [read, create, delete]\n", ns.name);
+    let (ctl, wasm) = start_plugin(&host, "replicaset", &manifest).await?;
+    let rs_api: Api<ReplicaSet> = Api::namespaced(host.client.clone(), &ns.name);
+    let start = Instant::now();
+    for i in 0..100 {
+        let rs: ReplicaSet = serde_json::from_value(json!({
+            "metadata": {"name": format!("rs-{i}")},
+            "spec": {"replicas": 10, "selector": {"matchLabels": {"app": format!("rs-{i}")}},
+                     "template": {"metadata": {"labels": {"app": format!("rs-{i}")}},
+                                  "spec": {"containers": [{"name": "c", "image": "registry.invalid/none"}]}}}
+        }))?;
+        rs_api.create(&PostParams::default(), &rs).await?;
+    }
+    let pods: Api<Pod> = Api::namespaced(host.client.clone(), &ns.name);
+    let (p, r) = (pods.clone(), rs_api.clone());
+    eventually("1000 pods and 100 statuses at 10", Duration::from_secs(180), || {
+        let (p, r) = (p.clone(), r.clone());
+        async move {
+            let n = p.list(&ListParams::default()).await?.items.len();
+            let done = r.list(&ListParams::default()).await?.items.iter().filter(|rs| rs.status.as_ref().map(|s| s.replicas) == Some(10)).count();
+            Ok((n == 1000 && done == 100).then_some(()))
+        }
+    })
+    .await?;
+    eprintln!("replicaset: 100 × 10 converged in {:?} ({} reconciles)", start.elapsed(), wasm.stats().calls);
+    // No duplicates: every pod name is <rs>-<0..9>.
+    for p in pods.list(&ListParams::default()).await?.items {
+        let name = p.metadata.name.unwrap_or_default();
+        let ordinal: usize = name.rsplit('-').next().and_then(|o| o.parse().ok()).context("pod name without ordinal")?;
+        assert!(ordinal < 10, "unexpected pod {name}");
+    }
+    ctl.shutdown(Duration::from_secs(5)).await;
+    ns.cleanup().await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn namespace_config_plugin_follows_the_namespace_label() -> Result<()> {
+    init_tracing();
+    let host = Host::new().await?;
+    let text = std::fs::read_to_string(workspace_root().join("deploy/plugins/namespace-config.plugin.yaml"))?;
+    let (ctl, wasm) = start_plugin(&host, "namespace-config", &text).await?;
+    let nss: Api<Namespace> = Api::all(host.client.clone());
+    let name = format!("nscfg-{}", std::process::id());
+    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": name, "labels": {"wasmloop.dev/config": "gold"}}}))?;
+    nss.create(&PostParams::default(), &ns).await?;
+    let cms: Api<ConfigMap> = Api::namespaced(host.client.clone(), &name);
+    let c = cms.clone();
+    let cm = eventually("the managed ConfigMap", WAIT, || {
+        let c = c.clone();
+        async move { Ok(c.get_opt("wasmloop-config").await?) }
+    })
+    .await?;
+    let data = cm.data.unwrap_or_default();
+    assert_eq!(data.get("profile").map(String::as_str), Some("gold"), "{data:?}");
+
+    // Relabel: the ConfigMap follows.
+    nss.patch(&name, &PatchParams::default(), &Patch::Merge(json!({"metadata": {"labels": {"wasmloop.dev/config": "silver"}}}))).await?;
+    let c = cms.clone();
+    eventually("profile silver", WAIT, || {
+        let c = c.clone();
+        async move {
+            let cm = c.get_opt("wasmloop-config").await?;
+            Ok(cm.and_then(|c| c.data).and_then(|d| d.get("profile").cloned()).filter(|p| p == "silver").map(|_| ()))
+        }
+    })
+    .await?;
+    // Someone deletes the managed ConfigMap: the plugin (watching ConfigMaps → Namespace) puts it back.
+    cms.delete("wasmloop-config", &DeleteParams::default()).await?;
+    let c = cms.clone();
+    eventually("the ConfigMap restored", WAIT, || {
+        let c = c.clone();
+        async move { Ok(c.get_opt("wasmloop-config").await?.filter(|c| c.metadata.deletion_timestamp.is_none()).map(|_| ())) }
+    })
+    .await?;
+    // Label removed: the ConfigMap is cleaned up.
+    nss.patch(&name, &PatchParams::default(), &Patch::Merge(json!({"metadata": {"labels": {"wasmloop.dev/config": null}}}))).await?;
+    let c = cms.clone();
+    eventually("the ConfigMap deleted", WAIT, || {
+        let c = c.clone();
+        async move { Ok(c.get_opt("wasmloop-config").await?.is_none().then_some(())) }
+    })
+    .await?;
+    assert_eq!(wasm.stats().traps, 0);
+    ctl.shutdown(Duration::from_secs(5)).await;
+    nss.delete(&name, &DeleteParams::default()).await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn misbehaving_plugins_are_contained_while_a_good_one_keeps_reconciling() -> Result<()> {
+    init_tracing();
+    let good_host = Host::new().await?;
+    ensure_podset_crd(&good_host.client).await?;
+    let ns = TestNamespace::create(&good_host.client, "contain").await?;
+    let cms: Api<ConfigMap> = Api::namespaced(good_host.client.clone(), &ns.name);
+    // The test plugins choose their misbehaviour by object name.
+    for name in ["cm-0", "cm-1", "panic-1", "invalid-json", "no-name"] {
+        let cm: ConfigMap = serde_json::from_value(json!({"metadata": {"name": name}, "data": {"k": "v"}}))?;
+        cms.create(&PostParams::default(), &cm).await?;
+    }
+    // The bad plugins get their own client, so we can see exactly what they send.
+    let bad_host = Host::new().await?;
+    let cm_manifest = |extra: &str| {
+        format!("namespace: {}\nlimits: {{memory: 16Mi, timeout: 200ms}}\nqueue: {{baseDelay: 100ms}}\ngrants:\n  - kinds: [\"v1/ConfigMap\"]\n    verbs: [read, update-status, event]\n{extra}", ns.name)
+    };
+    let mut bad = Vec::new();
+    for name in ["spin-loop", "memory-bomb", "panic", "bad-action", "write-outside-grant", "read-outside-grant"] {
+        bad.push((name, start_plugin(&bad_host, name, &cm_manifest("")).await?));
+    }
+    let bad_writes_before = bad_host.requests.snapshot().write;
+
+    // Meanwhile the good plugin converges PodSets.
+    let (good, good_wasm) = start_plugin(&good_host, "podset", &podset_manifest(&ns.name)).await?;
+    let (sets, pods) = (podsets(&good_host.client, &ns.name), Api::<Pod>::namespaced(good_host.client.clone(), &ns.name));
+    for i in 0..5 {
+        sets.create(&PostParams::default(), &podset(&format!("ps-{i}"), 2)).await?;
+    }
+    let p = pods.clone();
+    eventually("the good plugin converges while the bad ones fail", WAIT, || {
+        let p = p.clone();
+        async move { let c = pod_counts(&p).await?; Ok((c.len() == 5 && c.values().all(|n| *n == 2)).then_some(())) }
+    })
+    .await?;
+    // Let the bad ones fail a few times each.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let stats = |n: &str| bad.iter().find(|(b, _)| *b == n).map(|(_, (_, w))| w.stats()).unwrap();
+    assert!(stats("spin-loop").timeouts >= 3, "{:?}", stats("spin-loop"));
+    assert!(stats("memory-bomb").ooms >= 3, "{:?}", stats("memory-bomb"));
+    assert!(stats("panic").traps >= 3, "{:?}", stats("panic"));
+    assert!(stats("bad-action").invalid_outcomes >= 3, "{:?}", stats("bad-action"));
+    // write-outside-grant returns an allowed status update AND a forbidden delete: the whole
+    // outcome is refused before anything is sent (no half-applied state).
+    assert!(good_host.metrics.reconciles("write-outside-grant", "permanent_error") == 0);
+    assert!(bad_host.metrics.reconciles("write-outside-grant", "permanent_error") >= 3);
+    assert_eq!(bad_host.metrics.actions("write-outside-grant", "update-status", "ok") + bad_host.metrics.actions("write-outside-grant", "update-status", "error"), 0);
+    // read-outside-grant saw `not-granted` from the cache and said so in an event (its only write).
+    let secrets_read = bad_host.requests.snapshot();
+    assert_eq!(secrets_read.write - bad_writes_before, bad_host.metrics.actions("read-outside-grant", "event", "ok") + bad_host.metrics.actions("read-outside-grant", "event", "error"),
+               "the only writes of the bad plugins are read-outside-grant's events");
+    // The good plugin never failed and still serves: scale one more.
+    sets.patch("ps-0", &PatchParams::default(), &Patch::Merge(json!({"spec": {"replicas": 4}}))).await?;
+    let p = pods.clone();
+    eventually("ps-0 scaled to 4", WAIT, || {
+        let p = p.clone();
+        async move { Ok((pod_counts(&p).await?.get("ps-0") == Some(&4)).then_some(())) }
+    })
+    .await?;
+    let g = good_wasm.stats();
+    assert_eq!(g.traps + g.timeouts + g.ooms + g.invalid_outcomes, 0, "{g:?}");
+    for (_, (ctl, _)) in bad {
+        ctl.shutdown(Duration::from_secs(2)).await;
+    }
+    good.shutdown(Duration::from_secs(5)).await;
+    ns.cleanup().await
+}
