@@ -78,7 +78,7 @@ $kubectl -n wasmloop create configmap podset --from-file=plugin.wasm="$dir/broke
   | $kubectl label --local -f - wasmloop.dev/plugin=true -o yaml | $kubectl apply -f -
 sleep 2
 echo "plugin status: $($kubectl -n wasmloop get configmap podset -o jsonpath='{.metadata.annotations.wasmloop\.dev/status}')"
-$kubectl -n wasmloop get events --field-selector reason=PluginRejected -o custom-columns=REASON:.reason,MESSAGE:.note --no-headers 2>/dev/null | tail -1 \
+$kubectl -n wasmloop get events --field-selector reason=PluginRejected -o custom-columns=REASON:.reason,MESSAGE:.message --no-headers 2>/dev/null | tail -1 \
   || $kubectl -n wasmloop get events | tail -2
 $kubectl -n shop patch podset worker --type merge -p '{"spec":{"replicas":3}}'
 wait_pods shop 8

@@ -214,7 +214,7 @@ impl Inner {
             }
             Err(reason) => {
                 self.rejected.lock().insert(key.clone(), payload);
-                self.plugin_metrics.load(&key.to_string(), "rejected");
+                self.plugin_metrics.load(&cm_label(key), "rejected");
                 let serving = self.loaded.lock().await.get(key).map(|l| format!("{} {}", l.plugin.name(), l.plugin.spec().version));
                 let message = match &serving {
                     Some(s) => format!("{reason}; still serving {s}"),
@@ -230,9 +230,9 @@ impl Inner {
 
     async fn loaded_ok(&self, key: &ObjectKey, plugin: &Arc<WasmPlugin>, origin: LoadOrigin, took: Duration) {
         let spec = plugin.spec();
-        self.plugin_metrics.load(&key.to_string(), "loaded");
+        self.plugin_metrics.load(&cm_label(key), "loaded");
         self.plugin_metrics.load_time(origin != LoadOrigin::Compiled, took.as_secs_f64());
-        self.plugin_metrics.set_loaded(&key.to_string(), Some(plugin.clone()));
+        self.plugin_metrics.set_loaded(&cm_label(key), Some(plugin.clone()));
         info!(configmap = %key, plugin = %spec.name, version = %spec.version, digest = %plugin.digest(),
               ?origin, took_ms = took.as_millis() as u64, "plugin loaded");
         let how = match origin {
@@ -327,8 +327,8 @@ impl Inner {
         self.rejected.lock().remove(key);
         let Some(old) = self.loaded.lock().await.remove(key) else { return };
         let plugin = old.plugin.name().to_string();
-        self.plugin_metrics.load(&key.to_string(), "removed");
-        self.plugin_metrics.set_loaded(&key.to_string(), None);
+        self.plugin_metrics.load(&cm_label(key), "removed");
+        self.plugin_metrics.set_loaded(&cm_label(key), None);
         old.controller.shutdown(self.config.shutdown_grace).await;
         info!(configmap = %key, %plugin, "plugin removed");
         let _ = self.events.send(LoadEvent::Removed { configmap: key.name.clone(), plugin });
@@ -356,6 +356,11 @@ impl Loaded {
         let (a, b) = (&self.config, other);
         a.workers == b.workers && a.resync == b.resync && a.namespace == b.namespace && a.rate_limits == b.rate_limits
     }
+}
+
+/// `namespace/name` of a plugin ConfigMap, as metrics label it.
+fn cm_label(key: &ObjectKey) -> String {
+    format!("{}/{}", key.namespace.as_deref().unwrap_or_default(), key.name)
 }
 
 /// Digest of what defines a plugin in the ConfigMap (data + binaryData; not metadata, so the
