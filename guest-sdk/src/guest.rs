@@ -1,0 +1,179 @@
+//! The component side: generated bindings, the import calls, and the export glue that
+//! [`export_reconciler!`](crate::export_reconciler) instantiates.
+
+use std::time::Duration;
+
+use crate::cache::Error as CacheError;
+use crate::log::Level;
+use crate::outcome::{Action, EventType, Outcome};
+use crate::types::{KindRef, Mapping, Metadata, ObjectKey, Reason, Request};
+use crate::{Error, Reconciler};
+
+#[doc(hidden)]
+pub mod bindings {
+    wit_bindgen::generate!({
+        path: "../wit",
+        world: "controller",
+        pub_export_macro: true,
+        export_macro_name: "export_controller",
+        default_bindings_module: "::wasmloop_sdk::__private::bindings",
+        runtime_path: "::wasmloop_sdk::__private::wit_bindgen::rt",
+    });
+}
+
+use bindings::wasmloop::controller::{cache, log as wit_log, types as wit};
+
+pub use bindings::exports::wasmloop::controller::plugin::Guest;
+
+fn wit_kind(kind: &KindRef) -> wit::KindRef {
+    wit::KindRef {
+        api_version: kind.api_version.to_string(),
+        kind: kind.kind.to_string(),
+    }
+}
+
+fn cache_error(e: cache::CacheError) -> CacheError {
+    match e {
+        cache::CacheError::NotGranted(m) => CacheError::NotGranted(m),
+        cache::CacheError::UnknownIndex(m) => CacheError::UnknownIndex(m),
+        cache::CacheError::Invalid(m) => CacheError::Invalid(m),
+    }
+}
+
+pub(crate) fn cache_get(
+    kind: &KindRef,
+    namespace: Option<&str>,
+    name: &str,
+) -> Result<Option<String>, CacheError> {
+    cache::get(&wit_kind(kind), namespace, name).map_err(cache_error)
+}
+
+pub(crate) fn cache_list(
+    kind: &KindRef,
+    namespace: Option<&str>,
+    selector: Option<&str>,
+) -> Result<Vec<String>, CacheError> {
+    cache::list(&wit_kind(kind), namespace, selector).map_err(cache_error)
+}
+
+pub(crate) fn cache_by_index(
+    kind: &KindRef,
+    index: &str,
+    value: &str,
+) -> Result<Vec<String>, CacheError> {
+    cache::by_index(&wit_kind(kind), index, value).map_err(cache_error)
+}
+
+pub(crate) fn log(level: Level, message: &str) {
+    let level = match level {
+        Level::Trace => wit_log::Level::Trace,
+        Level::Debug => wit_log::Level::Debug,
+        Level::Info => wit_log::Level::Info,
+        Level::Warn => wit_log::Level::Warn,
+        Level::Error => wit_log::Level::Error,
+    };
+    wit_log::log(level, message);
+}
+
+fn wit_key(key: ObjectKey) -> wit::ObjectKey {
+    wit::ObjectKey {
+        api_version: key.kind.api_version.into_owned(),
+        kind: key.kind.kind.into_owned(),
+        namespace: key.namespace,
+        name: key.name,
+    }
+}
+
+/// `Guest::metadata` for reconciler `R`.
+pub fn metadata<R: Reconciler>() -> wit::PluginMetadata {
+    let m: Metadata = R::metadata();
+    let reconciles = wit_kind(m.reconciled_kind());
+    wit::PluginMetadata {
+        name: m.name,
+        version: m.version,
+        reconciles,
+        selector: m.selector,
+        watches: m
+            .watches
+            .into_iter()
+            .map(|w| wit::Watch {
+                kind: wit_kind(&w.kind),
+                mapping: match w.mapping {
+                    Mapping::Owner => wit::Mapping::Owner,
+                    Mapping::Label(l) => wit::Mapping::Label(l),
+                    Mapping::SameName => wit::Mapping::SameName,
+                    Mapping::Namespace => wit::Mapping::Namespace,
+                },
+                selector: w.selector,
+            })
+            .collect(),
+        indexes: m
+            .indexes
+            .into_iter()
+            .map(|i| wit::Index {
+                kind: wit_kind(&i.kind),
+                name: i.name,
+                path: i.path,
+            })
+            .collect(),
+    }
+}
+
+/// `Guest::reconcile` for reconciler `R`.
+pub fn reconcile<R: Reconciler>(
+    request: wit::Request,
+) -> Result<wit::Outcome, wit::ReconcileError> {
+    let k = request.key;
+    let key = ObjectKey {
+        kind: KindRef::new(k.api_version, k.kind),
+        namespace: k.namespace,
+        name: k.name,
+    };
+    let reason = match request.reason {
+        wit::Reason::Event => Reason::Event,
+        wit::Reason::Resync => Reason::Resync,
+        wit::Reason::Requeue => Reason::Requeue,
+        wit::Reason::Retry(n) => Reason::Retry(n),
+    };
+    let outcome = R::reconcile(Request { key, reason })
+        .and_then(Outcome::into_result)
+        .and_then(wit_outcome);
+    outcome.map_err(|e| {
+        if e.is_transient() {
+            wit::ReconcileError::Transient(e.message().to_owned())
+        } else {
+            wit::ReconcileError::Permanent(e.message().to_owned())
+        }
+    })
+}
+
+fn wit_outcome(outcome: Outcome) -> Result<wit::Outcome, Error> {
+    let mut actions = Vec::with_capacity(outcome.actions.len());
+    for a in outcome.actions {
+        actions.push(match a {
+            Action::Create(v) => wit::Action::Create(serde_json::to_string(&v)?),
+            Action::Apply(v) => wit::Action::Apply(serde_json::to_string(&v)?),
+            Action::Delete(k) => wit::Action::Delete(wit_key(k)),
+            Action::UpdateStatus { key, status } => wit::Action::UpdateStatus(wit::StatusUpdate {
+                key: wit_key(key),
+                status: serde_json::to_string(&status)?,
+            }),
+            Action::Event(e) => wit::Action::Event(wit::Event {
+                regarding: wit_key(e.regarding),
+                event_type: match e.event_type {
+                    EventType::Normal => wit::EventType::Normal,
+                    EventType::Warning => wit::EventType::Warning,
+                },
+                reason: e.reason,
+                message: e.message,
+            }),
+        });
+    }
+    let requeue_after_ms = outcome
+        .requeue_after
+        .map(|d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+    Ok(wit::Outcome {
+        actions,
+        requeue_after_ms,
+    })
+}

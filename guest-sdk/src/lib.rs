@@ -1,0 +1,126 @@
+//! Write wasmloop reconcile plugins in Rust.
+//!
+//! A plugin is a `cdylib` built for `wasm32-wasip2`: a type implementing [`Reconciler`],
+//! exported with [`export_reconciler!`]. It reads the host's informer cache through [`cache`]
+//! and returns an [`Outcome`]: actions (create, apply, delete, status, event) for the host to
+//! execute, and an optional requeue.
+//!
+//! ```
+//! use std::time::Duration;
+//! use wasmloop_sdk::{cache, kinds, object, Metadata, Outcome, Reconciler, Request, Error};
+//! use serde_json::{json, Value};
+//!
+//! pub struct Hello;
+//!
+//! impl Reconciler for Hello {
+//!     fn metadata() -> Metadata {
+//!         Metadata::new("hello", "0.1.0").reconciles(kinds::NAMESPACE).owns(kinds::CONFIG_MAP)
+//!     }
+//!
+//!     fn reconcile(req: Request) -> Result<Outcome, Error> {
+//!         let Some(ns) = cache::get_key::<Value>(&req.key)? else { return Ok(Outcome::new()) };
+//!         if object::is_deleting(&ns) {
+//!             return Ok(Outcome::new());
+//!         }
+//!         let cm = json!({"apiVersion": "v1", "kind": "ConfigMap",
+//!                         "metadata": {"name": "hello", "namespace": req.key.name},
+//!                         "data": {"greeting": "hi"}});
+//!         Ok(Outcome::new().apply(&cm).requeue_after(Duration::from_secs(600)))
+//!     }
+//! }
+//!
+//! wasmloop_sdk::export_reconciler!(Hello);
+//! ```
+//!
+//! On native builds the cache is a thread-local fake: unit-test reconcilers with
+//! `testing::FakeCache` (feature `testing`), no wasm and no cluster needed.
+
+extern crate self as wasmloop_sdk;
+
+pub mod cache;
+mod error;
+pub mod log;
+pub mod object;
+mod outcome;
+mod types;
+
+#[cfg(target_arch = "wasm32")]
+mod guest;
+#[cfg(target_arch = "wasm32")]
+use guest as sys;
+
+#[cfg(not(target_arch = "wasm32"))]
+mod native;
+#[cfg(not(target_arch = "wasm32"))]
+use native as sys;
+
+#[cfg(all(feature = "testing", not(target_arch = "wasm32")))]
+pub mod testing;
+
+/// Typed Kubernetes structs: the `k8s-openapi` crate (API v1.30), feature `k8s`.
+#[cfg(feature = "k8s")]
+pub use k8s_openapi as k8s;
+
+pub use error::{Error, ErrorKind, ResultExt};
+pub use outcome::{Action, Event, EventType, Outcome};
+pub use serde_json;
+pub use types::{Index, KindRef, Mapping, Metadata, ObjectKey, Reason, Request, Watch, kinds};
+
+/// Reconcile logic, exported to the host with [`export_reconciler!`].
+///
+/// Both functions are called without state: everything a reconcile needs comes from the
+/// request and the cache. A panic traps the plugin instance (the host logs it and retries with
+/// backoff); return an [`Error`] instead for expected failures.
+pub trait Reconciler {
+    /// What the plugin reconciles, watches and indexes; called once when the host loads it.
+    fn metadata() -> Metadata;
+    /// Move the object named by `req.key` towards its desired state: read the cache, return
+    /// the actions. Called for every event, resync and requeue of the key; must be idempotent.
+    fn reconcile(req: Request) -> Result<Outcome, Error>;
+}
+
+/// Export a [`Reconciler`] as the plugin's `wasmloop:controller/plugin` implementation.
+///
+/// Use it once, at the top level of the plugin crate: `wasmloop_sdk::export_reconciler!(MyType);`.
+/// On native builds it only checks that the type is a `Reconciler`, so the same crate can be
+/// unit-tested with `cargo test`.
+#[macro_export]
+macro_rules! export_reconciler {
+    ($ty:ty) => {
+        #[cfg(target_arch = "wasm32")]
+        const _: () = {
+            struct __WasmloopReconciler;
+            impl $crate::__private::Guest for __WasmloopReconciler {
+                fn metadata()
+                -> $crate::__private::bindings::wasmloop::controller::types::PluginMetadata
+                {
+                    $crate::__private::metadata::<$ty>()
+                }
+                fn reconcile(
+                    request: $crate::__private::bindings::wasmloop::controller::types::Request,
+                ) -> ::core::result::Result<
+                    $crate::__private::bindings::wasmloop::controller::types::Outcome,
+                    $crate::__private::bindings::wasmloop::controller::types::ReconcileError,
+                > {
+                    $crate::__private::reconcile::<$ty>(request)
+                }
+            }
+            $crate::__private::bindings::export_controller!(
+                __WasmloopReconciler with_types_in $crate::__private::bindings
+            );
+        };
+        #[cfg(not(target_arch = "wasm32"))]
+        const _: fn() = || {
+            fn is_reconciler<T: $crate::Reconciler>() {}
+            is_reconciler::<$ty>();
+        };
+    };
+}
+
+#[doc(hidden)]
+pub mod __private {
+    #[cfg(target_arch = "wasm32")]
+    pub use crate::guest::{Guest, bindings, metadata, reconcile};
+    #[cfg(target_arch = "wasm32")]
+    pub use wit_bindgen;
+}

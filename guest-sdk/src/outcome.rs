@@ -1,0 +1,500 @@
+//! What a reconcile returns: actions for the host to execute, and an optional requeue.
+
+use std::time::Duration;
+
+use serde::Serialize;
+use serde_json::{Map, Value, json};
+
+use crate::error::Error;
+use crate::object;
+use crate::types::ObjectKey;
+
+/// `Normal` or `Warning`, as in Kubernetes Events.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EventType {
+    /// Routine: something happened as intended.
+    Normal,
+    /// Something needs attention.
+    Warning,
+}
+
+/// A Kubernetes Event to record.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Event {
+    /// The object the event is about.
+    pub regarding: ObjectKey,
+    /// Normal or Warning.
+    pub event_type: EventType,
+    /// CamelCase machine-readable reason, e.g. `ScaledUp`.
+    pub reason: String,
+    /// Human-readable detail.
+    pub message: String,
+}
+
+/// One thing for the host to do. The host makes each idempotent: creating an existing object
+/// and deleting a missing one count as done.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Action {
+    /// Create the object.
+    Create(Value),
+    /// Server-side apply of the object (field manager = the plugin's name).
+    Apply(Value),
+    /// Delete the object.
+    Delete(ObjectKey),
+    /// Replace `.status` through the `/status` subresource (merge patch).
+    UpdateStatus {
+        /// The object whose status to write.
+        key: ObjectKey,
+        /// The new status (a JSON object).
+        status: Value,
+    },
+    /// Record an Event.
+    Event(Event),
+}
+
+/// The result of a successful reconcile, built by chaining:
+///
+/// ```
+/// use std::time::Duration;
+/// use wasmloop_sdk::{Outcome, EventType};
+/// use serde_json::json;
+/// let cm = json!({"apiVersion": "v1", "kind": "ConfigMap",
+///                 "metadata": {"name": "c", "namespace": "ns"}, "data": {"k": "v"}});
+/// let out = Outcome::default()
+///     .apply(&cm)
+///     .event(&cm, EventType::Normal, "Configured", "applied profile gold")
+///     .requeue_after(Duration::from_secs(30));
+/// assert_eq!(out.applied().count(), 1);
+/// assert_eq!(out.requeue_after, Some(Duration::from_secs(30)));
+/// ```
+///
+/// A builder given an object it cannot use (one without `apiVersion`, `kind` or a name, say)
+/// records the problem instead of panicking; the reconcile then fails with a permanent error
+/// naming it (see [`Outcome::into_result`]).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Outcome {
+    /// The actions, in the order the host executes them.
+    pub actions: Vec<Action>,
+    /// Reconcile this key again after this long (the host's resync and events still apply).
+    pub requeue_after: Option<Duration>,
+    invalid: Option<String>,
+}
+
+impl Outcome {
+    /// No actions, no requeue: the object is in its desired state.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Create `obj` (a `serde_json::Value`, a `k8s` type or any serializable object with
+    /// `apiVersion`, `kind` and `metadata.name` or `metadata.generateName`).
+    pub fn create(self, obj: &impl Serialize) -> Self {
+        self.with_object("create", obj, |v| {
+            check_type(&v)?;
+            let named = ["name", "generateName"].iter().any(|f| {
+                v.get("metadata")
+                    .and_then(|m| m.get(*f))
+                    .and_then(Value::as_str)
+                    .is_some_and(|s| !s.is_empty())
+            });
+            if !named {
+                return Err("object has neither metadata.name nor metadata.generateName".into());
+            }
+            Ok(Action::Create(v))
+        })
+    }
+
+    /// Create `child` controlled by `owner`: adds an owner reference with `controller` and
+    /// `blockOwnerDeletion` set (so garbage collection deletes the child with its owner and
+    /// events on the child map back to the owner), and puts the child in the owner's namespace
+    /// if it has none.
+    pub fn create_owned(self, owner: &impl Serialize, child: impl Serialize) -> Self {
+        let owner_ref = match serde_json::to_value(owner) {
+            Ok(o) => controller_ref(&o),
+            Err(e) => Err(format!("owner does not serialize: {e}")),
+        };
+        let owner_ref = match owner_ref {
+            Ok(r) => r,
+            Err(e) => return self.invalid(format!("create_owned: {e}")),
+        };
+        let (owner_ns, owner_ref) = owner_ref;
+        let child = match serde_json::to_value(child) {
+            Ok(c) => c,
+            Err(e) => return self.invalid(format!("create_owned: child does not serialize: {e}")),
+        };
+        match set_owner(child, owner_ns.as_deref(), owner_ref) {
+            Ok(child) => self.create(&child),
+            Err(e) => self.invalid(format!("create_owned: {e}")),
+        }
+    }
+
+    /// Server-side apply `obj` (needs `apiVersion`, `kind` and `metadata.name`); the host applies
+    /// it with the plugin's name as field manager.
+    pub fn apply(self, obj: &impl Serialize) -> Self {
+        self.with_object("apply", obj, |v| {
+            object::key(&v)?;
+            Ok(Action::Apply(v))
+        })
+    }
+
+    /// Delete `obj` (its key is taken from it).
+    pub fn delete(self, obj: &impl Serialize) -> Self {
+        self.with_object("delete", obj, |v| Ok(Action::Delete(object::key(&v)?)))
+    }
+
+    /// Delete the object with this key.
+    pub fn delete_key(mut self, key: ObjectKey) -> Self {
+        self.actions.push(Action::Delete(key));
+        self
+    }
+
+    /// Write `.status` of `obj` through the `/status` subresource (merge patch): fields given
+    /// are replaced, fields not given are kept.
+    pub fn status(self, obj: &impl Serialize, status: impl Serialize) -> Self {
+        let key = match serde_json::to_value(obj)
+            .map_err(|e| e.to_string())
+            .and_then(|v| object::key(&v))
+        {
+            Ok(k) => k,
+            Err(e) => return self.invalid(format!("status: {e}")),
+        };
+        self.status_key(key, status)
+    }
+
+    /// Write `.status` of the object with this key.
+    pub fn status_key(mut self, key: ObjectKey, status: impl Serialize) -> Self {
+        match serde_json::to_value(status) {
+            Ok(status @ Value::Object(_)) => {
+                self.actions.push(Action::UpdateStatus { key, status });
+                self
+            }
+            Ok(other) => self.invalid(format!(
+                "status of {key}: expected a JSON object, got {other}"
+            )),
+            Err(e) => self.invalid(format!("status of {key}: does not serialize: {e}")),
+        }
+    }
+
+    /// Record an Event about `obj`.
+    pub fn event(
+        self,
+        obj: &impl Serialize,
+        event_type: EventType,
+        reason: impl Into<String>,
+        message: impl Into<String>,
+    ) -> Self {
+        let key = match serde_json::to_value(obj)
+            .map_err(|e| e.to_string())
+            .and_then(|v| object::key(&v))
+        {
+            Ok(k) => k,
+            Err(e) => return self.invalid(format!("event: {e}")),
+        };
+        self.event_key(key, event_type, reason, message)
+    }
+
+    /// Record an Event about the object with this key.
+    pub fn event_key(
+        mut self,
+        regarding: ObjectKey,
+        event_type: EventType,
+        reason: impl Into<String>,
+        message: impl Into<String>,
+    ) -> Self {
+        let reason = reason.into();
+        if reason.is_empty() {
+            return self.invalid("event: empty reason");
+        }
+        self.actions.push(Action::Event(Event {
+            regarding,
+            event_type,
+            reason,
+            message: message.into(),
+        }));
+        self
+    }
+
+    /// Reconcile this key again after `after`.
+    pub fn requeue_after(mut self, after: Duration) -> Self {
+        self.requeue_after = Some(after);
+        self
+    }
+
+    /// Append an action built by hand.
+    pub fn push(&mut self, action: Action) {
+        self.actions.push(action);
+    }
+
+    /// Whether the reconcile changes nothing (no actions; a requeue may still be asked for).
+    pub fn is_empty(&self) -> bool {
+        self.actions.is_empty()
+    }
+
+    /// Objects to create.
+    pub fn created(&self) -> impl Iterator<Item = &Value> {
+        self.actions.iter().filter_map(|a| match a {
+            Action::Create(v) => Some(v),
+            _ => None,
+        })
+    }
+
+    /// Objects to server-side apply.
+    pub fn applied(&self) -> impl Iterator<Item = &Value> {
+        self.actions.iter().filter_map(|a| match a {
+            Action::Apply(v) => Some(v),
+            _ => None,
+        })
+    }
+
+    /// Keys of objects to delete.
+    pub fn deleted(&self) -> impl Iterator<Item = &ObjectKey> {
+        self.actions.iter().filter_map(|a| match a {
+            Action::Delete(k) => Some(k),
+            _ => None,
+        })
+    }
+
+    /// Status updates, as (key, new status).
+    pub fn status_updates(&self) -> impl Iterator<Item = (&ObjectKey, &Value)> {
+        self.actions.iter().filter_map(|a| match a {
+            Action::UpdateStatus { key, status } => Some((key, status)),
+            _ => None,
+        })
+    }
+
+    /// Events to record.
+    pub fn events(&self) -> impl Iterator<Item = &Event> {
+        self.actions.iter().filter_map(|a| match a {
+            Action::Event(e) => Some(e),
+            _ => None,
+        })
+    }
+
+    /// `Ok(self)`, or a permanent error if a builder was given an unusable object. The SDK calls
+    /// this on every returned outcome (and so does `testing`), so the first problem surfaces as
+    /// the reconcile's error.
+    pub fn into_result(self) -> Result<Self, Error> {
+        match self.invalid {
+            Some(problem) => Err(Error::permanent(format!("invalid action: {problem}"))),
+            None => Ok(self),
+        }
+    }
+
+    fn invalid(mut self, problem: impl Into<String>) -> Self {
+        self.invalid.get_or_insert(problem.into());
+        self
+    }
+
+    fn with_object(
+        self,
+        what: &str,
+        obj: &impl Serialize,
+        f: impl FnOnce(Value) -> Result<Action, String>,
+    ) -> Self {
+        let action = serde_json::to_value(obj)
+            .map_err(|e| format!("object does not serialize: {e}"))
+            .and_then(f);
+        match action {
+            Ok(a) => {
+                let mut s = self;
+                s.actions.push(a);
+                s
+            }
+            Err(e) => self.invalid(format!("{what}: {e}")),
+        }
+    }
+}
+
+fn check_type(v: &Value) -> Result<(), String> {
+    for f in ["apiVersion", "kind"] {
+        if v.get(f).and_then(Value::as_str).is_none_or(str::is_empty) {
+            return Err(format!("object has no {f}"));
+        }
+    }
+    Ok(())
+}
+
+/// The owner's namespace and a controller reference to it.
+fn controller_ref(owner: &Value) -> Result<(Option<String>, Value), String> {
+    let key = object::key(owner).map_err(|e| format!("owner: {e}"))?;
+    let uid = object::uid(owner)
+        .filter(|u| !u.is_empty())
+        .ok_or_else(|| format!("owner {key} has no metadata.uid"))?;
+    let r = json!({
+        "apiVersion": key.kind.api_version,
+        "kind": key.kind.kind,
+        "name": key.name,
+        "uid": uid,
+        "controller": true,
+        "blockOwnerDeletion": true,
+    });
+    Ok((key.namespace, r))
+}
+
+fn set_owner(mut child: Value, owner_ns: Option<&str>, owner_ref: Value) -> Result<Value, String> {
+    let Some(obj) = child.as_object_mut() else {
+        return Err("child is not a JSON object".into());
+    };
+    let meta = obj
+        .entry("metadata")
+        .or_insert_with(|| Value::Object(Map::new()));
+    let Some(meta) = meta.as_object_mut() else {
+        return Err("child metadata is not a JSON object".into());
+    };
+    if let Some(owner_ns) = owner_ns {
+        match meta.get("namespace").and_then(Value::as_str) {
+            None => {
+                meta.insert("namespace".into(), owner_ns.into());
+            }
+            Some(ns) if ns != owner_ns => {
+                return Err(format!(
+                    "child in namespace {ns:?} cannot be owned by an object in {owner_ns:?}"
+                ));
+            }
+            Some(_) => {}
+        }
+    }
+    let refs = meta
+        .entry("ownerReferences")
+        .or_insert_with(|| Value::Array(Vec::new()));
+    let Some(refs) = refs.as_array_mut() else {
+        return Err("child ownerReferences is not an array".into());
+    };
+    if let Some(other) = refs
+        .iter()
+        .find(|r| r.get("controller").and_then(Value::as_bool) == Some(true))
+    {
+        if other.get("uid") != owner_ref.get("uid") {
+            return Err(format!("child already has a controller: {other}"));
+        }
+        return Ok(child);
+    }
+    refs.push(owner_ref);
+    Ok(child)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kinds;
+
+    fn owner() -> Value {
+        json!({"apiVersion": "apps/v1", "kind": "ReplicaSet",
+               "metadata": {"name": "web", "namespace": "prod", "uid": "rs-uid"}})
+    }
+
+    #[test]
+    fn create_owned_sets_controller_ref_and_namespace() {
+        let out = Outcome::new()
+            .create_owned(
+                &owner(),
+                json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web-0"}}),
+            )
+            .into_result()
+            .unwrap();
+        let pod = out.created().next().unwrap();
+        assert_eq!(pod["metadata"]["namespace"], "prod");
+        assert_eq!(
+            pod["metadata"]["ownerReferences"],
+            json!([{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web", "uid": "rs-uid",
+                    "controller": true, "blockOwnerDeletion": true}])
+        );
+    }
+
+    #[test]
+    fn create_owned_rejects_cross_namespace_and_second_controller() {
+        let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "other"}});
+        let e = Outcome::new()
+            .create_owned(&owner(), pod)
+            .into_result()
+            .unwrap_err();
+        assert!(!e.is_transient());
+        assert!(
+            e.message()
+                .contains("cannot be owned by an object in \"prod\""),
+            "{e}"
+        );
+
+        let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p",
+            "ownerReferences": [{"apiVersion": "v1", "kind": "X", "name": "x", "uid": "x", "controller": true}]}});
+        let e = Outcome::new()
+            .create_owned(&owner(), pod)
+            .into_result()
+            .unwrap_err();
+        assert!(e.message().contains("already has a controller"), "{e}");
+    }
+
+    #[test]
+    fn create_owned_needs_owner_uid() {
+        let owner = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}});
+        let e = Outcome::new()
+            .create_owned(
+                &owner,
+                json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}}),
+            )
+            .into_result()
+            .unwrap_err();
+        assert_eq!(
+            e.message(),
+            "invalid action: create_owned: owner v1/ConfigMap c has no metadata.uid"
+        );
+    }
+
+    #[test]
+    fn unusable_objects_fail_the_reconcile_with_the_first_problem() {
+        let e = Outcome::new()
+            .create(&json!({"kind": "Pod", "metadata": {"name": "p"}}))
+            .delete(&json!({"apiVersion": "v1", "kind": "Pod"}))
+            .into_result()
+            .unwrap_err();
+        assert_eq!(
+            e.message(),
+            "invalid action: create: object has no apiVersion"
+        );
+        let e = Outcome::new()
+            .create(&json!({"apiVersion": "v1", "kind": "Pod"}))
+            .into_result()
+            .unwrap_err();
+        assert!(
+            e.message()
+                .contains("neither metadata.name nor metadata.generateName")
+        );
+        let e = Outcome::new()
+            .status_key(kinds::POD.key(None, "p"), 3)
+            .into_result()
+            .unwrap_err();
+        assert!(e.message().contains("expected a JSON object, got 3"));
+    }
+
+    #[test]
+    fn builders_record_keys_and_accessors_filter() {
+        let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "ns"}});
+        let out = Outcome::new()
+            .create(&json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"generateName": "p-"}}))
+            .delete(&pod)
+            .delete_key(kinds::POD.key(Some("ns"), "q"))
+            .status(&owner(), json!({"replicas": 1}))
+            .event(&pod, EventType::Warning, "Failed", "boom")
+            .requeue_after(Duration::from_secs(5))
+            .into_result()
+            .unwrap();
+        assert_eq!(out.created().count(), 1);
+        let deleted: Vec<String> = out.deleted().map(|k| k.name.clone()).collect();
+        assert_eq!(deleted, ["p", "q"]);
+        let (key, status) = out.status_updates().next().unwrap();
+        assert_eq!(key.to_string(), "apps/v1/ReplicaSet prod/web");
+        assert_eq!(status["replicas"], 1);
+        let ev = out.events().next().unwrap();
+        assert_eq!(
+            (ev.event_type, ev.reason.as_str()),
+            (EventType::Warning, "Failed")
+        );
+        assert_eq!(out.requeue_after, Some(Duration::from_secs(5)));
+        assert!(!out.is_empty());
+        assert!(
+            Outcome::new()
+                .requeue_after(Duration::from_secs(1))
+                .is_empty()
+        );
+    }
+}

@@ -1,0 +1,1121 @@
+//! Unit-test reconcilers natively: a fake cache built from YAML or JSON, no wasm, no cluster.
+//!
+//! ```
+//! use wasmloop_sdk::testing::FakeCache;
+//! use wasmloop_sdk::{cache, kinds, Metadata, Outcome, Reconciler, Request, Error};
+//! use serde_json::Value;
+//!
+//! struct CountPods;
+//! impl Reconciler for CountPods {
+//!     fn metadata() -> Metadata {
+//!         Metadata::new("count", "0").reconciles(kinds::NAMESPACE).watches(kinds::POD, wasmloop_sdk::Mapping::Namespace)
+//!     }
+//!     fn reconcile(req: Request) -> Result<Outcome, Error> {
+//!         let pods: Vec<Value> = cache::by_index(&kinds::POD, "namespace", &req.key.name)?;
+//!         wasmloop_sdk::info!("{} pods", pods.len());
+//!         Ok(Outcome::new())
+//!     }
+//! }
+//!
+//! let fake = FakeCache::for_reconciler::<CountPods>().with_yaml(r#"
+//! apiVersion: v1
+//! kind: Namespace
+//! metadata: {name: team-a}
+//! ---
+//! apiVersion: v1
+//! kind: Pod
+//! metadata: {name: p, namespace: team-a}
+//! "#);
+//! let out = fake.reconcile::<CountPods>(&kinds::NAMESPACE.key(None, "team-a")).unwrap();
+//! assert!(out.is_empty());
+//! assert_eq!(fake.logs()[0].1, "1 pods");
+//! ```
+//!
+//! The fake answers reads like the host: only kinds the metadata declares are readable, watch
+//! and reconcile selectors limit what is cached, and `by_index` knows `namespace`, `owner`
+//! (the controller owner's UID) and the declared `labels.<key>` / dotted-path indexes.
+//! [`FakeCache::execute`] and [`FakeCache::converge`] play the host's part of carrying out the
+//! actions, so tests can check that a reconciler converges and then writes nothing.
+
+use std::cell::{Cell, RefCell};
+use std::collections::{BTreeMap, BTreeSet};
+use std::rc::Rc;
+
+use serde::Serialize;
+use serde_json::{Map, Value};
+
+use crate::cache::{self, NAMESPACE_INDEX, OWNER_INDEX};
+use crate::log::Level;
+use crate::native::{self, Backend};
+use crate::object;
+use crate::outcome::{Action, Event, Outcome};
+use crate::types::{KindRef, Metadata, ObjectKey, Request};
+use crate::{Error, Reconciler};
+
+type Objects = BTreeMap<KindRef, BTreeMap<(Option<String>, String), Value>>;
+
+/// A fake of the host's cache (and of its action executor) for native tests.
+///
+/// Methods that load objects panic with a clear message on bad input: they are test fixtures.
+pub struct FakeCache {
+    inner: Rc<Inner>,
+}
+
+struct Inner {
+    metadata: Metadata,
+    objects: RefCell<Objects>,
+    logs: RefCell<Vec<(Level, String)>>,
+    events: RefCell<Vec<Event>>,
+    next_uid: Cell<u64>,
+}
+
+impl FakeCache {
+    /// A fake granting what `metadata` declares.
+    pub fn new(metadata: Metadata) -> Self {
+        metadata.reconciled_kind();
+        if let Some(s) = &metadata.selector {
+            selector::parse(s)
+                .unwrap_or_else(|e| panic!("reconciled kind: invalid selector {s:?}: {e}"));
+        }
+        for i in &metadata.indexes {
+            if let Err(e) = check_index_path(&i.path) {
+                panic!(
+                    "index {:?} on {}: invalid path {:?}: {e}",
+                    i.name, i.kind, i.path
+                );
+            }
+        }
+        for w in &metadata.watches {
+            if let Some(s) = &w.selector {
+                selector::parse(s)
+                    .unwrap_or_else(|e| panic!("watch of {}: invalid selector {s:?}: {e}", w.kind));
+            }
+        }
+        Self {
+            inner: Rc::new(Inner {
+                metadata,
+                objects: RefCell::default(),
+                logs: RefCell::default(),
+                events: RefCell::default(),
+                next_uid: Cell::new(1),
+            }),
+        }
+    }
+
+    /// A fake granting what reconciler `R` declares.
+    pub fn for_reconciler<R: Reconciler>() -> Self {
+        Self::new(R::metadata())
+    }
+
+    /// Add the objects in a YAML stream (`---`-separated documents; a `kind: List` adds its
+    /// items).
+    pub fn with_yaml(self, yaml: &str) -> Self {
+        self.add_yaml(yaml);
+        self
+    }
+
+    /// Add the objects in a JSON document (an object, an array, or a `kind: List`).
+    pub fn with_json(self, json: &str) -> Self {
+        self.add_json(json);
+        self
+    }
+
+    /// Add one object (any serializable object, e.g. a `serde_json::json!` value or a `k8s` type).
+    pub fn with(self, obj: impl Serialize) -> Self {
+        self.add(obj);
+        self
+    }
+
+    /// Add the objects in every `*.yaml`, `*.yml` and `*.json` file of a directory (in name
+    /// order; not recursive), e.g. the fixtures also given to `wasmloop reconcile --objects`.
+    pub fn with_dir(self, dir: impl AsRef<std::path::Path>) -> Self {
+        let dir = dir.as_ref();
+        let entries = std::fs::read_dir(dir)
+            .unwrap_or_else(|e| panic!("FakeCache: reading {}: {e}", dir.display()));
+        let mut files: Vec<_> = entries.filter_map(|e| e.ok().map(|e| e.path())).collect();
+        files.sort();
+        for f in files {
+            let ext = f.extension().and_then(|e| e.to_str()).unwrap_or_default();
+            if !["yaml", "yml", "json"].contains(&ext) {
+                continue;
+            }
+            let text = std::fs::read_to_string(&f)
+                .unwrap_or_else(|e| panic!("FakeCache: reading {}: {e}", f.display()));
+            let docs: Vec<Value> = if ext == "json" {
+                vec![
+                    serde_json::from_str(&text)
+                        .unwrap_or_else(|e| panic!("FakeCache: {}: {e}", f.display())),
+                ]
+            } else {
+                serde_saphyr::from_multiple(&text)
+                    .unwrap_or_else(|e| panic!("FakeCache: {}: {e}", f.display()))
+            };
+            docs.into_iter().for_each(|d| self.add_document(d));
+        }
+        self
+    }
+
+    /// Add the objects in a YAML stream.
+    pub fn add_yaml(&self, yaml: &str) -> &Self {
+        let docs: Vec<Value> = serde_saphyr::from_multiple(yaml)
+            .unwrap_or_else(|e| panic!("FakeCache: invalid YAML: {e}"));
+        for doc in docs {
+            self.add_document(doc);
+        }
+        self
+    }
+
+    /// Add the objects in a JSON document.
+    pub fn add_json(&self, json: &str) -> &Self {
+        let doc: Value =
+            serde_json::from_str(json).unwrap_or_else(|e| panic!("FakeCache: invalid JSON: {e}"));
+        self.add_document(doc);
+        self
+    }
+
+    /// Add (or replace) one object. Objects without `metadata.uid` get a fresh one;
+    /// `managedFields` is dropped, as the host does.
+    pub fn add(&self, obj: impl Serialize) -> &Self {
+        let v = serde_json::to_value(obj)
+            .unwrap_or_else(|e| panic!("FakeCache: object does not serialize: {e}"));
+        self.insert(v);
+        self
+    }
+
+    /// Remove an object (as if it was deleted), returning it.
+    pub fn remove(&self, key: &ObjectKey) -> Option<Value> {
+        let mut objects = self.inner.objects.borrow_mut();
+        objects
+            .get_mut(&key.kind)?
+            .remove(&(key.namespace.clone(), key.name.clone()))
+    }
+
+    /// The stored object with this key (ignoring grants and selectors).
+    pub fn get(&self, key: &ObjectKey) -> Option<Value> {
+        let objects = self.inner.objects.borrow();
+        objects
+            .get(&key.kind)?
+            .get(&(key.namespace.clone(), key.name.clone()))
+            .cloned()
+    }
+
+    /// All stored objects of `kind`, ordered by namespace and name.
+    pub fn objects(&self, kind: &KindRef) -> Vec<Value> {
+        let objects = self.inner.objects.borrow();
+        objects
+            .get(kind)
+            .map(|m| m.values().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// Reconcile `key` (reason `Event`) with this fake as the cache.
+    ///
+    /// Returns what the host would get: the reconciler's outcome, or its error (including the
+    /// permanent error of an action builder given an unusable object).
+    pub fn reconcile<R: Reconciler>(&self, key: &ObjectKey) -> Result<Outcome, Error> {
+        self.reconcile_request::<R>(Request::new(key.clone()))
+    }
+
+    /// Reconcile a request with this fake as the cache.
+    pub fn reconcile_request<R: Reconciler>(&self, request: Request) -> Result<Outcome, Error> {
+        let reconciled = self.inner.metadata.reconciled_kind();
+        assert_eq!(
+            &request.key.kind, reconciled,
+            "FakeCache: the host only reconciles keys of the reconciled kind {reconciled}"
+        );
+        self.enter(|| R::reconcile(request))
+            .and_then(Outcome::into_result)
+    }
+
+    /// Run `f` with this fake answering the SDK's cache reads and logs on this thread.
+    pub fn enter<T>(&self, f: impl FnOnce() -> T) -> T {
+        let _installed = native::install(self.inner.clone());
+        f()
+    }
+
+    /// Carry out the actions as the host would, against the fake: create adds the object unless
+    /// it exists (AlreadyExists counts as done), apply merges it in (a rough stand-in for
+    /// server-side apply), delete removes it (missing counts as done; no garbage collection),
+    /// update-status merge-patches `.status`, and events are recorded (see [`Self::events`]).
+    pub fn execute(&self, outcome: &Outcome) {
+        for action in &outcome.actions {
+            match action {
+                Action::Create(obj) => {
+                    let key = object::key(obj).unwrap_or_else(|e| panic!("FakeCache: create: {e}"));
+                    if self.get(&key).is_none() {
+                        self.insert(obj.clone());
+                    }
+                }
+                Action::Apply(obj) => {
+                    let key = object::key(obj).unwrap_or_else(|e| panic!("FakeCache: apply: {e}"));
+                    let merged = match self.get(&key) {
+                        Some(mut current) => {
+                            merge_patch(&mut current, obj);
+                            current
+                        }
+                        None => obj.clone(),
+                    };
+                    self.insert(merged);
+                }
+                Action::Delete(key) => {
+                    self.remove(key);
+                }
+                Action::UpdateStatus { key, status } => {
+                    // The host's status write of a missing object fails with NotFound; nothing to do here.
+                    if let Some(mut current) = self.get(key) {
+                        let map = current
+                            .as_object_mut()
+                            .expect("stored objects are JSON objects");
+                        let slot = map
+                            .entry("status")
+                            .or_insert_with(|| Value::Object(Map::new()));
+                        merge_patch(slot, status);
+                        self.insert(current);
+                    }
+                }
+                Action::Event(e) => self.inner.events.borrow_mut().push(e.clone()),
+            }
+        }
+    }
+
+    /// Reconcile `key` and execute the outcome until a reconcile returns no actions; returns the
+    /// outcomes that had actions. Fails if the reconciler errors or has not converged after
+    /// `max_rounds` reconciles.
+    pub fn converge<R: Reconciler>(
+        &self,
+        key: &ObjectKey,
+        max_rounds: usize,
+    ) -> Result<Vec<Outcome>, String> {
+        let mut done = Vec::new();
+        for _ in 0..max_rounds {
+            let outcome = self
+                .reconcile::<R>(key)
+                .map_err(|e| format!("reconcile of {key} failed: {e}"))?;
+            if outcome.is_empty() {
+                return Ok(done);
+            }
+            self.execute(&outcome);
+            done.push(outcome);
+        }
+        Err(format!(
+            "{key} did not converge in {max_rounds} reconciles; last outcome: {:?}",
+            done.last()
+        ))
+    }
+
+    /// Messages logged through the SDK while this fake was installed.
+    pub fn logs(&self) -> Vec<(Level, String)> {
+        self.inner.logs.borrow().clone()
+    }
+
+    /// Events recorded by [`Self::execute`].
+    pub fn events(&self) -> Vec<Event> {
+        self.inner.events.borrow().clone()
+    }
+
+    fn add_document(&self, doc: Value) {
+        match doc {
+            Value::Null => {}
+            Value::Array(items) => items.into_iter().for_each(|i| self.add_document(i)),
+            Value::Object(ref m) if m.get("kind").and_then(Value::as_str) == Some("List") => {
+                if let Some(Value::Array(items)) = doc.get("items") {
+                    items.iter().cloned().for_each(|i| self.add_document(i));
+                }
+            }
+            other => self.insert(other),
+        }
+    }
+
+    fn insert(&self, mut obj: Value) {
+        let key = object::key(&obj).unwrap_or_else(|e| panic!("FakeCache: cannot add {obj}: {e}"));
+        let meta = obj
+            .get_mut("metadata")
+            .and_then(Value::as_object_mut)
+            .expect("object::key found metadata.name");
+        meta.remove("managedFields");
+        if meta
+            .get("uid")
+            .and_then(Value::as_str)
+            .is_none_or(str::is_empty)
+        {
+            let n = self.inner.next_uid.get();
+            self.inner.next_uid.set(n + 1);
+            meta.insert("uid".into(), format!("fake-uid-{n}").into());
+        }
+        self.inner
+            .objects
+            .borrow_mut()
+            .entry(key.kind)
+            .or_default()
+            .insert((key.namespace, key.name), obj);
+    }
+}
+
+impl Inner {
+    /// Whether `kind` is readable, and the selectors limiting what of it is cached
+    /// (`None`: everything is).
+    fn grant(&self, kind: &KindRef) -> Result<Option<Vec<selector::Selector>>, cache::Error> {
+        let m = &self.metadata;
+        let mut selectors = Vec::new();
+        let mut unrestricted = false;
+        let mut declared = false;
+        let mut note = |sel: &Option<String>| {
+            declared = true;
+            match sel {
+                Some(s) => selectors
+                    .push(selector::parse(s).expect("selectors were checked in FakeCache::new")),
+                None => unrestricted = true,
+            }
+        };
+        if m.reconciles.as_ref() == Some(kind) {
+            note(&m.selector);
+        }
+        for w in m.watches.iter().filter(|w| &w.kind == kind) {
+            note(&w.selector);
+        }
+        if m.indexes.iter().any(|i| &i.kind == kind) {
+            note(&None);
+        }
+        if !declared {
+            return Err(cache::Error::NotGranted(format!(
+                "{kind} is not declared in the metadata of plugin {:?} (reconciles, watches or indexes)",
+                m.name
+            )));
+        }
+        Ok((!unrestricted).then_some(selectors))
+    }
+
+    /// The cached objects of `kind` (after watch selectors) that pass `filter`, as JSON.
+    fn read(
+        &self,
+        kind: &KindRef,
+        mut filter: impl FnMut(&Value) -> bool,
+    ) -> Result<Vec<String>, cache::Error> {
+        let selectors = self.grant(kind)?;
+        let objects = self.objects.borrow();
+        let Some(of_kind) = objects.get(kind) else {
+            return Ok(Vec::new());
+        };
+        Ok(of_kind
+            .values()
+            .filter(|o| visible(selectors.as_deref(), o) && filter(o))
+            .map(|o| serde_json::to_string(o).expect("JSON values serialize"))
+            .collect())
+    }
+}
+
+fn visible(selectors: Option<&[selector::Selector]>, obj: &Value) -> bool {
+    match selectors {
+        None => true,
+        Some(sels) => sels.iter().any(|s| s.matches(obj)),
+    }
+}
+
+impl Backend for Inner {
+    fn get(
+        &self,
+        kind: &KindRef,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Result<Option<String>, cache::Error> {
+        let selectors = self.grant(kind)?;
+        let objects = self.objects.borrow();
+        let obj = objects
+            .get(kind)
+            .and_then(|m| m.get(&(namespace.map(str::to_owned), name.to_owned())));
+        Ok(obj
+            .filter(|o| visible(selectors.as_deref(), o))
+            .map(|o| serde_json::to_string(o).expect("JSON values serialize")))
+    }
+
+    fn list(
+        &self,
+        kind: &KindRef,
+        namespace: Option<&str>,
+        sel: Option<&str>,
+    ) -> Result<Vec<String>, cache::Error> {
+        let sel = match sel {
+            Some(s) => Some(
+                selector::parse(s)
+                    .map_err(|e| cache::Error::Invalid(format!("label selector {s:?}: {e}")))?,
+            ),
+            None => None,
+        };
+        self.read(kind, |o| {
+            namespace.is_none_or(|ns| object::namespace(o) == Some(ns))
+                && sel.as_ref().is_none_or(|s| s.matches(o))
+        })
+    }
+
+    fn by_index(
+        &self,
+        kind: &KindRef,
+        index: &str,
+        value: &str,
+    ) -> Result<Vec<String>, cache::Error> {
+        self.grant(kind)?;
+        let path = match index {
+            NAMESPACE_INDEX | OWNER_INDEX => None,
+            _ => match self
+                .metadata
+                .indexes
+                .iter()
+                .find(|i| &i.kind == kind && i.name == index)
+            {
+                Some(i) => Some(i.path.as_str()),
+                None => {
+                    return Err(cache::Error::UnknownIndex(format!(
+                        "no index {index:?} on {kind}: declare it with Metadata::index (namespace and owner always exist)"
+                    )));
+                }
+            },
+        };
+        self.read(kind, |o| {
+            index_values(index, path, o).iter().any(|v| v == value)
+        })
+    }
+
+    fn log(&self, level: Level, message: &str) {
+        eprintln!("[{level:?}] {message}");
+        self.logs.borrow_mut().push((level, message.to_owned()));
+    }
+}
+
+/// The values of index `index` (with declared `path`, if not built in) for one object, as the
+/// host computes them.
+fn index_values(index: &str, path: Option<&str>, obj: &Value) -> Vec<String> {
+    let mut out = Vec::new();
+    match (index, path) {
+        (NAMESPACE_INDEX, None) => out.extend(object::namespace(obj).map(str::to_owned)),
+        (OWNER_INDEX, None) => out.extend(
+            object::controller_uid(obj)
+                .filter(|u| !u.is_empty())
+                .map(str::to_owned),
+        ),
+        (_, Some(path)) => match label_key(path) {
+            Some(key) => out.extend(object::label(obj, key).map(str::to_owned)),
+            None => {
+                let (fields, map_key) = split_map_key(path);
+                let segs: Vec<&str> = fields.split('.').chain(map_key).collect();
+                collect(obj, &segs, &mut out);
+            }
+        },
+        _ => {}
+    }
+    out
+}
+
+/// The label key of a `labels.<key>` (or `metadata.labels.<key>`) index path.
+fn label_key(path: &str) -> Option<&str> {
+    path.strip_prefix("labels.")
+        .or(path.strip_prefix("metadata.labels."))
+}
+
+/// `metadata.annotations.<key>` / `metadata.labels.<key>`: the rest is one key, dots and all.
+fn split_map_key(path: &str) -> (&str, Option<&str>) {
+    for map in ["metadata.annotations", "metadata.labels"] {
+        if let Some(key) = path
+            .strip_prefix(map)
+            .and_then(|rest| rest.strip_prefix('.'))
+        {
+            return (map, Some(key));
+        }
+    }
+    (path, None)
+}
+
+/// Walk `segs` from `v`: arrays fan out (a numeric segment picks one element); scalars at the
+/// end are values.
+fn collect(v: &Value, segs: &[&str], out: &mut Vec<String>) {
+    match (v, segs.split_first()) {
+        (Value::Array(items), Some((seg, rest))) if seg.bytes().all(|b| b.is_ascii_digit()) => {
+            if let Some(item) = seg.parse::<usize>().ok().and_then(|i| items.get(i)) {
+                collect(item, rest, out);
+            }
+        }
+        (Value::Array(items), _) => items.iter().for_each(|item| collect(item, segs, out)),
+        (Value::Object(map), Some((seg, rest))) => {
+            if let Some(child) = map.get(*seg) {
+                collect(child, rest, out);
+            }
+        }
+        (v, None) => out.extend(scalar(v)),
+        _ => {}
+    }
+}
+
+/// Check a declared index path the way the host does when it loads the plugin.
+fn check_index_path(path: &str) -> Result<(), String> {
+    let check_key = |key: &str| {
+        if key.is_empty() || key.contains(|c: char| c.is_whitespace() || "!=(),".contains(c)) {
+            Err(format!("invalid label key {key:?}"))
+        } else {
+            Ok(())
+        }
+    };
+    if let Some(key) = label_key(path) {
+        return check_key(key);
+    }
+    if path.is_empty() {
+        return Err("the path is empty".into());
+    }
+    let (fields, map_key) = split_map_key(path);
+    if let Some(key) = map_key {
+        check_key(key)?;
+    }
+    for seg in fields.split('.') {
+        if seg.is_empty() {
+            return Err("empty segment (leading, trailing or doubled `.`)".into());
+        }
+        if !seg
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+        {
+            return Err(format!(
+                "segment `{seg}` may contain only letters, digits, `_` and `-` (write `spec.containers.0.image`)"
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn scalar(v: &Value) -> Option<String> {
+    match v {
+        Value::String(s) => Some(s.clone()),
+        Value::Number(n) => Some(n.to_string()),
+        Value::Bool(b) => Some(b.to_string()),
+        _ => None,
+    }
+}
+
+/// JSON merge patch (RFC 7386): objects merge recursively, `null` removes, anything else replaces.
+fn merge_patch(target: &mut Value, patch: &Value) {
+    let Value::Object(patch) = patch else {
+        *target = patch.clone();
+        return;
+    };
+    if !target.is_object() {
+        *target = Value::Object(Map::new());
+    }
+    let target = target.as_object_mut().expect("just made an object");
+    for (k, v) in patch {
+        if v.is_null() {
+            target.remove(k);
+        } else {
+            merge_patch(target.entry(k.clone()).or_insert(Value::Null), v);
+        }
+    }
+}
+
+/// Label selectors as the API server parses them: `a=b`, `a==b`, `a!=b`, `a`, `!a`,
+/// `a in (x,y)`, `a notin (x,y)`, comma-separated (all must hold).
+mod selector {
+    use super::*;
+
+    #[derive(Debug)]
+    enum Op {
+        Exists,
+        NotExists,
+        In(BTreeSet<String>),
+        NotIn(BTreeSet<String>),
+    }
+
+    #[derive(Debug)]
+    struct Requirement {
+        key: String,
+        op: Op,
+    }
+
+    /// A parsed selector.
+    #[derive(Debug)]
+    pub(super) struct Selector(Vec<Requirement>);
+
+    impl Selector {
+        pub(super) fn matches(&self, obj: &Value) -> bool {
+            self.0.iter().all(|r| {
+                let v = object::label(obj, &r.key);
+                match &r.op {
+                    Op::Exists => v.is_some(),
+                    Op::NotExists => v.is_none(),
+                    Op::In(set) => v.is_some_and(|v| set.contains(v)),
+                    Op::NotIn(set) => v.is_none_or(|v| !set.contains(v)),
+                }
+            })
+        }
+    }
+
+    pub(super) fn parse(s: &str) -> Result<Selector, String> {
+        let mut reqs = Vec::new();
+        for part in split_top_level(s)? {
+            let part = part.trim();
+            if part.is_empty() {
+                if s.trim().is_empty() {
+                    continue;
+                }
+                return Err("empty requirement".into());
+            }
+            reqs.push(requirement(part)?);
+        }
+        Ok(Selector(reqs))
+    }
+
+    fn split_top_level(s: &str) -> Result<Vec<&str>, String> {
+        let (mut parts, mut depth, mut start) = (Vec::new(), 0i32, 0);
+        for (i, c) in s.char_indices() {
+            match c {
+                '(' => depth += 1,
+                ')' => {
+                    depth -= 1;
+                    if depth < 0 {
+                        return Err("unbalanced ')'".into());
+                    }
+                }
+                ',' if depth == 0 => {
+                    parts.push(&s[start..i]);
+                    start = i + 1;
+                }
+                _ => {}
+            }
+        }
+        if depth != 0 {
+            return Err("unbalanced '('".into());
+        }
+        parts.push(&s[start..]);
+        Ok(parts)
+    }
+
+    fn requirement(part: &str) -> Result<Requirement, String> {
+        if let Some(key) = part.strip_prefix('!') {
+            return Ok(Requirement {
+                key: key_of(key)?,
+                op: Op::NotExists,
+            });
+        }
+        if let Some(open) = part.find('(') {
+            let close = part
+                .rfind(')')
+                .filter(|c| *c == part.len() - 1)
+                .ok_or("set must end with ')'")?;
+            let mut words = part[..open].split_whitespace();
+            let (key, op, rest) = (words.next(), words.next(), words.next());
+            let (Some(key), Some(op), None) = (key, op, rest) else {
+                return Err(format!(
+                    "expected `key in (..)` or `key notin (..)`, got {part:?}"
+                ));
+            };
+            let values: BTreeSet<String> = part[open + 1..close]
+                .split(',')
+                .map(|v| v.trim().to_owned())
+                .filter(|v| !v.is_empty())
+                .collect();
+            let op = match op {
+                "in" => Op::In(values),
+                "notin" => Op::NotIn(values),
+                _ => return Err(format!("unknown set operator {op:?}")),
+            };
+            return Ok(Requirement {
+                key: key_of(key)?,
+                op,
+            });
+        }
+        for (sym, negate) in [("!=", true), ("==", false), ("=", false)] {
+            if let Some((key, value)) = part.split_once(sym) {
+                let value = value.trim();
+                if value.contains(['=', '!', ' ']) {
+                    return Err(format!("invalid value {value:?}"));
+                }
+                let set = BTreeSet::from([value.to_owned()]);
+                let op = if negate { Op::NotIn(set) } else { Op::In(set) };
+                return Ok(Requirement {
+                    key: key_of(key)?,
+                    op,
+                });
+            }
+        }
+        Ok(Requirement {
+            key: key_of(part)?,
+            op: Op::Exists,
+        })
+    }
+
+    fn key_of(key: &str) -> Result<String, String> {
+        let key = key.trim();
+        if key.is_empty() || key.contains(|c: char| c.is_whitespace() || "!=(),".contains(c)) {
+            return Err(format!("invalid label key {key:?}"));
+        }
+        Ok(key.to_owned())
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+        use serde_json::json;
+
+        fn labelled(labels: Value) -> Value {
+            json!({"metadata": {"labels": labels}})
+        }
+
+        #[test]
+        fn selector_forms_match_like_the_api_server() {
+            let o = labelled(json!({"app": "web", "tier": "fe"}));
+            let yes = [
+                "",
+                "app",
+                "app=web",
+                "app==web",
+                "app!=db",
+                "!legacy",
+                "tier in (fe, be)",
+                "tier notin (db)",
+                "legacy notin (x)",
+                "app=web,tier in (fe),!legacy",
+            ];
+            for s in yes {
+                assert!(parse(s).unwrap().matches(&o), "{s:?} should match");
+            }
+            let no = [
+                "db",
+                "app=db",
+                "app!=web",
+                "!app",
+                "tier in (be)",
+                "tier notin (fe,be)",
+                "app=web,tier=be",
+            ];
+            for s in no {
+                assert!(!parse(s).unwrap().matches(&o), "{s:?} should not match");
+            }
+        }
+
+        #[test]
+        fn malformed_selectors_are_rejected() {
+            for s in [
+                "app in (a",
+                "app=web,",
+                "app in a)",
+                "a b",
+                "app=we b",
+                "=x",
+                "app is (x)",
+            ] {
+                assert!(parse(s).is_err(), "{s:?} should be rejected");
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kinds;
+    use crate::{Mapping, Watch, cache};
+    use serde_json::json;
+
+    struct Probe;
+    impl Reconciler for Probe {
+        fn metadata() -> Metadata {
+            Metadata::new("probe", "0")
+                .reconciles(kinds::REPLICA_SET)
+                .owns(kinds::POD)
+                .watch(Watch::new(kinds::CONFIG_MAP, Mapping::SameName).selector("team=a"))
+                .index(kinds::POD, "node", "spec.nodeName")
+                .index(kinds::POD, "app", "labels.app.kubernetes.io/name")
+                .index(kinds::POD, "ports", "spec.ports")
+                .index(kinds::POD, "image", "spec.containers.image")
+                .index(kinds::POD, "team", "metadata.annotations.example.com/team")
+        }
+        fn reconcile(req: Request) -> Result<Outcome, Error> {
+            let pods: Vec<Value> = cache::list(&kinds::POD, req.key.ns(), None)?;
+            crate::info!("{} pods", pods.len());
+            Ok(Outcome::new())
+        }
+    }
+
+    const FIXTURE: &str = r#"
+apiVersion: v1
+kind: List
+items:
+- apiVersion: apps/v1
+  kind: ReplicaSet
+  metadata: {name: web, namespace: prod, uid: rs-1, managedFields: [{manager: x}]}
+- apiVersion: v1
+  kind: Pod
+  metadata:
+    name: web-0
+    namespace: prod
+    labels: {app.kubernetes.io/name: web}
+    annotations: {example.com/team: blue}
+    ownerReferences:
+    - {apiVersion: v1, kind: ConfigMap, name: a, uid: cm-1}
+    - {apiVersion: apps/v1, kind: ReplicaSet, name: web, uid: rs-1, controller: true}
+  spec:
+    nodeName: n1
+    ports: [80, 443]
+    containers: [{name: a, image: nginx}, {name: b, image: envoy}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: other, namespace: dev}
+spec: {nodeName: n2}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: a, namespace: prod, labels: {team: a}}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: b, namespace: prod, labels: {team: b}}
+---
+apiVersion: v1
+kind: Secret
+metadata: {name: s, namespace: prod}
+"#;
+
+    fn fake() -> FakeCache {
+        FakeCache::for_reconciler::<Probe>().with_yaml(FIXTURE)
+    }
+
+    fn names(jsons: Vec<Value>) -> Vec<String> {
+        jsons
+            .iter()
+            .map(|v| object::name(v).unwrap().to_owned())
+            .collect()
+    }
+
+    #[test]
+    fn yaml_lists_load_and_get_strips_managed_fields() {
+        let f = fake();
+        f.enter(|| {
+            let rs: Value = cache::get(&kinds::REPLICA_SET, Some("prod"), "web")
+                .unwrap()
+                .unwrap();
+            assert!(rs["metadata"].get("managedFields").is_none());
+            assert_eq!(rs["metadata"]["uid"], "rs-1");
+            let p: Value = cache::get(&kinds::POD, Some("dev"), "other")
+                .unwrap()
+                .unwrap();
+            assert!(object::uid(&p).unwrap().starts_with("fake-uid-"));
+            assert!(
+                cache::get::<Value>(&kinds::POD, Some("prod"), "nope")
+                    .unwrap()
+                    .is_none()
+            );
+        });
+    }
+
+    #[test]
+    fn builtin_and_declared_indexes_answer_like_the_host() {
+        fake().enter(|| {
+            assert_eq!(
+                names(cache::owned_by(&kinds::POD, "rs-1").unwrap()),
+                ["web-0"]
+            );
+            assert_eq!(
+                names(cache::by_index(&kinds::POD, "namespace", "dev").unwrap()),
+                ["other"]
+            );
+            assert_eq!(
+                names(cache::by_index(&kinds::POD, "node", "n2").unwrap()),
+                ["other"]
+            );
+            assert_eq!(
+                names(cache::by_index(&kinds::POD, "app", "web").unwrap()),
+                ["web-0"]
+            );
+            assert_eq!(
+                names(cache::by_index(&kinds::POD, "ports", "443").unwrap()),
+                ["web-0"]
+            );
+            assert!(
+                cache::by_index::<Value>(&kinds::POD, "node", "n3")
+                    .unwrap()
+                    .is_empty()
+            );
+            let e = cache::by_index::<Value>(&kinds::POD, "zone", "x").unwrap_err();
+            assert!(matches!(e, cache::Error::UnknownIndex(_)), "{e}");
+            // Declared on Pods, not on ConfigMaps.
+            let e = cache::by_index::<Value>(&kinds::CONFIG_MAP, "node", "n1").unwrap_err();
+            assert!(matches!(e, cache::Error::UnknownIndex(_)), "{e}");
+        });
+    }
+
+    #[test]
+    fn undeclared_kinds_are_not_granted() {
+        fake().enter(|| {
+            let e = cache::get::<Value>(&kinds::SECRET, Some("prod"), "s").unwrap_err();
+            assert!(
+                matches!(&e, cache::Error::NotGranted(m) if m.contains("v1/Secret")),
+                "{e}"
+            );
+            assert!(cache::list::<Value>(&kinds::SECRET, None, None).is_err());
+            assert!(cache::by_index::<Value>(&kinds::SECRET, "namespace", "prod").is_err());
+            // `?` in a reconciler turns it into a transient error.
+            let e: Error = e.into();
+            assert!(e.is_transient());
+        });
+    }
+
+    #[test]
+    fn watch_selectors_limit_what_is_cached() {
+        fake().enter(|| {
+            assert_eq!(
+                names(cache::list(&kinds::CONFIG_MAP, Some("prod"), None).unwrap()),
+                ["a"]
+            );
+            assert!(
+                cache::get::<Value>(&kinds::CONFIG_MAP, Some("prod"), "b")
+                    .unwrap()
+                    .is_none()
+            );
+        });
+    }
+
+    #[test]
+    fn list_filters_by_namespace_and_selector() {
+        fake().enter(|| {
+            assert_eq!(
+                names(cache::list(&kinds::POD, None, None).unwrap()),
+                ["other", "web-0"]
+            );
+            assert_eq!(
+                names(cache::list(&kinds::POD, Some("prod"), None).unwrap()),
+                ["web-0"]
+            );
+            assert_eq!(
+                names(cache::list(&kinds::POD, None, Some("!app.kubernetes.io/name")).unwrap()),
+                ["other"]
+            );
+            let e = cache::list::<Value>(&kinds::POD, None, Some("a in (b")).unwrap_err();
+            assert!(matches!(e, cache::Error::Invalid(_)), "{e}");
+        });
+    }
+
+    #[test]
+    fn decode_errors_name_the_object() {
+        #[derive(serde::Deserialize, Debug)]
+        #[allow(dead_code)]
+        struct Wrong {
+            spec: u32,
+        }
+        fake().enter(|| {
+            let e = cache::get::<Wrong>(&kinds::POD, Some("dev"), "other").unwrap_err();
+            assert!(
+                e.to_string()
+                    .starts_with("cannot parse a cached v1/Pod: object other: invalid type"),
+                "{e}"
+            );
+        });
+    }
+
+    #[test]
+    fn reconcile_captures_logs_and_reads_outside_are_no_host() {
+        let f = fake();
+        let out = f
+            .reconcile::<Probe>(&kinds::REPLICA_SET.key(Some("prod"), "web"))
+            .unwrap();
+        assert!(out.is_empty());
+        assert_eq!(f.logs(), [(Level::Info, "1 pods".to_owned())]);
+        assert_eq!(
+            cache::get::<Value>(&kinds::POD, None, "x").unwrap_err(),
+            cache::Error::NoHost
+        );
+    }
+
+    #[test]
+    fn execute_plays_the_host() {
+        let f = fake();
+        let rs_key = kinds::REPLICA_SET.key(Some("prod"), "web");
+        let rs = f.get(&rs_key).unwrap();
+        let out = Outcome::new()
+            .create_owned(&rs, json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web-1"}}))
+            .create(&json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web-0", "namespace": "prod"}}))
+            .delete_key(kinds::POD.key(Some("dev"), "other"))
+            .delete_key(kinds::POD.key(Some("dev"), "missing"))
+            .status(&rs, json!({"replicas": 2}))
+            .apply(&json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a", "namespace": "prod"},
+                           "data": {"k": "v"}}))
+            .event(&rs, crate::EventType::Normal, "Scaled", "up");
+        f.execute(&out);
+        let web1 = f.get(&kinds::POD.key(Some("prod"), "web-1")).unwrap();
+        assert_eq!(object::controller_uid(&web1), Some("rs-1"));
+        // An existing object is not replaced by a create.
+        let web0 = f.get(&kinds::POD.key(Some("prod"), "web-0")).unwrap();
+        assert_eq!(web0["spec"]["nodeName"], "n1");
+        assert!(f.get(&kinds::POD.key(Some("dev"), "other")).is_none());
+        assert_eq!(f.get(&rs_key).unwrap()["status"], json!({"replicas": 2}));
+        let cm = f.get(&kinds::CONFIG_MAP.key(Some("prod"), "a")).unwrap();
+        assert_eq!(
+            (
+                cm["data"]["k"].as_str(),
+                cm["metadata"]["labels"]["team"].as_str()
+            ),
+            (Some("v"), Some("a"))
+        );
+        assert_eq!(f.events()[0].reason, "Scaled");
+    }
+
+    #[test]
+    #[should_panic(expected = "only reconciles keys of the reconciled kind")]
+    fn reconciling_another_kind_is_a_test_bug() {
+        let _ = fake().reconcile::<Probe>(&kinds::POD.key(Some("prod"), "web-0"));
+    }
+
+    #[test]
+    #[should_panic(expected = "index \"x\" on v1/Pod: invalid path \"spec.containers[0].image\"")]
+    fn invalid_index_paths_are_refused_like_the_host_does() {
+        FakeCache::new(Metadata::new("p", "0").reconciles(kinds::POD).index(
+            kinds::POD,
+            "x",
+            "spec.containers[0].image",
+        ));
+    }
+
+    #[test]
+    fn index_path_checks() {
+        for ok in [
+            "labels.app.kubernetes.io/name",
+            "metadata.labels.app",
+            "spec.nodeName",
+            "spec.containers.0.image",
+            "metadata.annotations.example.com/x",
+        ] {
+            assert!(check_index_path(ok).is_ok(), "{ok}");
+        }
+        for bad in [
+            "",
+            "labels.",
+            "spec..x",
+            ".spec",
+            "spec.",
+            "labels.a b",
+            "metadata.annotations.",
+        ] {
+            assert!(check_index_path(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn directories_of_fixtures_load() {
+        let dir =
+            std::env::temp_dir().join(format!("wasmloop-sdk-fixtures-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("a.yaml"), FIXTURE).unwrap();
+        std::fs::write(
+            dir.join("b.json"),
+            r#"{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "j", "namespace": "dev"}}"#,
+        )
+        .unwrap();
+        std::fs::write(dir.join("notes.txt"), "not: [an object").unwrap();
+        let f = FakeCache::for_reconciler::<Probe>().with_dir(&dir);
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert_eq!(names(f.objects(&kinds::POD)), ["j", "other", "web-0"]);
+        assert_eq!(f.objects(&kinds::CONFIG_MAP).len(), 2);
+    }
+
+    #[test]
+    #[should_panic(expected = "has no metadata.name")]
+    fn fixtures_without_names_are_rejected() {
+        FakeCache::for_reconciler::<Probe>()
+            .with_json(r#"{"apiVersion": "v1", "kind": "Pod", "metadata": {}}"#);
+    }
+}

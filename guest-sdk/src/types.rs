@@ -1,0 +1,368 @@
+//! Names of API types and objects, requests, and the plugin's self-description.
+
+use std::borrow::Cow;
+use std::fmt;
+
+/// An API type: `apps/v1` + `ReplicaSet`, or `v1` + `Pod` for the core group.
+///
+/// Well-known kinds are constants in [`crate::kinds`]; build your own with [`KindRef::new`]
+/// or, in a `const`, with [`KindRef::from_static`].
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct KindRef {
+    /// `group/version`, or just `version` for the core group.
+    pub api_version: Cow<'static, str>,
+    /// The kind, e.g. `Pod`.
+    pub kind: Cow<'static, str>,
+}
+
+impl KindRef {
+    /// A kind from owned or borrowed strings.
+    pub fn new(api_version: impl Into<String>, kind: impl Into<String>) -> Self {
+        Self {
+            api_version: Cow::Owned(api_version.into()),
+            kind: Cow::Owned(kind.into()),
+        }
+    }
+
+    /// A kind from string literals, usable in `const` items.
+    pub const fn from_static(api_version: &'static str, kind: &'static str) -> Self {
+        Self {
+            api_version: Cow::Borrowed(api_version),
+            kind: Cow::Borrowed(kind),
+        }
+    }
+
+    /// The kind of a `k8s-openapi` type, e.g. `KindRef::of::<k8s::api::core::v1::Pod>()`.
+    #[cfg(feature = "k8s")]
+    pub fn of<T: k8s_openapi::Resource>() -> Self {
+        Self::from_static(T::API_VERSION, T::KIND)
+    }
+
+    /// The API group (`""` for the core group).
+    pub fn group(&self) -> &str {
+        self.api_version.split_once('/').map_or("", |(g, _)| g)
+    }
+
+    /// An object key of this kind.
+    pub fn key(&self, namespace: Option<&str>, name: impl Into<String>) -> ObjectKey {
+        ObjectKey {
+            kind: self.clone(),
+            namespace: namespace.map(str::to_owned),
+            name: name.into(),
+        }
+    }
+}
+
+impl fmt::Display for KindRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.api_version, self.kind)
+    }
+}
+
+/// One object: its kind, namespace (`None` for cluster-scoped kinds) and name.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ObjectKey {
+    /// The object's API type.
+    pub kind: KindRef,
+    /// `None` for cluster-scoped kinds.
+    pub namespace: Option<String>,
+    /// `metadata.name`.
+    pub name: String,
+}
+
+impl ObjectKey {
+    /// A key from its parts.
+    pub fn new(kind: KindRef, namespace: Option<&str>, name: impl Into<String>) -> Self {
+        kind.key(namespace, name)
+    }
+
+    /// The namespace as `Option<&str>`, the form the cache functions take.
+    pub fn ns(&self) -> Option<&str> {
+        self.namespace.as_deref()
+    }
+}
+
+impl fmt::Display for ObjectKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.namespace {
+            Some(ns) => write!(f, "{} {}/{}", self.kind, ns, self.name),
+            None => write!(f, "{} {}", self.kind, self.name),
+        }
+    }
+}
+
+/// Why a key was queued (the first cause, when several were folded into one reconcile).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reason {
+    /// An add, update or delete of the object or of an object that maps to it.
+    Event,
+    /// The periodic resync replayed the cache.
+    Resync,
+    /// The previous reconcile asked for a requeue.
+    Requeue,
+    /// The previous reconcile failed; this is attempt number N (1 = first retry).
+    Retry(u32),
+}
+
+/// One reconcile request: which object, and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Request {
+    /// The object to reconcile (always of the reconciled kind).
+    pub key: ObjectKey,
+    /// Why it was queued; reconcile should not depend on it for correctness.
+    pub reason: Reason,
+}
+
+impl Request {
+    /// A request caused by an event, the common case (handy in tests).
+    pub fn new(key: ObjectKey) -> Self {
+        Self {
+            key,
+            reason: Reason::Event,
+        }
+    }
+}
+
+/// How events on a watched kind turn into keys of the reconciled kind.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Mapping {
+    /// Enqueue the object's controller owner (`ownerReferences[controller=true]`) if it is of
+    /// the reconciled kind.
+    Owner,
+    /// Enqueue the reconciled object named by this label's value, in the object's namespace.
+    Label(String),
+    /// Enqueue the reconciled object with the same namespace and name.
+    SameName,
+    /// Enqueue the reconciled object whose name is the object's namespace (Namespace ← ConfigMap).
+    Namespace,
+}
+
+/// A secondary kind the plugin watches (and so may read).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Watch {
+    /// The watched kind (readable by the plugin).
+    pub kind: KindRef,
+    /// How its events map to reconciled keys.
+    pub mapping: Mapping,
+    /// Label selector limiting which objects are watched and cached.
+    pub selector: Option<String>,
+}
+
+impl Watch {
+    /// Watch every object of `kind`.
+    pub fn new(kind: KindRef, mapping: Mapping) -> Self {
+        Self {
+            kind,
+            mapping,
+            selector: None,
+        }
+    }
+
+    /// Watch (and cache) only objects matching this label selector, e.g. `app=web,tier!=db`.
+    pub fn selector(mut self, selector: impl Into<String>) -> Self {
+        self.selector = Some(selector.into());
+        self
+    }
+}
+
+/// An extra index the plugin reads through [`crate::cache::by_index`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Index {
+    /// The indexed kind (readable by the plugin).
+    pub kind: KindRef,
+    /// The name used in `by_index` calls.
+    pub name: String,
+    /// `labels.<key>` (the label's value) or a dotted field path such as `spec.nodeName`.
+    pub path: String,
+}
+
+/// What a plugin says about itself: what it reconciles, watches and indexes.
+///
+/// ```
+/// use wasmloop_sdk::{kinds, KindRef, Mapping, Metadata};
+/// const PODSET: KindRef = KindRef::from_static("wasmloop.dev/v1alpha1", "PodSet");
+/// let meta = Metadata::new("podset", "0.1.0")
+///     .reconciles(PODSET)
+///     .owns(kinds::POD)
+///     .watches(kinds::CONFIG_MAP, Mapping::SameName)
+///     .index(kinds::POD, "node", "spec.nodeName");
+/// assert_eq!(meta.readable_kinds().len(), 3);
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Metadata {
+    /// The plugin's name (field manager for apply, source of its Events).
+    pub name: String,
+    /// The plugin's own version.
+    pub version: String,
+    /// The kind whose keys this plugin reconciles (required).
+    pub reconciles: Option<KindRef>,
+    /// Label selector for the reconciled kind, if only some objects matter.
+    pub selector: Option<String>,
+    /// Secondary kinds and how their events map to reconciled keys.
+    pub watches: Vec<Watch>,
+    /// Extra indexes for [`crate::cache::by_index`].
+    pub indexes: Vec<Index>,
+}
+
+impl Metadata {
+    /// Start describing plugin `name` at `version` (usually `env!("CARGO_PKG_VERSION")`).
+    pub fn new(name: impl Into<String>, version: impl Into<String>) -> Self {
+        Self {
+            name: name.into(),
+            version: version.into(),
+            reconciles: None,
+            selector: None,
+            watches: Vec::new(),
+            indexes: Vec::new(),
+        }
+    }
+
+    /// The kind whose keys this plugin reconciles.
+    pub fn reconciles(mut self, kind: KindRef) -> Self {
+        self.reconciles = Some(kind);
+        self
+    }
+
+    /// Reconcile (and cache) only objects of the reconciled kind matching this label selector.
+    pub fn selector(mut self, selector: impl Into<String>) -> Self {
+        self.selector = Some(selector.into());
+        self
+    }
+
+    /// Watch a kind whose objects the plugin controls: an event on one enqueues its controller
+    /// owner. Same as `.watches(kind, Mapping::Owner)`.
+    pub fn owns(self, kind: KindRef) -> Self {
+        self.watch(Watch::new(kind, Mapping::Owner))
+    }
+
+    /// Watch a kind with the given mapping to reconciled keys.
+    pub fn watches(self, kind: KindRef, mapping: Mapping) -> Self {
+        self.watch(Watch::new(kind, mapping))
+    }
+
+    /// Add a watch (use this form to give it a selector).
+    pub fn watch(mut self, watch: Watch) -> Self {
+        self.watches.push(watch);
+        self
+    }
+
+    /// Declare index `name` on `kind` over `path` (`labels.<key>` or a dotted field path).
+    /// Declaring an index also makes `kind` readable.
+    pub fn index(
+        mut self,
+        kind: KindRef,
+        name: impl Into<String>,
+        path: impl Into<String>,
+    ) -> Self {
+        self.indexes.push(Index {
+            kind,
+            name: name.into(),
+            path: path.into(),
+        });
+        self
+    }
+
+    /// Every kind the plugin may read: the reconciled kind, watched kinds and indexed kinds,
+    /// without duplicates (the host grants exactly these).
+    pub fn readable_kinds(&self) -> Vec<&KindRef> {
+        let mut out: Vec<&KindRef> = Vec::new();
+        let all = self
+            .reconciles
+            .iter()
+            .chain(self.watches.iter().map(|w| &w.kind))
+            .chain(self.indexes.iter().map(|i| &i.kind));
+        for k in all {
+            if !out.contains(&k) {
+                out.push(k);
+            }
+        }
+        out
+    }
+
+    /// The reconciled kind, or a clear panic when the builder forgot it. The host cannot load a
+    /// plugin without one, so this is a programming error caught at load (or in the first test).
+    #[cfg_attr(
+        all(not(target_arch = "wasm32"), not(feature = "testing")),
+        allow(dead_code)
+    )]
+    pub(crate) fn reconciled_kind(&self) -> &KindRef {
+        self.reconciles.as_ref().unwrap_or_else(|| {
+            panic!(
+                "plugin {:?}: Metadata has no reconciled kind; call .reconciles(kind)",
+                self.name
+            )
+        })
+    }
+}
+
+/// Well-known kinds.
+pub mod kinds {
+    use super::KindRef;
+
+    /// `v1` `Pod`.
+    pub const POD: KindRef = KindRef::from_static("v1", "Pod");
+    /// `v1` `ConfigMap`.
+    pub const CONFIG_MAP: KindRef = KindRef::from_static("v1", "ConfigMap");
+    /// `v1` `Secret`.
+    pub const SECRET: KindRef = KindRef::from_static("v1", "Secret");
+    /// `v1` `Service`.
+    pub const SERVICE: KindRef = KindRef::from_static("v1", "Service");
+    /// `v1` `Namespace`.
+    pub const NAMESPACE: KindRef = KindRef::from_static("v1", "Namespace");
+    /// `v1` `Node`.
+    pub const NODE: KindRef = KindRef::from_static("v1", "Node");
+    /// `v1` `ServiceAccount`.
+    pub const SERVICE_ACCOUNT: KindRef = KindRef::from_static("v1", "ServiceAccount");
+    /// `apps/v1` `ReplicaSet`.
+    pub const REPLICA_SET: KindRef = KindRef::from_static("apps/v1", "ReplicaSet");
+    /// `apps/v1` `Deployment`.
+    pub const DEPLOYMENT: KindRef = KindRef::from_static("apps/v1", "Deployment");
+    /// `apps/v1` `StatefulSet`.
+    pub const STATEFUL_SET: KindRef = KindRef::from_static("apps/v1", "StatefulSet");
+    /// `apps/v1` `DaemonSet`.
+    pub const DAEMON_SET: KindRef = KindRef::from_static("apps/v1", "DaemonSet");
+    /// `batch/v1` `Job`.
+    pub const JOB: KindRef = KindRef::from_static("batch/v1", "Job");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kind_group_and_display() {
+        assert_eq!(kinds::POD.group(), "");
+        assert_eq!(kinds::REPLICA_SET.group(), "apps");
+        assert_eq!(kinds::REPLICA_SET.to_string(), "apps/v1/ReplicaSet");
+        assert_eq!(KindRef::new("v1", "Pod"), kinds::POD);
+    }
+
+    #[test]
+    fn key_display_with_and_without_namespace() {
+        assert_eq!(kinds::POD.key(Some("ns"), "p").to_string(), "v1/Pod ns/p");
+        assert_eq!(
+            kinds::NAMESPACE.key(None, "team-a").to_string(),
+            "v1/Namespace team-a"
+        );
+    }
+
+    #[test]
+    fn readable_kinds_are_deduplicated_in_order() {
+        let m = Metadata::new("x", "1")
+            .reconciles(kinds::REPLICA_SET)
+            .owns(kinds::POD)
+            .watches(kinds::REPLICA_SET, Mapping::SameName)
+            .index(kinds::POD, "node", "spec.nodeName")
+            .index(kinds::NODE, "zone", "labels.zone");
+        assert_eq!(
+            m.readable_kinds(),
+            vec![&kinds::REPLICA_SET, &kinds::POD, &kinds::NODE]
+        );
+    }
+
+    #[test]
+    #[should_panic(expected = "no reconciled kind")]
+    fn missing_reconciled_kind_is_a_clear_panic() {
+        Metadata::new("x", "1").reconciled_kind();
+    }
+}

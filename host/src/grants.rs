@@ -1,0 +1,563 @@
+//! What a plugin may read and do: the admin's grants from the plugin manifest (`plugin.yaml`).
+//!
+//! ```yaml
+//! grants:
+//!   - kinds: ["wasmloop.dev/v1alpha1/PodSet"]       # "<apiVersion>/<Kind>", core: "v1/Pod"; "*" = any
+//!     verbs: [read, update-status, event]
+//!   - kinds: ["v1/Pod"]
+//!     verbs: [read, create, delete]
+//!     namespaces: ["shop"]                           # optional; absent = all namespaces
+//! ```
+//!
+//! A namespace-restricted grant never covers cluster-scoped objects (namespace `None`), nor reads
+//! across all namespaces: such reads are filtered by the plugin runtime to the granted namespaces.
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde_json::Value;
+
+use crate::actions::Action;
+use crate::controller::ReconcilerSpec;
+use crate::kinds::{KindRef, ObjectKey};
+
+/// Errors parsing grants or checking something against them.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Error {
+    /// An action, or a declared read, that no grant covers.
+    #[error("plugin {plugin} may not {verb} {target}: {reason}")]
+    Denied { plugin: String, verb: Verb, target: String, reason: String },
+    /// A plugin declares reading a kind it has no read grant for.
+    #[error(
+        "plugin {plugin} declares reading {kind} ({role}) but has no read grant for it: \
+         add `{{kinds: [\"{kind}\"], verbs: [read]}}` to its grants"
+    )]
+    MissingRead { plugin: String, kind: KindRef, role: &'static str },
+    /// An action whose object cannot be identified (checked before any grant).
+    #[error("plugin {plugin}: {verb} action has an invalid object: {reason}")]
+    InvalidAction { plugin: String, verb: Verb, reason: String },
+    /// Action `index` of an outcome was refused.
+    #[error("action {index}: {source}")]
+    Action { index: usize, source: Box<Error> },
+    #[error("invalid kind {0:?} in grants: expected \"<apiVersion>/<Kind>\" (e.g. \"v1/Pod\", \"apps/v1/ReplicaSet\") or \"*\"")]
+    InvalidKind(String),
+    #[error("invalid verb {0:?} in grants: expected one of read, create, apply, delete, update-status, event, *")]
+    InvalidVerb(String),
+    #[error("invalid grants YAML: {0}")]
+    Yaml(String),
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// What a grant allows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Verb {
+    /// get/list/watch through the cache.
+    Read,
+    Create,
+    /// Server-side apply.
+    Apply,
+    Delete,
+    UpdateStatus,
+    /// Record Events about objects of the kind.
+    Event,
+    /// Every verb.
+    All,
+}
+
+impl Verb {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verb::Read => "read",
+            Verb::Create => "create",
+            Verb::Apply => "apply",
+            Verb::Delete => "delete",
+            Verb::UpdateStatus => "update-status",
+            Verb::Event => "event",
+            Verb::All => "*",
+        }
+    }
+
+    fn covers(self, wanted: Verb) -> bool {
+        self == Verb::All || self == wanted
+    }
+}
+
+impl fmt::Display for Verb {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for Verb {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        Ok(match s.trim() {
+            "read" => Verb::Read,
+            "create" => Verb::Create,
+            "apply" => Verb::Apply,
+            "delete" => Verb::Delete,
+            "update-status" => Verb::UpdateStatus,
+            "event" => Verb::Event,
+            "*" => Verb::All,
+            other => return Err(Error::InvalidVerb(other.to_owned())),
+        })
+    }
+}
+
+impl Serialize for Verb {
+    fn serialize<S: Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for Verb {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        String::deserialize(d)?.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+/// A kind in a grant: one `<apiVersion>/<Kind>`, or `*` for any kind.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum KindPattern {
+    Any,
+    Exact(KindRef),
+}
+
+impl KindPattern {
+    pub fn matches(&self, kind: &KindRef) -> bool {
+        match self {
+            KindPattern::Any => true,
+            KindPattern::Exact(k) => k == kind,
+        }
+    }
+}
+
+impl fmt::Display for KindPattern {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            KindPattern::Any => f.write_str("*"),
+            KindPattern::Exact(k) => k.fmt(f),
+        }
+    }
+}
+
+impl FromStr for KindPattern {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        let s = s.trim();
+        if s == "*" {
+            return Ok(KindPattern::Any);
+        }
+        let invalid = || Error::InvalidKind(s.to_owned());
+        let (api_version, kind) = s.rsplit_once('/').ok_or_else(invalid)?;
+        let kind_ok = kind.chars().next().is_some_and(|c| c.is_ascii_alphabetic())
+            && kind.chars().all(|c| c.is_ascii_alphanumeric());
+        let k = KindRef::new(api_version, kind);
+        if !kind_ok || k.group_version().is_err() {
+            return Err(invalid());
+        }
+        Ok(KindPattern::Exact(k))
+    }
+}
+
+impl Serialize for KindPattern {
+    fn serialize<S: Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for KindPattern {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        String::deserialize(d)?.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+/// One rule: these verbs on these kinds, optionally only in these namespaces.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Grant {
+    pub kinds: Vec<KindPattern>,
+    pub verbs: Vec<Verb>,
+    /// `None` = every namespace and cluster-scoped objects.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespaces: Option<Vec<String>>,
+}
+
+impl Grant {
+    fn covers_kind_verb(&self, kind: &KindRef, verb: Verb) -> bool {
+        self.kinds.iter().any(|k| k.matches(kind)) && self.verbs.iter().any(|v| v.covers(verb))
+    }
+
+    /// `namespace: None` = a cluster-scoped object, or all namespaces at once.
+    fn covers_namespace(&self, namespace: Option<&str>) -> bool {
+        match (&self.namespaces, namespace) {
+            (None, _) => true,
+            (Some(list), Some(ns)) => list.iter().any(|n| n == ns),
+            (Some(_), None) => false,
+        }
+    }
+}
+
+/// Where a reader may look for a kind.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ReadScope {
+    /// No read grant on the kind.
+    None,
+    /// Every namespace and cluster-scoped objects.
+    All,
+    /// Only objects in these namespaces.
+    Namespaces(Vec<String>),
+}
+
+impl ReadScope {
+    /// Whether an object in `namespace` (None = cluster-scoped) is visible.
+    pub fn allows(&self, namespace: Option<&str>) -> bool {
+        match (self, namespace) {
+            (ReadScope::All, _) => true,
+            (ReadScope::Namespaces(list), Some(ns)) => list.iter().any(|n| n == ns),
+            _ => false,
+        }
+    }
+}
+
+/// A plugin's grants. Deserialises from the list under `grants:`; [`Grants::from_yaml`] reads a
+/// whole manifest. The plugin name (for messages) is set with [`Grants::named`].
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Grants {
+    rules: Vec<Grant>,
+    #[serde(skip)]
+    plugin: String,
+}
+
+impl Grants {
+    pub fn new(plugin: impl Into<String>, rules: Vec<Grant>) -> Self {
+        Self { rules, plugin: plugin.into() }
+    }
+
+    /// Everything on every kind (native reconcilers, tests).
+    pub fn all() -> Self {
+        Self::new("*", vec![Grant { kinds: vec![KindPattern::Any], verbs: vec![Verb::All], namespaces: None }])
+    }
+
+    /// Nothing at all.
+    pub fn none(plugin: impl Into<String>) -> Self {
+        Self::new(plugin, Vec::new())
+    }
+
+    /// Parse the `grants:` key of a manifest (other keys are ignored; a missing key = no grants).
+    pub fn from_yaml(plugin: impl Into<String>, yaml: &str) -> Result<Self> {
+        #[derive(Deserialize)]
+        struct Doc {
+            #[serde(default)]
+            grants: Grants,
+        }
+        let doc: Doc = serde_saphyr::from_str(yaml).map_err(|e| Error::Yaml(e.to_string()))?;
+        Ok(doc.grants.named(plugin))
+    }
+
+    /// The same grants, reporting `plugin` in messages.
+    pub fn named(mut self, plugin: impl Into<String>) -> Self {
+        self.plugin = plugin.into();
+        self
+    }
+
+    pub fn plugin(&self) -> &str {
+        &self.plugin
+    }
+
+    pub fn rules(&self) -> &[Grant] {
+        &self.rules
+    }
+
+    /// Whether objects of `kind` in `namespace` may be read (`None`: cluster-scoped, or all
+    /// namespaces at once).
+    pub fn allows_read(&self, kind: &KindRef, namespace: Option<&str>) -> bool {
+        self.allows(Verb::Read, kind, namespace)
+    }
+
+    /// Check a read of `kind` in `namespace` (`None`: cluster-scoped or all namespaces),
+    /// explaining a refusal.
+    pub fn check_read(&self, kind: &KindRef, namespace: Option<&str>) -> Result<()> {
+        self.check(Verb::Read, kind, namespace, None)
+    }
+
+    /// Where objects of `kind` may be read.
+    pub fn read_scope(&self, kind: &KindRef) -> ReadScope {
+        let mut namespaces: Vec<String> = Vec::new();
+        let mut any = false;
+        for g in self.rules.iter().filter(|g| g.covers_kind_verb(kind, Verb::Read)) {
+            match &g.namespaces {
+                None => return ReadScope::All,
+                Some(list) => {
+                    any = true;
+                    for ns in list {
+                        if !namespaces.contains(ns) {
+                            namespaces.push(ns.clone());
+                        }
+                    }
+                }
+            }
+        }
+        if any { ReadScope::Namespaces(namespaces) } else { ReadScope::None }
+    }
+
+    /// Whether `verb` on `kind` in `namespace` is granted.
+    pub fn allows(&self, verb: Verb, kind: &KindRef, namespace: Option<&str>) -> bool {
+        self.rules.iter().any(|g| g.covers_kind_verb(kind, verb) && g.covers_namespace(namespace))
+    }
+
+    /// Check `verb` on `target`, explaining a refusal.
+    fn check(&self, verb: Verb, kind: &KindRef, namespace: Option<&str>, name: Option<&str>) -> Result<()> {
+        if self.allows(verb, kind, namespace) {
+            return Ok(());
+        }
+        let on_kind: Vec<&Grant> = self.rules.iter().filter(|g| g.kinds.iter().any(|k| k.matches(kind))).collect();
+        let with_verb: Vec<&Grant> = on_kind.iter().copied().filter(|g| g.verbs.iter().any(|v| v.covers(verb))).collect();
+        let reason = if on_kind.is_empty() {
+            format!("no grant covers kind {kind}")
+        } else if with_verb.is_empty() {
+            format!("no grant for verb {verb}")
+        } else {
+            let mut granted: Vec<&str> =
+                with_verb.iter().flat_map(|g| g.namespaces.iter().flatten()).map(String::as_str).collect();
+            granted.sort_unstable();
+            granted.dedup();
+            format!("{verb} on {kind} is granted only in namespaces {}", granted.join(", "))
+        };
+        let mut target = kind.to_string();
+        if let Some(name) = name {
+            target.push(' ');
+            target.push_str(name);
+        }
+        match namespace {
+            Some(ns) => target.push_str(&format!(" in namespace {ns}")),
+            None if name.is_some() => target.push_str(" (cluster-scoped)"),
+            None => target.push_str(" across all namespaces"),
+        }
+        Err(Error::Denied { plugin: self.plugin_label().to_owned(), verb, target, reason })
+    }
+
+    fn plugin_label(&self) -> &str {
+        if self.plugin.is_empty() { "(unnamed)" } else { &self.plugin }
+    }
+
+    /// Check one action before it is sent. The error names verb, kind, namespace and object.
+    pub fn check_action(&self, action: &Action) -> Result<()> {
+        let (verb, target) = self.action_target(action)?;
+        self.check(verb, &target.kind, target.namespace.as_deref(), Some(&target.name))
+    }
+
+    /// Check every action of an outcome; nothing should be sent if this fails.
+    /// The error names the first refused action's index.
+    pub fn check_actions(&self, actions: &[Action]) -> Result<()> {
+        for (index, action) in actions.iter().enumerate() {
+            self.check_action(action).map_err(|e| Error::Action { index, source: Box::new(e) })?;
+        }
+        Ok(())
+    }
+
+    /// The grant verb an action needs and the object it touches.
+    pub fn action_target(&self, action: &Action) -> Result<(Verb, ObjectKey)> {
+        let object_key = |verb: Verb, object: &Value| -> Result<(Verb, ObjectKey)> {
+            let invalid = |reason: String| Error::InvalidAction { plugin: self.plugin_label().to_owned(), verb, reason };
+            let field = |v: &Value, name: &str| v.get(name).and_then(Value::as_str).unwrap_or_default().to_owned();
+            let (api_version, kind) = (field(object, "apiVersion"), field(object, "kind"));
+            if api_version.is_empty() || kind.is_empty() {
+                return Err(invalid("apiVersion and kind are required".into()));
+            }
+            let meta = object.get("metadata").cloned().unwrap_or(Value::Null);
+            let mut name = field(&meta, "name");
+            if name.is_empty() && verb == Verb::Create {
+                name = field(&meta, "generateName");
+            }
+            if name.is_empty() {
+                return Err(invalid(format!("{api_version}/{kind} without metadata.name")));
+            }
+            let namespace = Some(field(&meta, "namespace")).filter(|n| !n.is_empty());
+            Ok((verb, ObjectKey::new(KindRef::new(api_version, kind), namespace, name)))
+        };
+        match action {
+            Action::Create { object } => object_key(Verb::Create, object),
+            Action::Apply { object } => object_key(Verb::Apply, object),
+            Action::Delete { key } => Ok((Verb::Delete, key.clone())),
+            Action::UpdateStatus { key, .. } => Ok((Verb::UpdateStatus, key.clone())),
+            Action::Event { regarding, .. } => Ok((Verb::Event, regarding.clone())),
+        }
+    }
+
+    /// Check that every kind the reconciler declares reading is readable (in some namespace).
+    pub fn check_spec(&self, spec: &ReconcilerSpec) -> Result<()> {
+        let plugin = if self.plugin.is_empty() { spec.name.clone() } else { self.plugin.clone() };
+        let roles = std::iter::once((&spec.reconciles, "reconciles"))
+            .chain(spec.watches.iter().map(|w| (&w.kind, "watches")))
+            .chain(spec.indexes.iter().map(|i| (&i.kind, "indexes")));
+        for (kind, role) in roles {
+            if self.read_scope(kind) == ReadScope::None {
+                return Err(Error::MissingRead { plugin, kind: kind.clone(), role });
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::actions::EventType;
+    use crate::controller::{Mapping, WatchSpec};
+    use serde_json::json;
+
+    const YAML: &str = r#"
+name: podset
+grants:
+  - kinds: ["wasmloop.dev/v1alpha1/PodSet"]
+    verbs: [read, update-status, event]
+  - kinds: ["v1/Pod"]
+    verbs: [read, create, delete]
+    namespaces: ["shop"]
+"#;
+
+    fn podset() -> KindRef {
+        KindRef::new("wasmloop.dev/v1alpha1", "PodSet")
+    }
+    fn pod() -> KindRef {
+        KindRef::new("v1", "Pod")
+    }
+    fn grants() -> Grants {
+        Grants::from_yaml("podset", YAML).unwrap()
+    }
+
+    #[test]
+    fn parses_manifest_grants() {
+        let g = grants();
+        assert_eq!(g.plugin(), "podset");
+        assert_eq!(g.rules().len(), 2);
+        assert_eq!(g.rules()[0].kinds, vec![KindPattern::Exact(podset())]);
+        assert_eq!(g.rules()[0].verbs, vec![Verb::Read, Verb::UpdateStatus, Verb::Event]);
+        assert_eq!(g.rules()[1].namespaces, Some(vec!["shop".to_string()]));
+        assert_eq!(Grants::from_yaml("x", "name: x\n").unwrap().rules().len(), 0);
+    }
+
+    #[test]
+    fn rejects_bad_kinds_and_verbs() {
+        let bad_verb = "grants:\n  - kinds: [v1/Pod]\n    verbs: [write]\n";
+        let err = Grants::from_yaml("x", bad_verb).unwrap_err().to_string();
+        assert!(err.contains("invalid verb \"write\""), "{err}");
+        for kind in ["Pod", "v1/", "/Pod", "a/b/c/Pod", "v1/Po-d"] {
+            let yaml = format!("grants:\n  - kinds: [\"{kind}\"]\n    verbs: [read]\n");
+            let err = Grants::from_yaml("x", &yaml).unwrap_err().to_string();
+            assert!(err.contains("invalid kind"), "{kind}: {err}");
+        }
+        let unknown = "grants:\n  - kinds: [v1/Pod]\n    verbs: [read]\n    namespace: [a]\n";
+        assert!(Grants::from_yaml("x", unknown).is_err());
+    }
+
+    #[test]
+    fn reads_respect_kinds_and_namespaces() {
+        let g = grants();
+        assert!(g.allows_read(&podset(), Some("any")));
+        assert!(g.allows_read(&podset(), None));
+        assert!(g.allows_read(&pod(), Some("shop")));
+        assert!(!g.allows_read(&pod(), Some("kube-system")));
+        assert!(!g.allows_read(&pod(), None), "a namespace-restricted grant does not cover all namespaces");
+        assert!(!g.allows_read(&KindRef::new("v1", "Secret"), Some("shop")));
+        assert_eq!(g.read_scope(&pod()), ReadScope::Namespaces(vec!["shop".into()]));
+        assert_eq!(g.read_scope(&podset()), ReadScope::All);
+        assert_eq!(g.read_scope(&KindRef::new("v1", "Secret")), ReadScope::None);
+        assert!(ReadScope::Namespaces(vec!["shop".into()]).allows(Some("shop")));
+        assert!(!ReadScope::Namespaces(vec!["shop".into()]).allows(None));
+    }
+
+    #[test]
+    fn actions_outside_grants_are_refused_with_a_clear_message() {
+        let g = grants();
+        let delete = |ns: &str| Action::Delete { key: ObjectKey::new(pod(), Some(ns.into()), "web-1") };
+        assert!(g.check_action(&delete("shop")).is_ok());
+        let err = g.check_action(&delete("kube-system")).unwrap_err().to_string();
+        assert_eq!(
+            err,
+            "plugin podset may not delete v1/Pod web-1 in namespace kube-system: \
+             delete on v1/Pod is granted only in namespaces shop"
+        );
+        let apply = Action::Apply {
+            object: json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "shop"}}),
+        };
+        let err = g.check_action(&apply).unwrap_err().to_string();
+        assert_eq!(err, "plugin podset may not apply v1/Pod p in namespace shop: no grant for verb apply");
+        let secret = Action::Delete { key: ObjectKey::new(KindRef::new("v1", "Secret"), Some("shop".into()), "s") };
+        let err = g.check_action(&secret).unwrap_err().to_string();
+        assert!(err.contains("may not delete v1/Secret s in namespace shop: no grant covers kind v1/Secret"), "{err}");
+
+        let status = Action::UpdateStatus { key: ObjectKey::new(podset(), Some("a".into()), "ps"), status: json!({}) };
+        assert!(g.check_action(&status).is_ok());
+        let event = Action::Event {
+            regarding: ObjectKey::new(podset(), Some("a".into()), "ps"),
+            event_type: EventType::Normal,
+            reason: "R".into(),
+            message: "m".into(),
+        };
+        assert!(g.check_action(&event).is_ok());
+        let create =
+            Action::Create { object: json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"generateName": "web-", "namespace": "shop"}}) };
+        assert!(g.check_action(&create).is_ok());
+    }
+
+    #[test]
+    fn invalid_action_objects_are_refused() {
+        let g = grants();
+        let no_kind = Action::Create { object: json!({"metadata": {"name": "x"}}) };
+        let err = g.check_action(&no_kind).unwrap_err().to_string();
+        assert!(err.contains("apiVersion and kind are required"), "{err}");
+        let no_name = Action::Apply { object: json!({"apiVersion": "v1", "kind": "Pod", "metadata": {}}) };
+        let err = g.check_action(&no_name).unwrap_err().to_string();
+        assert!(err.contains("v1/Pod without metadata.name"), "{err}");
+        let actions = vec![
+            Action::Delete { key: ObjectKey::new(pod(), Some("shop".into()), "ok") },
+            Action::Delete { key: ObjectKey::new(pod(), None, "cluster") },
+        ];
+        let err = g.check_actions(&actions).unwrap_err().to_string();
+        assert!(err.starts_with("action 1: plugin podset may not delete v1/Pod cluster (cluster-scoped)"), "{err}");
+    }
+
+    #[test]
+    fn wildcards_and_all() {
+        let all = Grants::all();
+        let key = ObjectKey::new(KindRef::new("v1", "Secret"), None, "s");
+        assert!(all.check_action(&Action::Delete { key }).is_ok());
+        assert!(all.allows_read(&pod(), None));
+        let star = Grants::from_yaml("x", "grants:\n  - kinds: ['*']\n    verbs: [read]\n").unwrap();
+        assert!(star.allows_read(&pod(), None));
+        assert!(!star.allows(Verb::Create, &pod(), None));
+        assert!(Grants::none("x").check_action(&Action::Delete { key: ObjectKey::new(pod(), None, "p") }).is_err());
+    }
+
+    #[test]
+    fn spec_reads_must_be_granted() {
+        let g = grants();
+        let mut spec = ReconcilerSpec {
+            name: "podset".into(),
+            version: "0.1.0".into(),
+            reconciles: podset(),
+            selector: None,
+            watches: vec![WatchSpec { kind: pod(), mapping: Mapping::Owner, selector: None }],
+            indexes: vec![],
+        };
+        assert!(g.check_spec(&spec).is_ok());
+        spec.watches.push(WatchSpec { kind: KindRef::new("v1", "ConfigMap"), mapping: Mapping::SameName, selector: None });
+        let err = g.check_spec(&spec).unwrap_err().to_string();
+        assert!(err.contains("declares reading v1/ConfigMap (watches) but has no read grant"), "{err}");
+        assert!(err.contains(r#"{kinds: ["v1/ConfigMap"], verbs: [read]}"#), "{err}");
+    }
+
+    #[test]
+    fn round_trips_through_serde() {
+        let g = grants();
+        let json = serde_json::to_string(&g).unwrap();
+        assert!(json.contains(r#""verbs":["read","update-status","event"]"#), "{json}");
+        let back: Grants = serde_json::from_str(&json).unwrap();
+        assert_eq!(back.rules(), g.rules());
+    }
+}

@@ -1,0 +1,19 @@
+//! Host-side bindings generated from `wit/controller.wit` (world `controller`).
+//!
+//! - imports the host implements: `wasmloop:controller/cache` and `.../log` (see [`super::host`]);
+//! - the export it calls: `wasmloop:controller/plugin` (`metadata`, `reconcile`).
+
+wasmtime::component::bindgen!({
+    path: "../wit",
+    world: "controller",
+});
+
+pub use exports::wasmloop::controller::plugin as guest;
+pub use wasmloop::controller::{cache, log, types};
+
+/// The package the host speaks, e.g. `wasmloop:controller`.
+pub const PACKAGE: &str = "wasmloop:controller";
+/// The contract version the host was built against (the WIT package version).
+pub const VERSION: &str = "0.1.0";
+/// The exported interface a plugin must provide (without version).
+pub const PLUGIN_INTERFACE: &str = "wasmloop:controller/plugin";

@@ -1,0 +1,406 @@
+//! The process-wide wasmtime engine all plugins share, and the precompiled-component cache.
+//!
+//! [`PluginEngine`] is created once: component model, pooling allocator with copy-on-write
+//! memory images (instantiation is a few µs), epoch interruption driven by a background ticker
+//! thread (stopped when the last clone is dropped), and one [`Linker`] with WASI p2 and the
+//! `cache` + `log` imports. [`PrecompiledCache`] keeps compiled components on disk, keyed by the
+//! plugin's sha256 and the engine's compatibility hash, so a restart deserialises in
+//! milliseconds instead of compiling for seconds.
+//!
+//! Compiling is CPU-bound and takes up to seconds: [`PluginEngine::compile`] and
+//! [`PrecompiledCache::load_or_compile`] are synchronous, call them from a blocking thread
+//! (`tokio::task::spawn_blocking`), never on the async runtime.
+
+use std::fmt;
+use std::hash::{Hash, Hasher};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::mpsc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use sha2::{Digest, Sha256};
+use wasmtime::component::{Component, HasSelf, Linker};
+use wasmtime::{Config, Engine, InstanceAllocationStrategy, OptLevel, PoolingAllocationConfig};
+
+use super::bindings::Controller;
+use super::host::HostState;
+use super::limits::{self, EngineLimits};
+
+/// Errors creating the engine or compiling a plugin.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error(transparent)]
+    Limits(#[from] limits::Error),
+    #[error("cannot create the wasmtime engine: {0}")]
+    Engine(String),
+    #[error("cannot start the epoch ticker thread: {0}")]
+    Ticker(#[source] std::io::Error),
+    #[error("not a WebAssembly binary ({0} bytes, no \\0asm header)")]
+    NotWasm(usize),
+    #[error(
+        "this is a core WebAssembly module, not a component: build the plugin with \
+         `--target wasm32-wasip2` (or wrap it with `wasm-tools component new`)"
+    )]
+    CoreModule,
+    #[error("unsupported WebAssembly binary version/layer {0:#010x}: expected a component")]
+    UnknownLayer(u32),
+    #[error("the component does not compile: {0:#}")]
+    Compile(wasmtime::Error),
+    #[error("precompiled cache {dir}: {source}")]
+    CacheDir { dir: PathBuf, source: std::io::Error },
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// The shared engine + linker. Cheap to clone.
+#[derive(Clone)]
+pub struct PluginEngine {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    engine: Engine,
+    linker: Linker<HostState>,
+    limits: EngineLimits,
+    _ticker: Ticker,
+}
+
+impl fmt::Debug for PluginEngine {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PluginEngine").field("limits", &self.inner.limits).finish_non_exhaustive()
+    }
+}
+
+impl PluginEngine {
+    /// An engine with default [`EngineLimits`].
+    pub fn new() -> Result<Self> {
+        Self::with_limits(EngineLimits::default())
+    }
+
+    /// An engine sized by `limits`.
+    pub fn with_limits(limits: EngineLimits) -> Result<Self> {
+        limits.validate()?;
+        let engine = Engine::new(&config(&limits)).map_err(|e| Error::Engine(format!("{e:#}")))?;
+        let mut linker = Linker::new(&engine);
+        wasmtime_wasi::p2::add_to_linker_sync(&mut linker).map_err(|e| Error::Engine(format!("WASI: {e:#}")))?;
+        Controller::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |s| s)
+            .map_err(|e| Error::Engine(format!("wasmloop imports: {e:#}")))?;
+        let ticker = Ticker::start(engine.clone(), limits.epoch_tick)?;
+        Ok(Self { inner: Arc::new(Inner { engine, linker, limits, _ticker: ticker }) })
+    }
+
+    pub fn engine(&self) -> &Engine {
+        &self.inner.engine
+    }
+
+    pub(crate) fn linker(&self) -> &Linker<HostState> {
+        &self.inner.linker
+    }
+
+    pub fn limits(&self) -> &EngineLimits {
+        &self.inner.limits
+    }
+
+    /// The epoch tick (granularity of timeouts).
+    pub fn epoch_tick(&self) -> Duration {
+        self.inner.limits.epoch_tick
+    }
+
+    /// Compile a component. **Blocking** (up to seconds): call it from `spawn_blocking`.
+    pub fn compile(&self, bytes: &[u8]) -> Result<Component> {
+        check_header(bytes)?;
+        Component::from_binary(&self.inner.engine, bytes).map_err(Error::Compile)
+    }
+
+    /// Hex of a sha256 over the engine's compatibility hash (wasmtime version, target, config).
+    pub fn compatibility_key(&self) -> String {
+        let mut h = Sha256Hasher(Sha256::new());
+        self.inner.engine.precompile_compatibility_hash().hash(&mut h);
+        hex::encode(h.0.finalize())
+    }
+}
+
+fn config(limits: &EngineLimits) -> Config {
+    let mut pool = PoolingAllocationConfig::default();
+    pool.total_component_instances(limits.instances)
+        .total_core_instances(limits.core_instances)
+        .total_memories(limits.memories)
+        .total_tables(limits.tables)
+        .max_memory_size(limits.max_memory.as_usize())
+        .max_core_instances_per_component(limits.max_core_instances_per_component)
+        .linear_memory_keep_resident(limits.keep_resident.as_usize())
+        .table_keep_resident(limits.keep_resident.as_usize());
+    let mut cfg = Config::new();
+    cfg.wasm_component_model(true)
+        .epoch_interruption(true)
+        .cranelift_opt_level(OptLevel::Speed)
+        .parallel_compilation(true)
+        .memory_init_cow(true)
+        .max_wasm_stack(limits.max_wasm_stack.as_usize())
+        .allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+    cfg
+}
+
+/// Classify the first bytes: a component, a core module, or not Wasm at all.
+pub(crate) fn check_header(bytes: &[u8]) -> Result<()> {
+    if bytes.len() < 8 || &bytes[..4] != b"\0asm" {
+        return Err(Error::NotWasm(bytes.len()));
+    }
+    let version = u32::from_le_bytes([bytes[4], bytes[5], bytes[6], bytes[7]]);
+    match (version & 0xffff, version >> 16) {
+        (1, 0) => Err(Error::CoreModule),
+        (_, 1) => Ok(()),
+        _ => Err(Error::UnknownLayer(version)),
+    }
+}
+
+/// Increments the engine's epoch every tick until dropped.
+struct Ticker {
+    stop: Option<mpsc::Sender<()>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Ticker {
+    fn start(engine: Engine, tick: Duration) -> Result<Self> {
+        let (stop, stopped) = mpsc::channel::<()>();
+        let thread = std::thread::Builder::new()
+            .name("wasm-epoch".into())
+            .spawn(move || {
+                while let Err(mpsc::RecvTimeoutError::Timeout) = stopped.recv_timeout(tick) {
+                    engine.increment_epoch();
+                }
+            })
+            .map_err(Error::Ticker)?;
+        Ok(Self { stop: Some(stop), thread: Some(thread) })
+    }
+}
+
+impl Drop for Ticker {
+    fn drop(&mut self) {
+        drop(self.stop.take());
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// A `Hasher` feeding sha256, for a stable key from `precompile_compatibility_hash`.
+struct Sha256Hasher(Sha256);
+
+impl Hasher for Sha256Hasher {
+    fn finish(&self) -> u64 {
+        let d = self.0.clone().finalize();
+        u64::from_le_bytes([d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7]])
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        self.0.update(bytes);
+    }
+}
+
+/// `sha256:<hex>` of `bytes`, as plugin digests are written everywhere.
+pub fn digest(bytes: &[u8]) -> String {
+    format!("sha256:{}", hex::encode(Sha256::digest(bytes)))
+}
+
+/// A compiled component and where it came from.
+#[derive(Clone)]
+pub struct Compiled {
+    pub component: Component,
+    /// `sha256:<hex>` of the plugin bytes.
+    pub digest: String,
+    /// Size of the plugin bytes.
+    pub size: usize,
+    pub origin: Origin,
+    /// Time to compile, or to read and deserialise the cached artifact.
+    pub elapsed: Duration,
+}
+
+impl fmt::Debug for Compiled {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Compiled")
+            .field("digest", &self.digest)
+            .field("size", &self.size)
+            .field("origin", &self.origin)
+            .field("elapsed", &self.elapsed)
+            .finish()
+    }
+}
+
+/// Where a [`Compiled`] came from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Origin {
+    /// Compiled now (no cache, a miss, or a bad cache entry, whose problem is kept).
+    Compiled { cache_problem: Option<String> },
+    /// Deserialised from the precompiled cache.
+    CacheHit,
+}
+
+impl PluginEngine {
+    /// Compile `bytes` without a cache. **Blocking.**
+    pub fn compile_timed(&self, bytes: &[u8]) -> Result<Compiled> {
+        let started = Instant::now();
+        let component = self.compile(bytes)?;
+        Ok(Compiled {
+            component,
+            digest: digest(bytes),
+            size: bytes.len(),
+            origin: Origin::Compiled { cache_problem: None },
+            elapsed: started.elapsed(),
+        })
+    }
+}
+
+/// A directory of precompiled components: `<sha256 of plugin>-<engine key>.cwasm`.
+///
+/// Each file is `sha256(artifact) ‖ artifact`, written to a temp file and renamed into place, so
+/// a reader sees a whole entry or none. A missing, truncated, corrupt or incompatible entry is
+/// recompiled and rewritten, never trusted. The directory must be private to the host: the
+/// artifacts are native code.
+#[derive(Clone, Debug)]
+pub struct PrecompiledCache {
+    dir: PathBuf,
+}
+
+const CHECKSUM: usize = 32;
+
+impl PrecompiledCache {
+    /// Use (and create) `dir`.
+    pub fn new(dir: impl Into<PathBuf>) -> Result<Self> {
+        let dir = dir.into();
+        std::fs::create_dir_all(&dir).map_err(|source| Error::CacheDir { dir: dir.clone(), source })?;
+        Ok(Self { dir })
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The file an artifact of `bytes` for `engine` lives in.
+    pub fn path_for(&self, engine: &PluginEngine, bytes: &[u8]) -> PathBuf {
+        let plugin = hex::encode(Sha256::digest(bytes));
+        let key = engine.compatibility_key();
+        self.dir.join(format!("{plugin}-{}.cwasm", &key[..16]))
+    }
+
+    /// The cached component of `bytes`, or compile it and store it. **Blocking.**
+    /// Failing to write the cache is logged, not an error.
+    pub fn load_or_compile(&self, engine: &PluginEngine, bytes: &[u8]) -> Result<Compiled> {
+        check_header(bytes)?;
+        let path = self.path_for(engine, bytes);
+        let started = Instant::now();
+        let cache_problem = match self.read(engine, &path) {
+            Ok(Some(component)) => {
+                return Ok(Compiled {
+                    component,
+                    digest: digest(bytes),
+                    size: bytes.len(),
+                    origin: Origin::CacheHit,
+                    elapsed: started.elapsed(),
+                });
+            }
+            Ok(None) => None,
+            Err(problem) => {
+                tracing::warn!(path = %path.display(), %problem, "precompiled artifact unusable; recompiling");
+                Some(problem)
+            }
+        };
+        let mut compiled = engine.compile_timed(bytes)?;
+        compiled.origin = Origin::Compiled { cache_problem };
+        if let Err(e) = self.write(&compiled.component, &path) {
+            tracing::warn!(path = %path.display(), error = %e, "cannot store precompiled artifact");
+        }
+        Ok(compiled)
+    }
+
+    /// Ok(None) when absent; Err(problem) when present but unusable.
+    fn read(&self, engine: &PluginEngine, path: &Path) -> Result<Option<Component>, String> {
+        let data = match std::fs::read(path) {
+            Ok(d) => d,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(format!("read: {e}")),
+        };
+        if data.len() <= CHECKSUM {
+            return Err(format!("truncated ({} bytes)", data.len()));
+        }
+        let (sum, artifact) = data.split_at(CHECKSUM);
+        if Sha256::digest(artifact).as_slice() != sum {
+            return Err("checksum mismatch (corrupt file)".into());
+        }
+        // SAFETY: the artifact was produced by `Component::serialize` of this host (the
+        // directory is host-private) and its checksum matches what was written; wasmtime
+        // additionally checks that it was compiled by a compatible engine and refuses if not.
+        let component = unsafe { Component::deserialize(engine.engine(), artifact) };
+        component.map(Some).map_err(|e| format!("incompatible or invalid artifact: {e:#}"))
+    }
+
+    fn write(&self, component: &Component, path: &Path) -> std::io::Result<()> {
+        let artifact = component.serialize().map_err(|e| std::io::Error::other(format!("{e:#}")))?;
+        let mut tmp = tempfile_in(&self.dir)?;
+        let result = (|| {
+            tmp.1.write_all(&Sha256::digest(&artifact))?;
+            tmp.1.write_all(&artifact)?;
+            tmp.1.sync_all()?;
+            std::fs::rename(&tmp.0, path)
+        })();
+        if result.is_err() {
+            let _ = std::fs::remove_file(&tmp.0);
+        }
+        result
+    }
+}
+
+/// A new uniquely named file in `dir` (no extra dependency for a temp file).
+fn tempfile_in(dir: &Path) -> std::io::Result<(PathBuf, std::fs::File)> {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static SEQ: AtomicU64 = AtomicU64::new(0);
+    loop {
+        let n = SEQ.fetch_add(1, Ordering::Relaxed);
+        let path = dir.join(format!(".tmp-{}-{n}", std::process::id()));
+        match std::fs::OpenOptions::new().write(true).create_new(true).open(&path) {
+            Ok(f) => return Ok((path, f)),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn headers_are_classified() {
+        assert!(matches!(check_header(b"hello world"), Err(Error::NotWasm(11))));
+        assert!(matches!(check_header(b"\0asm\x01\0\0\0"), Err(Error::CoreModule)));
+        assert!(check_header(b"\0asm\x0d\0\x01\0").is_ok());
+        assert!(matches!(check_header(b"\0asm\x0d\0\x02\0"), Err(Error::UnknownLayer(_))));
+        let msg = Error::CoreModule.to_string();
+        assert!(msg.contains("core WebAssembly module, not a component"), "{msg}");
+    }
+
+    #[test]
+    fn engine_starts_and_stops_its_ticker() {
+        let engine = PluginEngine::with_limits(EngineLimits { instances: 4, ..EngineLimits::default() }).unwrap();
+        assert_eq!(engine.compatibility_key(), engine.compatibility_key());
+        assert_eq!(engine.compatibility_key().len(), 64);
+        let clone = engine.clone();
+        drop(engine);
+        std::thread::sleep(Duration::from_millis(30));
+        let started = Instant::now();
+        drop(clone); // the last clone stops and joins the ticker thread
+        assert!(started.elapsed() < Duration::from_millis(500), "ticker stopped promptly");
+    }
+
+    #[test]
+    fn core_modules_are_refused_before_compiling() {
+        let engine = PluginEngine::with_limits(EngineLimits { instances: 4, ..EngineLimits::default() }).unwrap();
+        // The smallest core module: header only.
+        let err = engine.compile(b"\0asm\x01\0\0\0").unwrap_err();
+        assert!(matches!(err, Error::CoreModule), "{err}");
+        let err = engine.compile(b"\0asm\x0d\0\x01\0garbage").unwrap_err();
+        assert!(matches!(err, Error::Compile(_)), "{err}");
+    }
+}

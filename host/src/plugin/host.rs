@@ -1,0 +1,448 @@
+//! The host side of one plugin call: the Store data ([`HostState`]) and the imports it serves.
+//!
+//! Each call (the `metadata()` call at load, then every reconcile) gets a fresh [`HostState`]:
+//! - a WASI context with **no capabilities**: no preopened directories, no environment, no
+//!   arguments, no network (TCP, UDP and name lookup denied), stdin empty; stdout/stderr are
+//!   forwarded line by line into `tracing`, tagged with the plugin and key, within a byte budget;
+//! - a [`MemoryLimiter`] enforcing the plugin's memory cap and remembering a refused growth (to
+//!   tell an out-of-memory trap from other traps);
+//! - the cache the reconcile may read, with reads checked against the plugin's [`Grants`].
+
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+use wasmtime::component::ResourceTable;
+use wasmtime::{ResourceLimiter, StoreLimits, StoreLimitsBuilder};
+use wasmtime_wasi::p2::{OutputStream, Pollable, StreamResult};
+use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
+use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
+
+use super::bindings::{cache as wit_cache, log as wit_log, types as wit};
+use super::limits::Limits;
+use crate::cache::{self, CacheRead, CachedObject};
+use crate::grants::{Grants, ReadScope};
+use crate::kinds::KindRef;
+
+/// Store data of one plugin call.
+pub struct HostState {
+    plugin: Arc<str>,
+    key: Option<String>,
+    wasi: WasiCtx,
+    table: ResourceTable,
+    pub(crate) limiter: MemoryLimiter,
+    pub(crate) output: GuestOutput,
+    cache: Option<&'static dyn CacheRead>,
+    grants: Arc<Grants>,
+}
+
+impl HostState {
+    /// State for one call of `plugin`. `key` tags log lines; `cache` is what reads see (None
+    /// during `metadata()`: every read is refused).
+    ///
+    /// The `'static` cache reference is provided by the runtime, which erases the lifetime of a
+    /// borrowed cache for a Store that never outlives the borrow (see `runtime.rs`).
+    pub(crate) fn new(
+        plugin: Arc<str>,
+        key: Option<String>,
+        limits: &Limits,
+        grants: Arc<Grants>,
+        cache: Option<&'static dyn CacheRead>,
+    ) -> Self {
+        let output = GuestOutput::new(plugin.clone(), key.clone(), limits.output.as_usize());
+        let wasi = WasiCtxBuilder::new()
+            .stdout(output.stream("stdout"))
+            .stderr(output.stream("stderr"))
+            .allow_tcp(false)
+            .allow_udp(false)
+            .allow_ip_name_lookup(false)
+            .socket_addr_check(|_, _| Box::pin(async { false }))
+            .build();
+        Self {
+            plugin,
+            key,
+            wasi,
+            table: ResourceTable::new(),
+            limiter: MemoryLimiter::new(limits),
+            output,
+            cache,
+            grants,
+        }
+    }
+
+    fn read_scope(&self, kind: &KindRef) -> ReadScope {
+        self.grants.read_scope(kind)
+    }
+
+    fn not_granted(&self, kind: &KindRef, namespace: Option<&str>) -> wit_cache::CacheError {
+        let message = match self.grants.check_read(kind, namespace) {
+            Err(e) => e.to_string(),
+            Ok(()) => format!("plugin {} may not read {kind}", self.plugin),
+        };
+        wit_cache::CacheError::NotGranted(message)
+    }
+
+    fn cache(&self) -> Result<&'static dyn CacheRead, wit_cache::CacheError> {
+        self.cache.ok_or_else(|| {
+            wit_cache::CacheError::NotGranted("the cache is not readable during metadata()".into())
+        })
+    }
+}
+
+impl WasiView for HostState {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView { ctx: &mut self.wasi, table: &mut self.table }
+    }
+}
+
+fn kind_ref(k: wit::KindRef) -> KindRef {
+    KindRef::new(k.api_version, k.kind)
+}
+
+fn cache_error(e: cache::Error) -> wit_cache::CacheError {
+    use wit_cache::CacheError as W;
+    match e {
+        cache::Error::NotGranted(_) => W::NotGranted(e.to_string()),
+        cache::Error::UnknownIndex { .. } => W::UnknownIndex(e.to_string()),
+        _ => W::Invalid(e.to_string()),
+    }
+}
+
+fn jsons(objects: Vec<Arc<CachedObject>>, scope: &ReadScope) -> Vec<String> {
+    objects.into_iter().filter(|o| scope.allows(o.namespace())).map(|o| o.json().to_owned()).collect()
+}
+
+impl wit::Host for HostState {}
+
+impl wit_cache::Host for HostState {
+    fn get(
+        &mut self,
+        kind: wit::KindRef,
+        namespace: Option<String>,
+        name: String,
+    ) -> Result<Option<String>, wit_cache::CacheError> {
+        let kind = kind_ref(kind);
+        if !self.read_scope(&kind).allows(namespace.as_deref()) {
+            return Err(self.not_granted(&kind, namespace.as_deref()));
+        }
+        let found = self.cache()?.get(&kind, namespace.as_deref(), &name).map_err(cache_error)?;
+        Ok(found.map(|o| o.json().to_owned()))
+    }
+
+    fn list(
+        &mut self,
+        kind: wit::KindRef,
+        namespace: Option<String>,
+        selector: Option<String>,
+    ) -> Result<Vec<String>, wit_cache::CacheError> {
+        let kind = kind_ref(kind);
+        let scope = self.read_scope(&kind);
+        // One namespace must be granted; all namespaces are filtered down to the granted ones.
+        let refused = match namespace.as_deref() {
+            Some(ns) => !scope.allows(Some(ns)),
+            None => scope == ReadScope::None,
+        };
+        if refused {
+            return Err(self.not_granted(&kind, namespace.as_deref()));
+        }
+        let found = self
+            .cache()?
+            .list(&kind, namespace.as_deref(), selector.as_deref())
+            .map_err(cache_error)?;
+        Ok(jsons(found, &scope))
+    }
+
+    fn by_index(
+        &mut self,
+        kind: wit::KindRef,
+        index: String,
+        value: String,
+    ) -> Result<Vec<String>, wit_cache::CacheError> {
+        let kind = kind_ref(kind);
+        let scope = self.read_scope(&kind);
+        if scope == ReadScope::None {
+            return Err(self.not_granted(&kind, None));
+        }
+        let found = self.cache()?.by_index(&kind, &index, &value).map_err(cache_error)?;
+        Ok(jsons(found, &scope))
+    }
+}
+
+impl wit_log::Host for HostState {
+    fn log(&mut self, level: wit_log::Level, message: String) {
+        let Some(message) = self.output.take_budget(message) else { return };
+        let plugin = &*self.plugin;
+        let key = self.key.as_deref().unwrap_or("-");
+        use wit_log::Level as L;
+        match level {
+            L::Trace => tracing::trace!(target: "wasmloop::plugin", plugin, key, "{message}"),
+            L::Debug => tracing::debug!(target: "wasmloop::plugin", plugin, key, "{message}"),
+            L::Info => tracing::info!(target: "wasmloop::plugin", plugin, key, "{message}"),
+            L::Warn => tracing::warn!(target: "wasmloop::plugin", plugin, key, "{message}"),
+            L::Error => tracing::error!(target: "wasmloop::plugin", plugin, key, "{message}"),
+        }
+    }
+}
+
+/// The plugin's memory cap, remembering whether a growth was refused.
+pub struct MemoryLimiter {
+    inner: StoreLimits,
+    /// Size (bytes) of the first refused memory growth.
+    pub refused: Option<usize>,
+    /// Largest memory size granted.
+    pub peak: usize,
+}
+
+impl MemoryLimiter {
+    fn new(limits: &Limits) -> Self {
+        let inner = StoreLimitsBuilder::new()
+            .memory_size(limits.memory.as_usize())
+            .table_elements(usize::try_from(limits.table_elements).unwrap_or(usize::MAX))
+            .build();
+        Self { inner, refused: None, peak: 0 }
+    }
+}
+
+impl ResourceLimiter for MemoryLimiter {
+    fn memory_growing(&mut self, current: usize, desired: usize, maximum: Option<usize>) -> wasmtime::Result<bool> {
+        let allowed = self.inner.memory_growing(current, desired, maximum)?;
+        if allowed {
+            self.peak = self.peak.max(desired);
+        } else if self.refused.is_none() {
+            self.refused = Some(desired);
+        }
+        Ok(allowed)
+    }
+
+    fn memory_grow_failed(&mut self, error: wasmtime::Error) -> wasmtime::Result<()> {
+        // The pool could not provide the memory: count it as refused, the guest sees failure.
+        if self.refused.is_none() {
+            self.refused = Some(self.peak);
+        }
+        self.inner.memory_grow_failed(error)
+    }
+
+    fn table_growing(&mut self, current: usize, desired: usize, maximum: Option<usize>) -> wasmtime::Result<bool> {
+        self.inner.table_growing(current, desired, maximum)
+    }
+
+    fn table_grow_failed(&mut self, error: wasmtime::Error) -> wasmtime::Result<()> {
+        self.inner.table_grow_failed(error)
+    }
+
+    fn instances(&self) -> usize {
+        self.inner.instances()
+    }
+
+    fn tables(&self) -> usize {
+        self.inner.tables()
+    }
+
+    fn memories(&self) -> usize {
+        self.inner.memories()
+    }
+}
+
+/// The guest's stdout, stderr and `log` calls of one call, forwarded into `tracing` line by line
+/// within a byte budget. What exceeds the budget is dropped and reported once.
+#[derive(Clone)]
+pub struct GuestOutput {
+    plugin: Arc<str>,
+    key: Option<String>,
+    state: Arc<Mutex<OutputState>>,
+}
+
+#[derive(Default)]
+struct OutputState {
+    budget: usize,
+    used: usize,
+    dropped: usize,
+    partial: [Vec<u8>; 2],
+    /// The last stderr lines (bounded), quoted in trap messages (a Rust panic prints there).
+    stderr_tail: String,
+}
+
+const STDERR_TAIL: usize = 512;
+
+impl GuestOutput {
+    fn new(plugin: Arc<str>, key: Option<String>, budget: usize) -> Self {
+        let state = OutputState { budget, ..OutputState::default() };
+        Self { plugin, key, state: Arc::new(Mutex::new(state)) }
+    }
+
+    fn stream(&self, name: &'static str) -> GuestStream {
+        GuestStream { output: self.clone(), stderr: name == "stderr" }
+    }
+
+    /// Charge `message` to the budget: None if it's exhausted (and counts what is dropped).
+    fn take_budget(&self, mut message: String) -> Option<String> {
+        let mut st = self.state.lock();
+        let left = st.budget.saturating_sub(st.used);
+        if left == 0 {
+            st.dropped += message.len();
+            return None;
+        }
+        if message.len() > left {
+            st.dropped += message.len() - left;
+            let mut cut = left;
+            while !message.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            message.truncate(cut);
+        }
+        st.used += message.len();
+        Some(message)
+    }
+
+    fn write(&self, stderr: bool, bytes: &[u8]) {
+        let mut st = self.state.lock();
+        let left = st.budget.saturating_sub(st.used);
+        let take = bytes.len().min(left);
+        st.dropped += bytes.len() - take;
+        st.used += take;
+        let idx = usize::from(stderr);
+        st.partial[idx].extend_from_slice(&bytes[..take]);
+        while let Some(pos) = st.partial[idx].iter().position(|b| *b == b'\n') {
+            let line: Vec<u8> = st.partial[idx].drain(..=pos).collect();
+            let line = String::from_utf8_lossy(&line[..pos]).into_owned();
+            self.emit(&mut st, stderr, line);
+        }
+    }
+
+    fn emit(&self, st: &mut OutputState, stderr: bool, line: String) {
+        let plugin = &*self.plugin;
+        let key = self.key.as_deref().unwrap_or("-");
+        let stream = if stderr { "stderr" } else { "stdout" };
+        tracing::info!(target: "wasmloop::plugin::output", plugin, key, stream, "{line}");
+        if stderr {
+            st.stderr_tail.push_str(&line);
+            st.stderr_tail.push('\n');
+            if st.stderr_tail.len() > STDERR_TAIL {
+                let mut cut = st.stderr_tail.len() - STDERR_TAIL;
+                while !st.stderr_tail.is_char_boundary(cut) {
+                    cut += 1;
+                }
+                st.stderr_tail.drain(..cut);
+            }
+        }
+    }
+
+    /// Emit unterminated lines and report dropped output. Called after each call.
+    pub fn flush(&self) {
+        let mut st = self.state.lock();
+        for idx in 0..2 {
+            if !st.partial[idx].is_empty() {
+                let line = String::from_utf8_lossy(&std::mem::take(&mut st.partial[idx])).into_owned();
+                self.emit(&mut st, idx == 1, line);
+            }
+        }
+        if st.dropped > 0 {
+            let (plugin, dropped, budget) = (&*self.plugin, st.dropped, st.budget);
+            tracing::warn!(target: "wasmloop::plugin::output", plugin, dropped, "guest output over its {budget}-byte budget was dropped");
+            st.dropped = 0;
+        }
+    }
+
+    /// The last stderr lines, trimmed (empty if none).
+    pub fn stderr_tail(&self) -> String {
+        self.state.lock().stderr_tail.trim().to_owned()
+    }
+}
+
+/// One handle on the guest's stdout or stderr.
+struct GuestStream {
+    output: GuestOutput,
+    stderr: bool,
+}
+
+impl IsTerminal for GuestStream {
+    fn is_terminal(&self) -> bool {
+        false
+    }
+}
+
+impl StdoutStream for GuestStream {
+    fn p2_stream(&self) -> Box<dyn OutputStream> {
+        Box::new(GuestStream { output: self.output.clone(), stderr: self.stderr })
+    }
+
+    fn async_stream(&self) -> Box<dyn tokio::io::AsyncWrite + Send + Sync> {
+        Box::new(tokio::io::empty())
+    }
+}
+
+#[wasmtime_wasi::async_trait]
+impl Pollable for GuestStream {
+    async fn ready(&mut self) {}
+}
+
+impl OutputStream for GuestStream {
+    fn write(&mut self, bytes: bytes::Bytes) -> StreamResult<()> {
+        self.output.write(self.stderr, &bytes);
+        Ok(())
+    }
+
+    fn flush(&mut self) -> StreamResult<()> {
+        Ok(())
+    }
+
+    fn check_write(&mut self) -> StreamResult<usize> {
+        // Always writable: what exceeds the budget is dropped, never blocks or traps.
+        Ok(64 * 1024)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn output(budget: usize) -> GuestOutput {
+        GuestOutput::new(Arc::from("p"), Some("k".into()), budget)
+    }
+
+    #[test]
+    fn output_is_split_into_lines_within_the_budget() {
+        let out = output(20);
+        out.write(true, b"first line\nsecond");
+        out.write(true, b" line and much more");
+        {
+            let st = out.state.lock();
+            assert_eq!(st.used, 20);
+            assert_eq!(st.dropped, 16);
+            assert_eq!(st.stderr_tail, "first line\n");
+            assert_eq!(st.partial[1], b"second li");
+        }
+        out.flush();
+        assert_eq!(out.stderr_tail(), "first line\nsecond li");
+        assert_eq!(out.state.lock().dropped, 0, "dropped bytes are reported once");
+        assert_eq!(out.take_budget("more".into()), None, "the budget is shared with log calls");
+    }
+
+    #[test]
+    fn log_messages_are_cut_at_a_char_boundary() {
+        let out = output(5);
+        assert_eq!(out.take_budget("abcé".into()).as_deref(), Some("abcé"));
+        let out = output(4);
+        assert_eq!(out.take_budget("abcé".into()).as_deref(), Some("abc"), "é is two bytes");
+        assert_eq!(out.take_budget("xz".into()).as_deref(), Some("x"));
+        assert_eq!(out.take_budget("y".into()), None);
+    }
+
+    #[test]
+    fn the_stderr_tail_stays_bounded() {
+        let out = output(1 << 20);
+        for i in 0..200 {
+            out.write(true, format!("line {i}\n").as_bytes());
+        }
+        let tail = out.stderr_tail();
+        assert!(tail.len() <= STDERR_TAIL && tail.ends_with("line 199"), "{tail}");
+    }
+
+    #[test]
+    fn a_refused_growth_is_remembered() {
+        let mut l = MemoryLimiter::new(&Limits { memory: crate::plugin::ByteSize(1 << 20), ..Limits::default() });
+        assert!(l.memory_growing(0, 1 << 19, None).unwrap());
+        assert_eq!((l.peak, l.refused), (1 << 19, None));
+        assert!(!l.memory_growing(1 << 19, 2 << 20, None).unwrap());
+        assert_eq!(l.refused, Some(2 << 20));
+    }
+}

@@ -1,0 +1,130 @@
+//! `wasmloop inspect <plugin.wasm>`: what a plugin is, without a cluster.
+
+use std::fmt;
+use std::time::Duration;
+
+use wasmtime::component::types::ComponentItem;
+
+use super::bindings;
+use super::engine::PluginEngine;
+use super::limits::Limits;
+use super::runtime::{self, Result};
+use crate::controller::{Mapping, ReconcilerSpec};
+
+/// What `inspect` found.
+#[derive(Clone, Debug)]
+pub struct Inspection {
+    /// From `metadata()`, if it answered.
+    pub name: Option<String>,
+    pub version: Option<String>,
+    /// The `wasmloop:controller` version the plugin exports, if any.
+    pub wit_package_version: Option<String>,
+    /// Whether this host can run it (contract version).
+    pub compatible: bool,
+    pub size: usize,
+    pub digest: String,
+    pub compile_time: Duration,
+    /// Exported names; instances list their functions: `iface@v: f, g`.
+    pub exports: Vec<String>,
+    /// Imported names.
+    pub imports: Vec<String>,
+    pub metadata: Option<ReconcilerSpec>,
+    /// Why there is no metadata (incompatible, link error, trap, invalid answer).
+    pub metadata_error: Option<String>,
+}
+
+fn describe(engine: &PluginEngine, name: &str, item: &ComponentItem) -> String {
+    match item {
+        ComponentItem::ComponentInstance(i) => {
+            let funcs: Vec<&str> = i
+                .exports(engine.engine())
+                .filter(|(_, e)| matches!(e.ty, ComponentItem::ComponentFunc(_)))
+                .map(|(n, _)| n)
+                .collect();
+            if funcs.is_empty() { name.to_owned() } else { format!("{name}: {}", funcs.join(", ")) }
+        }
+        ComponentItem::ComponentFunc(_) => format!("{name} (function)"),
+        _ => name.to_owned(),
+    }
+}
+
+/// Compile `bytes` and describe them. **Blocking** (compiles). Fails only if the bytes are not a
+/// component that compiles; a plugin that is incompatible or whose `metadata()` fails is still
+/// described, with `metadata_error` saying why.
+pub fn inspect(engine: &PluginEngine, bytes: &[u8]) -> Result<Inspection> {
+    let compiled = engine.compile_timed(bytes)?;
+    let ty = compiled.component.component_type();
+    let exports: Vec<String> = ty.exports(engine.engine()).map(|(n, e)| describe(engine, n, &e.ty)).collect();
+    let imports: Vec<String> = ty.imports(engine.engine()).map(|(n, _)| n.to_owned()).collect();
+    let export_names: Vec<&str> = ty.exports(engine.engine()).map(|(n, _)| n).collect();
+    let prefix = format!("{}@", bindings::PLUGIN_INTERFACE);
+    let wit_package_version =
+        export_names.iter().find_map(|n| n.strip_prefix(prefix.as_str())).map(str::to_owned);
+    let checked = runtime::check_export_names(export_names.iter().copied());
+    let compatible = checked.is_ok();
+    let (metadata, metadata_error) = match checked
+        .and_then(|_| runtime::instantiate_for_metadata(engine, &compiled.component, &Limits::default()))
+        .and_then(|m| runtime::spec_from_metadata(m).map_err(runtime::Error::InvalidMetadata))
+    {
+        Ok(spec) => (Some(spec), None),
+        Err(e) => (None, Some(e.to_string())),
+    };
+    Ok(Inspection {
+        name: metadata.as_ref().map(|m| m.name.clone()),
+        version: metadata.as_ref().map(|m| m.version.clone()),
+        wit_package_version,
+        compatible,
+        size: compiled.size,
+        digest: compiled.digest,
+        compile_time: compiled.elapsed,
+        exports,
+        imports,
+        metadata,
+        metadata_error,
+    })
+}
+
+impl fmt::Display for Inspection {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let or = |v: &Option<String>| v.clone().unwrap_or_else(|| "?".into());
+        writeln!(f, "plugin:     {} {}", or(&self.name), or(&self.version))?;
+        writeln!(
+            f,
+            "contract:   {}@{} ({})",
+            bindings::PACKAGE,
+            or(&self.wit_package_version),
+            if self.compatible { format!("compatible with this host's {}", bindings::VERSION) } else { format!("NOT compatible with this host's {}", bindings::VERSION) }
+        )?;
+        writeln!(f, "size:       {} bytes", self.size)?;
+        writeln!(f, "digest:     {}", self.digest)?;
+        writeln!(f, "compiled:   in {} ms", self.compile_time.as_millis())?;
+        if let Some(m) = &self.metadata {
+            writeln!(f, "reconciles: {}{}", m.reconciles, m.selector.as_ref().map(|s| format!(" (selector {s})")).unwrap_or_default())?;
+            for w in &m.watches {
+                let mapping = match &w.mapping {
+                    Mapping::Owner => "owner".to_string(),
+                    Mapping::Label(l) => format!("label {l}"),
+                    Mapping::SameName => "same-name".into(),
+                    Mapping::Namespace => "namespace".into(),
+                };
+                let sel = w.selector.as_ref().map(|s| format!(", selector {s}")).unwrap_or_default();
+                writeln!(f, "watches:    {} (via {mapping}{sel})", w.kind)?;
+            }
+            for i in &m.indexes {
+                writeln!(f, "index:      {} {} = {}", i.kind, i.name, i.path)?;
+            }
+        }
+        if let Some(e) = &self.metadata_error {
+            writeln!(f, "metadata:   unavailable: {e}")?;
+        }
+        writeln!(f, "exports:")?;
+        for e in &self.exports {
+            writeln!(f, "  {e}")?;
+        }
+        writeln!(f, "imports:")?;
+        for i in &self.imports {
+            writeln!(f, "  {i}")?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,314 @@
+//! Every limit of the plugin runtime in one place.
+//!
+//! - [`Limits`]: per plugin, from its manifest (`limits:` in `plugin.yaml`): memory, time and
+//!   output budgets of one reconcile.
+//! - [`EngineLimits`]: process-wide, sizing the pooling allocator all plugins share.
+//!
+//! Memory sizes are written like Kubernetes quantities (`"64Mi"`, `"1Gi"`, `"512Ki"`, `"100M"`)
+//! or as a plain number of bytes; durations like Go (`"1s"`, `"500ms"`).
+
+use std::fmt;
+use std::time::Duration;
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+const KI: u64 = 1 << 10;
+const MI: u64 = 1 << 20;
+const GI: u64 = 1 << 30;
+/// A Wasm page.
+pub const WASM_PAGE: u64 = 64 * KI;
+
+/// Limits that do not fit.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Error {
+    #[error("invalid memory size {input:?}: {reason} (write e.g. \"64Mi\", \"1Gi\" or a number of bytes)")]
+    InvalidSize { input: String, reason: &'static str },
+    #[error("limits.memory {memory} is larger than the host's per-plugin maximum {max} (engine maxMemory)")]
+    MemoryAboveEngineMax { memory: ByteSize, max: ByteSize },
+    #[error("limits.memory {0} is below one Wasm page (64Ki)")]
+    MemoryTooSmall(ByteSize),
+    #[error("limits.timeout must be positive")]
+    ZeroTimeout,
+    #[error("engine limits: {0}")]
+    Engine(String),
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// A number of bytes that reads and writes as a quantity (`"64Mi"`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct ByteSize(pub u64);
+
+impl ByteSize {
+    pub const fn mib(n: u64) -> Self {
+        Self(n * MI)
+    }
+
+    pub fn bytes(self) -> u64 {
+        self.0
+    }
+
+    /// As a `usize` (saturating on 32-bit hosts).
+    pub fn as_usize(self) -> usize {
+        usize::try_from(self.0).unwrap_or(usize::MAX)
+    }
+
+    /// Parse `"64Mi"`, `"1Gi"`, `"512Ki"`, `"100M"`, `"1k"` or `"1048576"`.
+    pub fn parse(input: &str) -> Result<Self> {
+        let invalid = |reason| Error::InvalidSize { input: input.to_owned(), reason };
+        let text = input.trim();
+        let digits = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
+        let (number, unit) = text.split_at(digits);
+        if number.is_empty() {
+            return Err(invalid("missing number"));
+        }
+        let n: u64 = number.parse().map_err(|_| invalid("number too large"))?;
+        let scale = match unit.trim() {
+            "" => 1,
+            "Ki" => KI,
+            "Mi" => MI,
+            "Gi" => GI,
+            "k" | "K" => 1_000,
+            "M" => 1_000_000,
+            "G" => 1_000_000_000,
+            _ => return Err(invalid("unknown unit (use Ki, Mi, Gi, k, M or G)")),
+        };
+        n.checked_mul(scale).map(ByteSize).ok_or_else(|| invalid("number too large"))
+    }
+}
+
+impl fmt::Display for ByteSize {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let b = self.0;
+        match b {
+            0 => write!(f, "0"),
+            _ if b.is_multiple_of(GI) => write!(f, "{}Gi", b / GI),
+            _ if b.is_multiple_of(MI) => write!(f, "{}Mi", b / MI),
+            _ if b.is_multiple_of(KI) => write!(f, "{}Ki", b / KI),
+            _ => write!(f, "{b}"),
+        }
+    }
+}
+
+impl Serialize for ByteSize {
+    fn serialize<S: Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for ByteSize {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            Bytes(u64),
+            Text(String),
+        }
+        match Raw::deserialize(d)? {
+            Raw::Bytes(n) => Ok(ByteSize(n)),
+            Raw::Text(t) => ByteSize::parse(&t).map_err(serde::de::Error::custom),
+        }
+    }
+}
+
+/// What one plugin may use per reconcile.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+pub struct Limits {
+    /// Linear memory cap of one instance (default 64Mi). Growing past it fails in the guest.
+    pub memory: ByteSize,
+    /// Wall-clock budget of one call, enforced by epoch interruption (default 1s).
+    #[serde(with = "crate::duration::serde")]
+    pub timeout: Duration,
+    /// stdout + stderr kept per call and forwarded to the log; the rest is dropped (default 16Ki).
+    pub output: ByteSize,
+    /// Most actions one reconcile may return (default 1000).
+    pub max_actions: u32,
+    /// Table elements per instance (default 20000).
+    pub table_elements: u32,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            memory: ByteSize::mib(64),
+            timeout: Duration::from_secs(1),
+            output: ByteSize(16 * KI),
+            max_actions: 1000,
+            table_elements: 20_000,
+        }
+    }
+}
+
+impl Limits {
+    /// Check these limits against what the engine can host.
+    pub fn validate(&self, engine: &EngineLimits) -> Result<()> {
+        if self.memory.0 < WASM_PAGE {
+            return Err(Error::MemoryTooSmall(self.memory));
+        }
+        if self.memory > engine.max_memory {
+            return Err(Error::MemoryAboveEngineMax { memory: self.memory, max: engine.max_memory });
+        }
+        if self.timeout.is_zero() {
+            return Err(Error::ZeroTimeout);
+        }
+        Ok(())
+    }
+
+    /// Epoch ticks to allow for the timeout: rounded up, plus one because the current tick may be
+    /// almost over when the call starts.
+    pub fn deadline_ticks(&self, tick: Duration) -> u64 {
+        let tick = tick.as_nanos().max(1);
+        u64::try_from(self.timeout.as_nanos().div_ceil(tick)).unwrap_or(u64::MAX).saturating_add(1)
+    }
+}
+
+impl fmt::Display for Limits {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "memory {}, timeout {}, output {}, max {} actions",
+            self.memory,
+            crate::duration::format(self.timeout),
+            self.output,
+            self.max_actions
+        )
+    }
+}
+
+/// Process-wide sizing of the pooling allocator shared by all plugins, and the epoch tick.
+///
+/// Every live Store (one per reconcile in flight, plus one briefly at load) takes one component
+/// instance slot; a Rust `wasm32-wasip2` component needs a handful of core instances and tables
+/// and one memory. Slots are reserved as virtual memory up front and committed on use, so large
+/// pools cost address space, not RAM.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+pub struct EngineLimits {
+    /// Component instances alive at once (= reconciles in flight across all plugins).
+    pub instances: u32,
+    /// Core instances per pool (several per component).
+    pub core_instances: u32,
+    /// Linear memories per pool.
+    pub memories: u32,
+    /// Tables per pool.
+    pub tables: u32,
+    /// Largest linear memory any plugin may be granted (upper bound for `Limits::memory`).
+    pub max_memory: ByteSize,
+    /// Core instances one component may have.
+    pub max_core_instances_per_component: u32,
+    /// Memory kept resident when a slot is reused (faster re-instantiation, more RSS).
+    pub keep_resident: ByteSize,
+    /// Epoch tick: the granularity of timeouts.
+    #[serde(with = "crate::duration::serde")]
+    pub epoch_tick: Duration,
+    /// Guest call stack size.
+    pub max_wasm_stack: ByteSize,
+}
+
+impl Default for EngineLimits {
+    fn default() -> Self {
+        Self {
+            instances: 128,
+            core_instances: 1024,
+            memories: 256,
+            tables: 1024,
+            max_memory: ByteSize::mib(1024),
+            max_core_instances_per_component: 32,
+            keep_resident: ByteSize(KI * 64),
+            epoch_tick: Duration::from_millis(10),
+            max_wasm_stack: ByteSize(KI * 512),
+        }
+    }
+}
+
+impl EngineLimits {
+    pub fn validate(&self) -> Result<()> {
+        let fail = |m: &str| Err(Error::Engine(m.to_owned()));
+        if self.instances == 0 || self.core_instances == 0 || self.memories == 0 || self.tables == 0 {
+            return fail("instances, coreInstances, memories and tables must be positive");
+        }
+        if self.max_memory.0 < WASM_PAGE {
+            return fail("maxMemory must be at least 64Ki");
+        }
+        if self.epoch_tick.is_zero() {
+            return fail("epochTick must be positive");
+        }
+        if self.max_wasm_stack.0 < 64 * KI {
+            return fail("maxWasmStack must be at least 64Ki");
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_sizes() {
+        assert_eq!(ByteSize::parse("64Mi").unwrap(), ByteSize(64 << 20));
+        assert_eq!(ByteSize::parse("1Gi").unwrap(), ByteSize(1 << 30));
+        assert_eq!(ByteSize::parse("512Ki").unwrap(), ByteSize(512 << 10));
+        assert_eq!(ByteSize::parse("100M").unwrap(), ByteSize(100_000_000));
+        assert_eq!(ByteSize::parse(" 4096 ").unwrap(), ByteSize(4096));
+        for bad in ["", "Mi", "64Mb", "-1Mi", "1.5Gi", "99999999999999999999Gi", "64 Mi x"] {
+            assert!(ByteSize::parse(bad).is_err(), "{bad:?} should be rejected");
+        }
+        assert_eq!(ByteSize(64 << 20).to_string(), "64Mi");
+        assert_eq!(ByteSize(1 << 30).to_string(), "1Gi");
+        assert_eq!(ByteSize(1000).to_string(), "1000");
+    }
+
+    #[test]
+    fn limits_from_yaml_with_defaults() {
+        let l: Limits = serde_saphyr::from_str("memory: 128Mi\ntimeout: 500ms\n").unwrap();
+        assert_eq!(l.memory, ByteSize::mib(128));
+        assert_eq!(l.timeout, Duration::from_millis(500));
+        assert_eq!(l.max_actions, Limits::default().max_actions);
+        let l: Limits = serde_saphyr::from_str("memory: 1048576\nmaxActions: 5\n").unwrap();
+        assert_eq!(l.memory, ByteSize(1 << 20));
+        assert_eq!(l.timeout, Duration::from_secs(1));
+        assert_eq!(l.max_actions, 5);
+        let l: Limits = serde_json::from_str("{}").unwrap();
+        assert_eq!(l, Limits::default());
+        assert!(serde_saphyr::from_str::<Limits>("memry: 1Mi\n").is_err(), "unknown keys are refused");
+        let err = serde_saphyr::from_str::<Limits>("timeout: 1x\n").unwrap_err().to_string();
+        assert!(err.contains("invalid duration"), "{err}");
+        let err = serde_saphyr::from_str::<Limits>("memory: 64MB\n").unwrap_err().to_string();
+        assert!(err.contains("invalid memory size"), "{err}");
+    }
+
+    #[test]
+    fn serialises_as_quantities() {
+        let json = serde_json::to_value(Limits::default()).unwrap();
+        assert_eq!(json["memory"], "64Mi");
+        assert_eq!(json["timeout"], "1s");
+        let back: Limits = serde_json::from_value(json).unwrap();
+        assert_eq!(back, Limits::default());
+    }
+
+    #[test]
+    fn validates_against_the_engine() {
+        let engine = EngineLimits::default();
+        assert!(Limits::default().validate(&engine).is_ok());
+        let big = Limits { memory: ByteSize::mib(4096), ..Limits::default() };
+        let err = big.validate(&engine).unwrap_err().to_string();
+        assert!(err.contains("4Gi is larger than the host's per-plugin maximum 1Gi"), "{err}");
+        assert!(Limits { memory: ByteSize(1000), ..Limits::default() }.validate(&engine).is_err());
+        assert!(Limits { timeout: Duration::ZERO, ..Limits::default() }.validate(&engine).is_err());
+        assert!(engine.validate().is_ok());
+        assert!(EngineLimits { instances: 0, ..engine.clone() }.validate().is_err());
+        let e: EngineLimits = serde_saphyr::from_str("instances: 16\nepochTick: 5ms\n").unwrap();
+        assert_eq!((e.instances, e.epoch_tick), (16, Duration::from_millis(5)));
+    }
+
+    #[test]
+    fn deadline_rounds_up_plus_one_tick() {
+        let tick = Duration::from_millis(10);
+        let l = |ms| Limits { timeout: Duration::from_millis(ms), ..Limits::default() };
+        assert_eq!(l(1000).deadline_ticks(tick), 101);
+        assert_eq!(l(5).deadline_ticks(tick), 2);
+        assert_eq!(l(15).deadline_ticks(tick), 3);
+    }
+}

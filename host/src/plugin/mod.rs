@@ -1,0 +1,23 @@
+//! The wasmtime sandbox that runs Wasm reconcilers (`wasm32-wasip2` components implementing
+//! `wit/controller.wit`).
+//!
+//! - [`limits`]: per-plugin [`Limits`] and engine-wide [`EngineLimits`];
+//! - [`engine`]: the shared [`PluginEngine`] (pooling allocator, epoch ticker, linker) and the
+//!   on-disk [`PrecompiledCache`];
+//! - [`host`]: the per-call Store data: zero-capability WASI, memory limiter, the `cache` and
+//!   `log` imports (reads checked against the plugin's grants);
+//! - [`runtime`]: [`WasmPlugin`], loading + validation and `impl Reconciler` (fresh Store per
+//!   reconcile, traps/timeouts/OOM as transient errors, counted in [`PluginStats`]);
+//! - [`inspect`]: describe a plugin file for `wasmloop inspect`.
+
+pub mod bindings;
+pub mod engine;
+pub mod host;
+pub mod inspect;
+pub mod limits;
+pub mod runtime;
+
+pub use engine::{Compiled, Origin, PluginEngine, PrecompiledCache};
+pub use inspect::{Inspection, inspect};
+pub use limits::{ByteSize, EngineLimits, Limits};
+pub use runtime::{Error, PluginStats, Result, WasmPlugin};

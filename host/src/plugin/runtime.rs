@@ -1,0 +1,759 @@
+//! [`WasmPlugin`]: a loaded, validated plugin that implements [`Reconciler`].
+//!
+//! Loading checks, in order: the bytes are a component (not a core module), it exports
+//! `wasmloop:controller/plugin` at a version this host speaks, its imports are all provided,
+//! it instantiates, `metadata()` answers within the limits, and every kind it declares reading
+//! is granted. Each reconcile then runs in a **fresh Store** instantiated from the prepared
+//! `InstancePre` (nothing leaks between reconciles; a trapped instance is simply dropped), under
+//! the plugin's memory cap and an epoch deadline derived from its timeout.
+
+use std::fmt;
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use wasmtime::component::Component;
+use wasmtime::{Store, Trap};
+
+use super::bindings::{self, ControllerPre, types as wit};
+use super::engine::{self, Compiled, PluginEngine};
+use super::host::HostState;
+use super::limits::{self, Limits};
+use crate::actions::{Action, EventType};
+use crate::cache::CacheRead;
+use crate::controller::{
+    IndexDecl, Mapping, Outcome, Reason, ReconcileError, Reconciler, ReconcilerSpec, Request, WatchSpec,
+};
+use crate::grants::{self, Grants};
+use crate::kinds::{KindRef, ObjectKey};
+
+/// Why a plugin was not loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error(transparent)]
+    Engine(#[from] engine::Error),
+    #[error("invalid limits: {0}")]
+    Limits(#[from] limits::Error),
+    #[error("the component does not export {expected}@{version} (it exports: {exports}); build it with the wasmloop SDK")]
+    NoPluginExport { expected: &'static str, version: &'static str, exports: String },
+    #[error(
+        "the plugin targets {package}@{found} but this host speaks {package}@{expected} \
+         (compatible: {compatible}); rebuild it against a matching SDK"
+    )]
+    WrongVersion { package: &'static str, found: String, expected: &'static str, compatible: String },
+    #[error("the plugin needs imports this host does not provide (only WASI p2 with no capabilities, cache and log): {0}")]
+    Link(String),
+    #[error("the plugin does not instantiate: {0}")]
+    Instantiate(String),
+    #[error("metadata() failed: {0}")]
+    Metadata(String),
+    #[error("metadata() returned an invalid description: {0}")]
+    InvalidMetadata(String),
+    #[error(transparent)]
+    Grants(#[from] grants::Error),
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Counters of one plugin's calls, for metrics. `traps`, `timeouts` and `ooms` are disjoint.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PluginStats {
+    /// Reconciles started.
+    pub calls: u64,
+    /// Reconciles that returned a valid outcome.
+    pub ok: u64,
+    /// Reconciles where the plugin returned its own `reconcile-error`.
+    pub errors: u64,
+    /// Outcomes refused by the host (invalid action JSON, too many actions, ...).
+    pub invalid_outcomes: u64,
+    /// Traps other than timeouts and out-of-memory (panics, `unreachable`, bad memory access).
+    pub traps: u64,
+    /// Calls interrupted at their deadline.
+    pub timeouts: u64,
+    /// Calls that failed after a refused memory growth.
+    pub ooms: u64,
+    /// Failures to get an instance at all (e.g. the instance pool is exhausted).
+    pub instantiation_failures: u64,
+    /// Panics of the host side of a call, caught and turned into errors (a bug or misuse).
+    pub host_panics: u64,
+    /// Wall time spent in reconciles (instantiation included).
+    pub busy: Duration,
+}
+
+#[derive(Default)]
+struct Counters {
+    calls: AtomicU64,
+    ok: AtomicU64,
+    errors: AtomicU64,
+    invalid_outcomes: AtomicU64,
+    traps: AtomicU64,
+    timeouts: AtomicU64,
+    ooms: AtomicU64,
+    instantiation_failures: AtomicU64,
+    host_panics: AtomicU64,
+    busy_nanos: AtomicU64,
+}
+
+fn bump(c: &AtomicU64) {
+    c.fetch_add(1, Ordering::Relaxed);
+}
+
+/// How a call into the guest failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Failure {
+    Timeout(Duration),
+    OutOfMemory { limit: u64, requested: Option<usize>, detail: String },
+    Trap { detail: String, stderr: String },
+    Host(String),
+}
+
+impl Failure {
+    fn classify(err: &wasmtime::Error, state: &HostState, limits: &Limits) -> Self {
+        tracing::debug!(target: "wasmloop::plugin", error = ?err, "guest call failed");
+        let trap = err.downcast_ref::<Trap>().copied();
+        if trap == Some(Trap::Interrupt) {
+            return Failure::Timeout(limits.timeout);
+        }
+        // The trap itself ("wasm `unreachable` instruction executed"), else the error's text.
+        let detail = trap.map(|t| t.to_string()).unwrap_or_else(|| first_line(&format!("{err:#}")));
+        if let Some(requested) = state.limiter.refused {
+            return Failure::OutOfMemory { limit: limits.memory.bytes(), requested: Some(requested), detail };
+        }
+        match trap {
+            Some(_) => Failure::Trap { detail, stderr: state.output.stderr_tail() },
+            None => Failure::Host(format!("{err:#}")),
+        }
+    }
+
+    fn describe(&self, plugin: &str, call: &str) -> String {
+        match self {
+            Failure::Timeout(t) => format!(
+                "plugin {plugin} timed out: {call} ran longer than its {} limit and was interrupted; the instance was discarded",
+                crate::duration::format(*t)
+            ),
+            Failure::OutOfMemory { limit, requested, detail } => {
+                let requested = requested.map(|r| format!(" (asked for {} bytes)", r)).unwrap_or_default();
+                format!(
+                    "plugin {plugin} ran out of memory in {call}: linear memory may not grow past its {} limit{requested}, \
+                     then: {detail}; the instance was discarded",
+                    limits::ByteSize(*limit)
+                )
+            }
+            Failure::Trap { detail, stderr } => {
+                let stderr = if stderr.is_empty() {
+                    String::new()
+                } else {
+                    let lines: Vec<&str> = stderr
+                        .lines()
+                        .map(str::trim)
+                        .filter(|l| !l.is_empty() && !l.starts_with("note: run with `RUST_BACKTRACE"))
+                        .collect();
+                    format!("; guest stderr: {}", lines.join(" "))
+                };
+                format!("plugin {plugin} trapped in {call}: {detail}{stderr}; the instance was discarded")
+            }
+            Failure::Host(e) => format!("plugin {plugin}: {call} failed: {e}"),
+        }
+    }
+}
+
+fn first_line(s: &str) -> String {
+    s.lines().next().unwrap_or_default().trim().to_owned()
+}
+
+/// A loaded plugin. Cheap to share (`Arc<WasmPlugin>`); reconciles may run concurrently.
+pub struct WasmPlugin {
+    engine: PluginEngine,
+    name: Arc<str>,
+    digest: String,
+    size: usize,
+    contract_version: String,
+    pre: ControllerPre<HostState>,
+    spec: ReconcilerSpec,
+    limits: Limits,
+    grants: Arc<Grants>,
+    counters: Counters,
+}
+
+impl fmt::Debug for WasmPlugin {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("WasmPlugin")
+            .field("name", &self.name)
+            .field("digest", &self.digest)
+            .field("size", &self.size)
+            .field("limits", &self.limits)
+            .finish_non_exhaustive()
+    }
+}
+
+impl WasmPlugin {
+    /// Compile and load `bytes`. **Blocking** (compiles): call it from `spawn_blocking`.
+    pub fn load(engine: &PluginEngine, bytes: &[u8], limits: Limits, grants: Grants) -> Result<Self> {
+        let compiled = engine.compile_timed(bytes)?;
+        Self::from_compiled(engine, compiled, limits, grants)
+    }
+
+    /// Load an already compiled component (e.g. from the [`super::PrecompiledCache`]).
+    /// Instantiates once to call `metadata()`; cheap compared to compiling.
+    pub fn from_compiled(engine: &PluginEngine, compiled: Compiled, limits: Limits, grants: Grants) -> Result<Self> {
+        limits.validate(engine.limits())?;
+        let component = &compiled.component;
+        let contract_version = check_contract(engine, component)?;
+        let pre = engine.linker().instantiate_pre(component).map_err(|e| Error::Link(format!("{e:#}")))?;
+        let pre = ControllerPre::new(pre).map_err(|e| Error::Link(format!("{e:#}")))?;
+
+        let label: Arc<str> = Arc::from(if grants.plugin().is_empty() { "(loading)" } else { grants.plugin() });
+        let grants = Arc::new(grants);
+        let mut store = new_store(engine, label.clone(), None, &limits, grants.clone(), None);
+        let described = match pre.instantiate(&mut store) {
+            Ok(instance) => instance.wasmloop_controller_plugin().call_metadata(&mut store),
+            Err(e) => {
+                let failure = Failure::classify(&e, store.data(), &limits);
+                store.data().output.flush();
+                return Err(match failure {
+                    Failure::Host(e) => Error::Instantiate(e),
+                    f => Error::Instantiate(f.describe(&label, "instantiation")),
+                });
+            }
+        };
+        store.data().output.flush();
+        let meta = described.map_err(|e| Error::Metadata(Failure::classify(&e, store.data(), &limits).describe(&label, "metadata()")))?;
+        drop(store);
+
+        let spec = spec_from_metadata(meta).map_err(Error::InvalidMetadata)?;
+        let grants = if grants.plugin().is_empty() {
+            Arc::new(Grants::clone(&grants).named(spec.name.clone()))
+        } else {
+            grants
+        };
+        grants.check_spec(&spec)?;
+        Ok(Self {
+            engine: engine.clone(),
+            name: Arc::from(spec.name.as_str()),
+            digest: compiled.digest,
+            size: compiled.size,
+            contract_version,
+            pre,
+            spec,
+            limits,
+            grants,
+            counters: Counters::default(),
+        })
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// `sha256:<hex>` of the plugin bytes.
+    pub fn digest(&self) -> &str {
+        &self.digest
+    }
+
+    /// Size of the plugin bytes.
+    pub fn size(&self) -> usize {
+        self.size
+    }
+
+    /// The contract version the plugin was built against (e.g. `0.1.0`).
+    pub fn contract_version(&self) -> &str {
+        &self.contract_version
+    }
+
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
+    pub fn grants(&self) -> &Arc<Grants> {
+        &self.grants
+    }
+
+    /// The compiled component (e.g. to serialise it).
+    pub fn component(&self) -> &Component {
+        self.pre.instance_pre().component()
+    }
+
+    /// A snapshot of the call counters.
+    pub fn stats(&self) -> PluginStats {
+        let c = &self.counters;
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        PluginStats {
+            calls: get(&c.calls),
+            ok: get(&c.ok),
+            errors: get(&c.errors),
+            invalid_outcomes: get(&c.invalid_outcomes),
+            traps: get(&c.traps),
+            timeouts: get(&c.timeouts),
+            ooms: get(&c.ooms),
+            instantiation_failures: get(&c.instantiation_failures),
+            host_panics: get(&c.host_panics),
+            busy: Duration::from_nanos(get(&c.busy_nanos)),
+        }
+    }
+
+    /// Check every action against this plugin's grants: nothing outside them should be sent.
+    pub fn check_actions(&self, actions: &[Action]) -> Result<(), grants::Error> {
+        self.grants.check_actions(actions)
+    }
+
+    fn call(&self, request: &Request, cache: &'static dyn CacheRead) -> Result<Outcome, ReconcileError> {
+        let c = &self.counters;
+        bump(&c.calls);
+        let started = Instant::now();
+        let key = request.key.to_string();
+        let mut store = new_store(&self.engine, self.name.clone(), Some(key), &self.limits, self.grants.clone(), Some(cache));
+        let result = match self.pre.instantiate(&mut store) {
+            Ok(instance) => instance.wasmloop_controller_plugin().call_reconcile(&mut store, &to_wit_request(request)),
+            Err(e) => {
+                store.data().output.flush();
+                let failure = Failure::classify(&e, store.data(), &self.limits);
+                self.count_failure(&failure, true);
+                c.busy_nanos.fetch_add(nanos(started.elapsed()), Ordering::Relaxed);
+                return Err(ReconcileError::Transient(failure.describe(&self.name, "instantiation")));
+            }
+        };
+        store.data().output.flush();
+        let result = match result {
+            Ok(Ok(outcome)) => match to_outcome(outcome, &self.limits) {
+                Ok(o) => {
+                    bump(&c.ok);
+                    Ok(o)
+                }
+                Err(why) => {
+                    bump(&c.invalid_outcomes);
+                    Err(ReconcileError::Permanent(format!("plugin {} returned an invalid outcome: {why}", self.name)))
+                }
+            },
+            Ok(Err(wit::ReconcileError::Transient(m))) => {
+                bump(&c.errors);
+                Err(ReconcileError::Transient(m))
+            }
+            Ok(Err(wit::ReconcileError::Permanent(m))) => {
+                bump(&c.errors);
+                Err(ReconcileError::Permanent(m))
+            }
+            Err(e) => {
+                let failure = Failure::classify(&e, store.data(), &self.limits);
+                self.count_failure(&failure, false);
+                Err(ReconcileError::Transient(failure.describe(&self.name, "reconcile")))
+            }
+        };
+        drop(store);
+        c.busy_nanos.fetch_add(nanos(started.elapsed()), Ordering::Relaxed);
+        result
+    }
+
+    fn count_failure(&self, failure: &Failure, instantiating: bool) {
+        let c = &self.counters;
+        match failure {
+            Failure::Timeout(_) => bump(&c.timeouts),
+            Failure::OutOfMemory { .. } => bump(&c.ooms),
+            Failure::Trap { .. } => bump(&c.traps),
+            Failure::Host(_) if instantiating => bump(&c.instantiation_failures),
+            Failure::Host(_) => bump(&c.traps),
+        }
+    }
+}
+
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+impl Reconciler for WasmPlugin {
+    fn spec(&self) -> &ReconcilerSpec {
+        &self.spec
+    }
+
+    /// Reconcile in a fresh instance. **Blocking**: run it on a blocking thread
+    /// (`spawn_blocking`), as the controller does; WASI's sync adapters block on the Tokio
+    /// runtime. Never panics; traps, timeouts and out-of-memory become `Transient` errors naming
+    /// which, an invalid outcome a `Permanent` one.
+    fn reconcile(&self, request: &Request, cache: &dyn CacheRead) -> Result<Outcome, ReconcileError> {
+        // SAFETY: the Store that holds this reference is created inside `call` and dropped
+        // before `call` returns (it is never stored, returned or sent elsewhere), so the
+        // reference is never used after the borrow of `cache` ends. Only the lifetime is
+        // erased: `Store<T>` requires `T: 'static`.
+        let cache: &'static dyn CacheRead = unsafe { std::mem::transmute::<&dyn CacheRead, &'static dyn CacheRead>(cache) };
+        // Defence in depth: a panic in the host side of a call (e.g. WASI's sync adapters when
+        // called on an async worker thread instead of a blocking one) becomes an error. The
+        // Store is dropped while unwinding, as on any other exit.
+        match std::panic::catch_unwind(AssertUnwindSafe(|| self.call(request, cache))) {
+            Ok(result) => result,
+            Err(panic) => {
+                bump(&self.counters.host_panics);
+                let what = panic
+                    .downcast_ref::<&str>()
+                    .map(|s| s.to_string())
+                    .or_else(|| panic.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "unknown panic".into());
+                Err(ReconcileError::Transient(format!(
+                    "plugin {}: the host panicked while running reconcile (is it called on a blocking thread?): {what}",
+                    self.name
+                )))
+            }
+        }
+    }
+}
+
+fn new_store(
+    engine: &PluginEngine,
+    plugin: Arc<str>,
+    key: Option<String>,
+    limits: &Limits,
+    grants: Arc<Grants>,
+    cache: Option<&'static dyn CacheRead>,
+) -> Store<HostState> {
+    let state = HostState::new(plugin, key, limits, grants, cache);
+    let mut store = Store::new(engine.engine(), state);
+    store.limiter(|s| &mut s.limiter);
+    store.set_epoch_deadline(limits.deadline_ticks(engine.epoch_tick()));
+    store.epoch_deadline_trap();
+    store
+}
+
+/// `(major, minor, patch)` of a `x.y.z[-pre]` version.
+fn parse_version(v: &str) -> Option<(u64, u64, u64)> {
+    let core = v.split(['-', '+']).next()?;
+    let mut parts = core.split('.').map(|p| p.parse::<u64>().ok());
+    let v = (parts.next()??, parts.next()??, parts.next()??);
+    parts.next().is_none().then_some(v)
+}
+
+/// Whether a plugin built against `found` runs on a host speaking `host`: same major, and while
+/// 0.x, same minor.
+pub fn compatible(found: &str, host: &str) -> bool {
+    match (parse_version(found), parse_version(host)) {
+        (Some((fa, fb, _)), Some((ha, hb, _))) => fa == ha && (ha != 0 || fb == hb),
+        _ => false,
+    }
+}
+
+fn compatible_range(host: &str) -> String {
+    match parse_version(host) {
+        Some((0, minor, _)) => format!("0.{minor}.x"),
+        Some((major, _, _)) => format!("{major}.x.y"),
+        None => host.to_owned(),
+    }
+}
+
+/// Check which `wasmloop:controller/plugin` version `names` (a component's exports) carry;
+/// returns the version found.
+pub fn check_export_names<'a>(names: impl IntoIterator<Item = &'a str>) -> Result<String> {
+    let names: Vec<&str> = names.into_iter().collect();
+    let prefix = bindings::PLUGIN_INTERFACE;
+    let found = names.iter().find_map(|n| match n.split_once('@') {
+        Some((iface, version)) if iface == prefix => Some(Some(version)),
+        None if *n == prefix => Some(None),
+        _ => None,
+    });
+    match found {
+        Some(Some(version)) if compatible(version, bindings::VERSION) => Ok(version.to_owned()),
+        Some(found) => Err(Error::WrongVersion {
+            package: bindings::PACKAGE,
+            found: found.unwrap_or("(no version)").to_owned(),
+            expected: bindings::VERSION,
+            compatible: compatible_range(bindings::VERSION),
+        }),
+        None => Err(Error::NoPluginExport {
+            expected: prefix,
+            version: bindings::VERSION,
+            exports: if names.is_empty() { "nothing".into() } else { names.join(", ") },
+        }),
+    }
+}
+
+/// The contract version `component` exports, checked against the host's.
+pub fn check_contract(engine: &PluginEngine, component: &Component) -> Result<String> {
+    let ty = component.component_type();
+    let names: Vec<&str> = ty.exports(engine.engine()).map(|(n, _)| n).collect();
+    check_export_names(names)
+}
+
+fn to_wit_key(k: &ObjectKey) -> wit::ObjectKey {
+    wit::ObjectKey {
+        api_version: k.kind.api_version.clone(),
+        kind: k.kind.kind.clone(),
+        namespace: k.namespace.clone(),
+        name: k.name.clone(),
+    }
+}
+
+fn to_wit_request(r: &Request) -> wit::Request {
+    wit::Request {
+        key: to_wit_key(&r.key),
+        reason: match r.reason {
+            Reason::Event => wit::Reason::Event,
+            Reason::Resync => wit::Reason::Resync,
+            Reason::Requeue => wit::Reason::Requeue,
+            Reason::Retry(n) => wit::Reason::Retry(n),
+        },
+    }
+}
+
+fn from_wit_kind(k: wit::KindRef) -> KindRef {
+    KindRef::new(k.api_version, k.kind)
+}
+
+fn checked_kind(k: wit::KindRef, what: &str) -> Result<KindRef, String> {
+    let kind = from_wit_kind(k);
+    if kind.kind.is_empty() || kind.group_version().is_err() {
+        return Err(format!("{what}: invalid kind {:?} / {:?}", kind.api_version, kind.kind));
+    }
+    Ok(kind)
+}
+
+/// Convert and validate `metadata()`'s answer.
+pub(crate) fn spec_from_metadata(m: wit::PluginMetadata) -> Result<ReconcilerSpec, String> {
+    let name = m.name.trim().to_owned();
+    let name_ok = !name.is_empty()
+        && name.len() <= 63
+        && name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        && !name.starts_with('-')
+        && !name.ends_with('-');
+    if !name_ok {
+        return Err(format!("name {:?} must be a DNS label (lowercase letters, digits, '-', at most 63)", m.name));
+    }
+    let reconciles = checked_kind(m.reconciles, "reconciles")?;
+    let watches = m
+        .watches
+        .into_iter()
+        .enumerate()
+        .map(|(i, w)| {
+            Ok(WatchSpec {
+                kind: checked_kind(w.kind, &format!("watches[{i}]"))?,
+                mapping: match w.mapping {
+                    wit::Mapping::Owner => Mapping::Owner,
+                    wit::Mapping::Label(l) => Mapping::Label(l),
+                    wit::Mapping::SameName => Mapping::SameName,
+                    wit::Mapping::Namespace => Mapping::Namespace,
+                },
+                selector: w.selector,
+            })
+        })
+        .collect::<Result<Vec<_>, String>>()?;
+    let indexes = m
+        .indexes
+        .into_iter()
+        .enumerate()
+        .map(|(i, x)| {
+            if x.name.is_empty() || x.path.is_empty() {
+                return Err(format!("indexes[{i}]: name and path are required"));
+            }
+            Ok(IndexDecl { kind: checked_kind(x.kind, &format!("indexes[{i}]"))?, name: x.name, path: x.path })
+        })
+        .collect::<Result<Vec<_>, String>>()?;
+    Ok(ReconcilerSpec { name, version: m.version, reconciles, selector: m.selector, watches, indexes })
+}
+
+/// Parse an object action's JSON: an object with apiVersion, kind and metadata.name
+/// (or metadata.generateName for create).
+fn object_json(i: usize, verb: &str, json: &str) -> Result<Value, String> {
+    let value: Value =
+        serde_json::from_str(json).map_err(|e| format!("action {i} ({verb}): invalid JSON: {e}"))?;
+    let Some(obj) = value.as_object() else {
+        return Err(format!("action {i} ({verb}): expected a JSON object, got {}", kind_of(&value)));
+    };
+    let text = |v: Option<&Value>| v.and_then(Value::as_str).filter(|s| !s.is_empty()).is_some();
+    let mut missing = Vec::new();
+    if !text(obj.get("apiVersion")) {
+        missing.push("apiVersion");
+    }
+    if !text(obj.get("kind")) {
+        missing.push("kind");
+    }
+    let meta = obj.get("metadata");
+    let named = text(meta.and_then(|m| m.get("name")))
+        || (verb == "create" && text(meta.and_then(|m| m.get("generateName"))));
+    if !named {
+        missing.push(if verb == "create" { "metadata.name (or metadata.generateName)" } else { "metadata.name" });
+    }
+    if !missing.is_empty() {
+        return Err(format!("action {i} ({verb}): the object has no {}", missing.join(", ")));
+    }
+    Ok(value)
+}
+
+fn kind_of(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+fn checked_key(i: usize, verb: &str, k: wit::ObjectKey) -> Result<ObjectKey, String> {
+    if k.api_version.is_empty() || k.kind.is_empty() || k.name.is_empty() {
+        return Err(format!("action {i} ({verb}): the key needs apiVersion, kind and name"));
+    }
+    Ok(ObjectKey::new(KindRef::new(k.api_version, k.kind), k.namespace.filter(|n| !n.is_empty()), k.name))
+}
+
+/// Convert the guest's outcome, naming the first bad action.
+pub(crate) fn to_outcome(o: wit::Outcome, limits: &Limits) -> Result<Outcome, String> {
+    if o.actions.len() > limits.max_actions as usize {
+        return Err(format!("{} actions, more than limits.maxActions {}", o.actions.len(), limits.max_actions));
+    }
+    let mut actions = Vec::with_capacity(o.actions.len());
+    for (i, a) in o.actions.into_iter().enumerate() {
+        actions.push(match a {
+            wit::Action::Create(json) => Action::Create { object: object_json(i, "create", &json)? },
+            wit::Action::Apply(json) => Action::Apply { object: object_json(i, "apply", &json)? },
+            wit::Action::Delete(key) => Action::Delete { key: checked_key(i, "delete", key)? },
+            wit::Action::UpdateStatus(u) => {
+                let key = checked_key(i, "update-status", u.key)?;
+                let status: Value = serde_json::from_str(&u.status)
+                    .map_err(|e| format!("action {i} (update-status): invalid status JSON: {e}"))?;
+                if !status.is_object() {
+                    return Err(format!("action {i} (update-status): status must be a JSON object, got {}", kind_of(&status)));
+                }
+                Action::UpdateStatus { key, status }
+            }
+            wit::Action::Event(e) => {
+                if e.reason.is_empty() {
+                    return Err(format!("action {i} (event): reason is required"));
+                }
+                Action::Event {
+                    regarding: checked_key(i, "event", e.regarding)?,
+                    event_type: match e.event_type {
+                        wit::EventType::Normal => EventType::Normal,
+                        wit::EventType::Warning => EventType::Warning,
+                    },
+                    reason: e.reason,
+                    message: e.message,
+                }
+            }
+        });
+    }
+    Ok(Outcome { actions, requeue_after: o.requeue_after_ms.map(Duration::from_millis) })
+}
+
+/// For `Controller` instances built elsewhere in this module (inspect).
+pub(crate) fn instantiate_for_metadata(
+    engine: &PluginEngine,
+    component: &Component,
+    limits: &Limits,
+) -> Result<wit::PluginMetadata> {
+    let pre = engine.linker().instantiate_pre(component).map_err(|e| Error::Link(format!("{e:#}")))?;
+    let pre = ControllerPre::new(pre).map_err(|e| Error::Link(format!("{e:#}")))?;
+    let label: Arc<str> = Arc::from("(inspect)");
+    let mut store = new_store(engine, label.clone(), None, limits, Arc::new(Grants::none("(inspect)")), None);
+    let instance = pre
+        .instantiate(&mut store)
+        .map_err(|e| Error::Instantiate(Failure::classify(&e, store.data(), limits).describe(&label, "instantiation")))?;
+    let meta = instance.wasmloop_controller_plugin().call_metadata(&mut store);
+    store.data().output.flush();
+    meta.map_err(|e| Error::Metadata(Failure::classify(&e, store.data(), limits).describe(&label, "metadata()")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn versions_are_compatible_by_semver_rules() {
+        assert!(compatible("0.1.0", "0.1.0"));
+        assert!(compatible("0.1.7", "0.1.0"));
+        assert!(!compatible("0.2.0", "0.1.0"));
+        assert!(!compatible("1.0.0", "0.1.0"));
+        assert!(compatible("1.4.0", "1.0.0"));
+        assert!(!compatible("2.0.0", "1.0.0"));
+        assert!(!compatible("0.1", "0.1.0"));
+        assert!(compatible("0.1.0-rc.1", "0.1.0"));
+    }
+
+    #[test]
+    fn export_names_are_checked() {
+        let ok = check_export_names(["wasmloop:controller/plugin@0.1.2"]).unwrap();
+        assert_eq!(ok, "0.1.2");
+        let err = check_export_names(["wasmloop:controller/plugin@0.2.0"]).unwrap_err().to_string();
+        assert_eq!(
+            err,
+            "the plugin targets wasmloop:controller@0.2.0 but this host speaks wasmloop:controller@0.1.0 \
+             (compatible: 0.1.x); rebuild it against a matching SDK"
+        );
+        let err = check_export_names(["wasmloop:controller/plugin"]).unwrap_err().to_string();
+        assert!(err.contains("targets wasmloop:controller@(no version)"), "{err}");
+        let err = check_export_names(["wasi:http/incoming-handler@0.2.0"]).unwrap_err().to_string();
+        assert!(err.contains("does not export wasmloop:controller/plugin@0.1.0 (it exports: wasi:http/incoming-handler@0.2.0)"), "{err}");
+        let err = check_export_names([]).unwrap_err().to_string();
+        assert!(err.contains("it exports: nothing"), "{err}");
+    }
+
+    #[test]
+    fn the_host_version_matches_the_wit_file() {
+        let wit = include_str!("../../../wit/controller.wit");
+        let expected = format!("package {}@{};", bindings::PACKAGE, bindings::VERSION);
+        assert!(wit.contains(&expected), "bindings::VERSION is out of date with wit/controller.wit ({expected})");
+    }
+
+    fn key(name: &str) -> wit::ObjectKey {
+        wit::ObjectKey { api_version: "v1".into(), kind: "Pod".into(), namespace: Some("ns".into()), name: name.into() }
+    }
+
+    #[test]
+    fn outcomes_convert_and_bad_actions_are_named() {
+        let limits = Limits::default();
+        let good = wit::Outcome {
+            actions: vec![
+                wit::Action::Create(json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"generateName": "p-"}}).to_string()),
+                wit::Action::Delete(key("a")),
+                wit::Action::UpdateStatus(wit::StatusUpdate { key: key("b"), status: r#"{"ready":1}"#.into() }),
+                wit::Action::Event(wit::Event {
+                    regarding: key("c"),
+                    event_type: wit::EventType::Warning,
+                    reason: "Boom".into(),
+                    message: "m".into(),
+                }),
+            ],
+            requeue_after_ms: Some(1500),
+        };
+        let o = to_outcome(good, &limits).unwrap();
+        assert_eq!(o.actions.len(), 4);
+        assert_eq!(o.requeue_after, Some(Duration::from_millis(1500)));
+        assert!(matches!(&o.actions[3], Action::Event { event_type: EventType::Warning, .. }));
+
+        let bad = |a: wit::Action| to_outcome(wit::Outcome { actions: vec![a], requeue_after_ms: None }, &limits).unwrap_err();
+        let err = bad(wit::Action::Create("{not json".into()));
+        assert!(err.starts_with("action 0 (create): invalid JSON: key must be a string"), "{err}");
+        let err = bad(wit::Action::Apply(r#"{"apiVersion":"v1","kind":"Pod","metadata":{}}"#.into()));
+        assert_eq!(err, "action 0 (apply): the object has no metadata.name");
+        let err = bad(wit::Action::Create("[1]".into()));
+        assert_eq!(err, "action 0 (create): expected a JSON object, got an array");
+        let err = bad(wit::Action::Create(r#"{"metadata":{"name":"x"}}"#.into()));
+        assert_eq!(err, "action 0 (create): the object has no apiVersion, kind");
+        let err = bad(wit::Action::UpdateStatus(wit::StatusUpdate { key: key("b"), status: "3".into() }));
+        assert!(err.contains("status must be a JSON object, got a number"), "{err}");
+        let err = bad(wit::Action::Delete(key("")));
+        assert!(err.contains("action 0 (delete): the key needs"), "{err}");
+
+        let many = wit::Outcome { actions: vec![wit::Action::Delete(key("a")); 3], requeue_after_ms: None };
+        let err = to_outcome(many, &Limits { max_actions: 2, ..Limits::default() }).unwrap_err();
+        assert_eq!(err, "3 actions, more than limits.maxActions 2");
+    }
+
+    #[test]
+    fn metadata_is_validated() {
+        let kind = |a: &str, k: &str| wit::KindRef { api_version: a.into(), kind: k.into() };
+        let meta = |name: &str, reconciles: wit::KindRef| wit::PluginMetadata {
+            name: name.into(),
+            version: "1.0.0".into(),
+            reconciles,
+            selector: None,
+            watches: vec![wit::Watch { kind: kind("v1", "Pod"), mapping: wit::Mapping::Owner, selector: None }],
+            indexes: vec![],
+        };
+        let spec = spec_from_metadata(meta("podset", kind("wasmloop.dev/v1alpha1", "PodSet"))).unwrap();
+        assert_eq!(spec.reconciles, KindRef::new("wasmloop.dev/v1alpha1", "PodSet"));
+        assert_eq!(spec.watches[0].mapping, Mapping::Owner);
+        let err = spec_from_metadata(meta("Pod Set", kind("v1", "Pod"))).unwrap_err();
+        assert!(err.contains("must be a DNS label"), "{err}");
+        let err = spec_from_metadata(meta("x", kind("a/b/c", "Pod"))).unwrap_err();
+        assert!(err.starts_with("reconciles: invalid kind"), "{err}");
+    }
+}

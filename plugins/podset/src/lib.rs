@@ -1,0 +1,215 @@
+//! `podset`: keeps `spec.replicas` Pods from `spec.template` for each `PodSet`
+//! (`wasmloop.dev/v1alpha1`, CRD in `deploy/crds/podset.yaml`).
+//!
+//! Pods are named `<podset>-<n>`, taking the lowest free ordinals, so a create repeated against a
+//! stale cache is an AlreadyExists (done) rather than a second Pod. Surplus Pods go highest
+//! ordinal first. Pods carry the label `wasmloop.dev/podset=<name>` and a controller owner
+//! reference, so deleting the PodSet garbage-collects them. `status.replicas` and
+//! `status.readyReplicas` are written only when they change.
+//!
+//! This plugin shows the SDK's `k8s` feature: Pods and the Pod template are `k8s-openapi` types.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use wasmloop_sdk::k8s::api::core::v1::{Pod, PodTemplateSpec};
+use wasmloop_sdk::k8s::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use wasmloop_sdk::object::Object;
+use wasmloop_sdk::{
+    Error, KindRef, Metadata, Outcome, Reconciler, Request, ResultExt, cache, kinds,
+};
+
+/// The reconciled kind.
+pub const PODSET: KindRef = KindRef::from_static("wasmloop.dev/v1alpha1", "PodSet");
+/// The label put on every Pod of a PodSet; its value is the PodSet's name.
+pub const PODSET_LABEL: &str = "wasmloop.dev/podset";
+/// How often a PodSet is looked at even without events.
+pub const RESYNC: Duration = Duration::from_secs(30);
+
+/// `PodSet.spec`.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PodSetSpec {
+    pub replicas: i32,
+    #[serde(default)]
+    pub template: PodTemplateSpec,
+}
+
+/// `PodSet.status`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PodSetStatus {
+    #[serde(default)]
+    pub replicas: i32,
+    #[serde(default)]
+    pub ready_replicas: Option<i32>,
+}
+
+/// A PodSet as read from the cache.
+pub type PodSet = Object<PodSetSpec, PodSetStatus>;
+
+/// The plugin's version. The `v2` feature builds a visibly different second version (its Pods
+/// carry [`V2_LABEL`]) for the hot-reload tests and demo.
+#[cfg(not(feature = "v2"))]
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+#[cfg(feature = "v2")]
+pub const VERSION: &str = "0.2.0";
+/// The label the `v2` build adds to the Pods it creates (value `v2`).
+pub const V2_LABEL: &str = "wasmloop.dev/podset-version";
+
+/// The reconciler.
+pub struct PodSetReconciler;
+
+impl Reconciler for PodSetReconciler {
+    fn metadata() -> Metadata {
+        Metadata::new("podset", VERSION)
+            .reconciles(PODSET)
+            .owns(kinds::POD)
+    }
+
+    fn reconcile(req: Request) -> Result<Outcome, Error> {
+        // Gone: owner-reference garbage collection removes its Pods. Being deleted: likewise.
+        let Some(ps) = cache::get_key::<PodSet>(&req.key).context("reading the PodSet")? else {
+            return Ok(Outcome::new());
+        };
+        if ps.metadata.is_deleting() {
+            return Ok(Outcome::new());
+        }
+        let spec = ps
+            .spec
+            .as_ref()
+            .ok_or_else(|| Error::permanent("PodSet has no spec"))?;
+        let desired = usize::try_from(spec.replicas).map_err(|_| {
+            Error::permanent(format!("spec.replicas is negative: {}", spec.replicas))
+        })?;
+        let Some(pod_spec) = spec.template.spec.clone() else {
+            return Err(Error::permanent("spec.template.spec is missing"));
+        };
+        let ns = req.key.ns();
+        let name = &req.key.name;
+
+        let pods: Vec<Pod> =
+            cache::owned_by(&kinds::POD, &ps.metadata.uid).context("listing the PodSet's Pods")?;
+        let mine: Vec<&Pod> = pods
+            .iter()
+            .filter(|p| is_controlled_by(p, &ps.metadata.uid))
+            .collect();
+        // Names stay taken while a Pod terminates: creating one would be an AlreadyExists.
+        let taken: BTreeSet<&str> = mine
+            .iter()
+            .filter_map(|p| p.metadata.name.as_deref())
+            .collect();
+        let mut active: Vec<&Pod> = mine
+            .into_iter()
+            .filter(|p| p.metadata.deletion_timestamp.is_none())
+            .collect();
+        let ready = active.iter().filter(|p| is_ready(p)).count();
+        let observed = active.len();
+
+        let mut out = Outcome::new();
+        if observed < desired {
+            let mut ordinal = 0u32;
+            for _ in observed..desired {
+                let pod_name = loop {
+                    let candidate = format!("{name}-{ordinal}");
+                    ordinal += 1;
+                    // Skip names held by our Pods or by anything else in the namespace.
+                    if !taken.contains(candidate.as_str())
+                        && cache::get_raw(&kinds::POD, ns, &candidate)?.is_none()
+                    {
+                        break candidate;
+                    }
+                };
+                out = out.create_owned(
+                    &ps,
+                    new_pod(&pod_name, name, &spec.template, pod_spec.clone()),
+                );
+            }
+        } else if observed > desired {
+            // Pods not named <podset>-<n> first, then the highest ordinals.
+            active.sort_by_key(|p| {
+                std::cmp::Reverse(ordinal_of(p, name).map_or(u64::MAX, u64::from))
+            });
+            for p in &active[..observed - desired] {
+                out =
+                    out.delete_key(kinds::POD.key(ns, p.metadata.name.clone().unwrap_or_default()));
+            }
+        }
+
+        let status = PodSetStatus {
+            replicas: count(observed),
+            ready_replicas: Some(count(ready)),
+        };
+        let current = ps.status.clone().unwrap_or_default();
+        if current.replicas != status.replicas
+            || current.ready_replicas.unwrap_or(0) != count(ready)
+        {
+            out = out.status(&ps, &status);
+        }
+        Ok(out.requeue_after(RESYNC))
+    }
+}
+
+wasmloop_sdk::export_reconciler!(PodSetReconciler);
+
+fn count(n: usize) -> i32 {
+    i32::try_from(n).unwrap_or(i32::MAX)
+}
+
+fn is_controlled_by(pod: &Pod, uid: &str) -> bool {
+    let refs = pod.metadata.owner_references.as_deref().unwrap_or_default();
+    refs.iter()
+        .any(|r| r.controller == Some(true) && r.uid == uid)
+}
+
+fn is_ready(pod: &Pod) -> bool {
+    let conditions = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_deref())
+        .unwrap_or_default();
+    conditions
+        .iter()
+        .any(|c| c.type_ == "Ready" && c.status == "True")
+}
+
+/// `n` for a Pod named `<podset>-<n>` (canonical decimal, no leading zeros).
+fn ordinal_of(pod: &Pod, podset: &str) -> Option<u32> {
+    let suffix = pod
+        .metadata
+        .name
+        .as_deref()?
+        .strip_prefix(podset)?
+        .strip_prefix('-')?;
+    let n: u32 = suffix.parse().ok()?;
+    (n.to_string() == suffix).then_some(n)
+}
+
+fn new_pod(
+    name: &str,
+    podset: &str,
+    template: &PodTemplateSpec,
+    spec: wasmloop_sdk::k8s::api::core::v1::PodSpec,
+) -> Pod {
+    let tmeta = template.metadata.as_ref();
+    let mut labels: BTreeMap<String, String> =
+        tmeta.and_then(|m| m.labels.clone()).unwrap_or_default();
+    labels.insert(PODSET_LABEL.to_owned(), podset.to_owned());
+    if cfg!(feature = "v2") {
+        labels.insert(V2_LABEL.to_owned(), "v2".to_owned());
+    }
+    Pod {
+        metadata: ObjectMeta {
+            name: Some(name.to_owned()),
+            labels: Some(labels),
+            annotations: tmeta.and_then(|m| m.annotations.clone()),
+            ..ObjectMeta::default()
+        },
+        spec: Some(spec),
+        status: None,
+    }
+}
+
+#[cfg(test)]
+mod tests;

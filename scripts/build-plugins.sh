@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Build the example plugins as WebAssembly components (wasm32-wasip2, profile `plugin`) and
+# print each one's path and size (raw, and zstd -19 when the zstd CLI is installed).
+#
+#   scripts/build-plugins.sh [PLUGIN...]     default: podset replicaset namespace-config
+#
+# Honours CARGO_TARGET_DIR. Extra cargo flags go in CARGO_FLAGS (e.g. CARGO_FLAGS=--locked).
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+TARGET=wasm32-wasip2
+PROFILE=plugin
+plugins=("$@")
+[ ${#plugins[@]} -gt 0 ] || plugins=(podset replicaset namespace-config)
+
+if ! rustup target list --installed 2>/dev/null | grep -qx "$TARGET"; then
+  echo "build-plugins: adding the $TARGET target" >&2
+  rustup target add "$TARGET"
+fi
+
+pkgs=()
+for p in "${plugins[@]}"; do pkgs+=(-p "$p"); done
+# shellcheck disable=SC2086
+cargo build --target "$TARGET" --profile "$PROFILE" "${pkgs[@]}" ${CARGO_FLAGS:-}
+
+target_dir=${CARGO_TARGET_DIR:-$(cargo metadata --format-version 1 --no-deps | sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')}
+out_dir=$target_dir/$TARGET/$PROFILE
+
+have_zstd=0
+command -v zstd >/dev/null 2>&1 && have_zstd=1
+printf '%-60s %10s %10s\n' "plugin" "bytes" "zstd-19"
+for p in "${plugins[@]}"; do
+  wasm=$out_dir/${p//-/_}.wasm
+  [ -f "$wasm" ] || { echo "build-plugins: $wasm was not produced" >&2; exit 1; }
+  raw=$(wc -c <"$wasm")
+  if [ "$have_zstd" = 1 ]; then
+    z=$(zstd -19 -q -c "$wasm" | wc -c)
+  else
+    z="-"
+  fi
+  printf '%-60s %10s %10s\n' "$wasm" "$raw" "$z"
+done

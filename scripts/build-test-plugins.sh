@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Build the misbehaving (and one well-behaved) test plugins the sandbox tests load
+# (tests/tests/sandbox.rs). Output: $CARGO_TARGET_DIR (default <workspace>/target)
+# /wasm32-wasip2/plugin/<name>.wasm, where the tests look unless WASMLOOP_PLUGIN_DIR is set.
+#
+#   scripts/build-test-plugins.sh            # all test plugins
+#   scripts/build-test-plugins.sh echo panic # some of them
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+ALL=(echo spin-loop memory-bomb panic bad-action read-outside-grant write-outside-grant wrong-version sandbox-probe)
+PLUGINS=("${@:-${ALL[@]}}")
+
+if ! rustup target list --installed 2>/dev/null | grep -qx wasm32-wasip2; then
+  rustup target add wasm32-wasip2
+fi
+
+args=()
+for p in "${PLUGINS[@]}"; do args+=(-p "$p"); done
+cargo build --target wasm32-wasip2 --profile plugin "${args[@]}"
+
+out="${CARGO_TARGET_DIR:-target}/wasm32-wasip2/plugin"
+for p in "${PLUGINS[@]}"; do
+  f="$out/${p//-/_}.wasm"
+  [ -f "$f" ] || { echo "build-test-plugins: $f was not produced" >&2; exit 1; }
+  echo "$f $(stat -c %s "$f") bytes"
+done
+
+# podset v2 (feature `v2`): a visibly different version for the hot-reload tests. Cargo writes
+# both builds to podset.wasm, so build v2 first, keep a copy, then restore the normal build.
+cargo build --target wasm32-wasip2 --profile plugin -p podset --features v2
+cp "$out/podset.wasm" "$out/podset_v2.wasm"
+cargo build --target wasm32-wasip2 --profile plugin -p podset
+echo "$out/podset_v2.wasm $(stat -c %s "$out/podset_v2.wasm") bytes"

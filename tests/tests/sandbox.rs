@@ -1,0 +1,442 @@
+//! Sandbox tests of the Wasm plugin runtime: misbehaving plugins are contained, the host and the
+//! well-behaved plugin keep working.
+//!
+//! They load the test plugins of `tests/plugins/` from `$WASMLOOP_PLUGIN_DIR` (default
+//! `<workspace>/target/wasm32-wasip2/plugin/`); build them first with
+//! `scripts/build-test-plugins.sh`. A missing plugin fails the test. No cluster is needed: the
+//! cache is an in-memory `CacheView`.
+
+use std::path::PathBuf;
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use wasmloop::actions::Action;
+use wasmloop::cache::CacheView;
+use wasmloop::controller::{Outcome, Reason, ReconcileError, Reconciler, Request};
+use wasmloop::grants::Grants;
+use wasmloop::kinds::{KindRef, ObjectKey};
+use wasmloop::plugin::{ByteSize, Limits, Origin, PluginEngine, PrecompiledCache, WasmPlugin, inspect};
+
+fn plugin_dir() -> PathBuf {
+    match std::env::var_os("WASMLOOP_PLUGIN_DIR") {
+        Some(dir) => PathBuf::from(dir),
+        None => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/wasm32-wasip2/plugin"),
+    }
+}
+
+fn plugin_bytes(name: &str) -> Vec<u8> {
+    let path = plugin_dir().join(format!("{}.wasm", name.replace('-', "_")));
+    std::fs::read(&path).unwrap_or_else(|e| {
+        panic!("test plugin {} not readable ({e}): run scripts/build-test-plugins.sh first", path.display())
+    })
+}
+
+/// One engine for the whole test binary (as in the host process).
+fn engine() -> &'static PluginEngine {
+    static ENGINE: OnceLock<PluginEngine> = OnceLock::new();
+    ENGINE.get_or_init(|| PluginEngine::new().expect("engine"))
+}
+
+/// Compiled components survive across test runs here (and the tests exercise the cache).
+fn shared_cache() -> PrecompiledCache {
+    PrecompiledCache::new(PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("wasmloop-precompiled")).expect("cache dir")
+}
+
+fn grants(plugin: &str, yaml: &str) -> Grants {
+    Grants::from_yaml(plugin, yaml).expect("grants")
+}
+
+/// Read + update-status + event on ConfigMaps everywhere.
+fn config_map_grants(plugin: &str) -> Grants {
+    grants(plugin, "grants:\n  - kinds: [v1/ConfigMap]\n    verbs: [read, update-status, event]\n")
+}
+
+fn load_with(name: &str, limits: Limits, grants: Grants) -> Result<WasmPlugin, wasmloop::plugin::Error> {
+    let compiled = shared_cache().load_or_compile(engine(), &plugin_bytes(name))?;
+    WasmPlugin::from_compiled(engine(), compiled, limits, grants)
+}
+
+fn load(name: &str, limits: Limits) -> WasmPlugin {
+    load_with(name, limits, config_map_grants(name)).unwrap_or_else(|e| panic!("loading {name}: {e}"))
+}
+
+fn config_map(ns: &str, name: &str, data: Value) -> Value {
+    json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"namespace": ns, "name": name, "uid": format!("uid-{ns}-{name}")}, "data": data})
+}
+
+fn cache_of(objects: Vec<Value>) -> CacheView {
+    CacheView::from_objects(objects).expect("cache view")
+}
+
+fn request(ns: &str, name: &str) -> Request {
+    Request { key: ObjectKey::new(KindRef::new("v1", "ConfigMap"), Some(ns.into()), name), reason: Reason::Event }
+}
+
+fn status_of(outcome: &Outcome) -> &Value {
+    match outcome.actions.as_slice() {
+        [Action::UpdateStatus { status, .. }] => status,
+        other => panic!("expected one update-status, got {other:?}"),
+    }
+}
+
+/// The good plugin still works: this is run after each misbehaving one.
+fn assert_echo_works() {
+    let echo = load("echo", Limits::default());
+    let cache = cache_of(vec![config_map("default", "web", json!({"a": "b"}))]);
+    let outcome = echo.reconcile(&request("default", "web"), &cache).expect("echo reconciles");
+    assert_eq!(status_of(&outcome)["callsInThisInstance"], 1);
+}
+
+fn transient(r: Result<Outcome, ReconcileError>) -> String {
+    match r {
+        Err(ReconcileError::Transient(m)) => m,
+        other => panic!("expected a transient error, got {other:?}"),
+    }
+}
+
+fn permanent(r: Result<Outcome, ReconcileError>) -> String {
+    match r {
+        Err(ReconcileError::Permanent(m)) => m,
+        other => panic!("expected a permanent error, got {other:?}"),
+    }
+}
+
+#[test]
+fn echo_gets_a_fresh_instance_for_every_reconcile() {
+    let echo = load("echo", Limits::default());
+    assert_eq!(echo.name(), "echo");
+    assert_eq!(echo.contract_version(), "0.1.0");
+    assert!(echo.digest().starts_with("sha256:") && echo.size() > 1000);
+    let cache = cache_of(vec![config_map("default", "web", json!({"k": "v"}))]);
+    for _ in 0..3 {
+        let outcome = echo.reconcile(&request("default", "web"), &cache).unwrap();
+        let status = status_of(&outcome);
+        assert_eq!(status["callsInThisInstance"], 1, "guest state leaked between reconciles: {status}");
+        assert_eq!(status["reason"], "event");
+        assert!(status["observedBytes"].as_u64().unwrap() > 20, "{status}");
+        assert_eq!(outcome.requeue_after, Some(Duration::from_secs(30)));
+    }
+    let missing = echo.reconcile(&request("default", "absent"), &cache).unwrap();
+    assert!(missing.actions.is_empty());
+    let retry = Request { reason: Reason::Retry(3), ..request("default", "web") };
+    assert_eq!(status_of(&echo.reconcile(&retry, &cache).unwrap())["reason"], "retry-3");
+    let stats = echo.stats();
+    assert_eq!((stats.calls, stats.ok, stats.traps, stats.timeouts, stats.ooms), (5, 5, 0, 0, 0));
+
+    // Per-reconcile cost with a fresh Store each time.
+    let n = 200;
+    let started = Instant::now();
+    for _ in 0..n {
+        echo.reconcile(&request("default", "web"), &cache).unwrap();
+    }
+    let per_call = started.elapsed() / n;
+    eprintln!("echo: {per_call:?} per reconcile (fresh Store + instantiate + call)");
+    assert!(per_call < Duration::from_millis(100), "{per_call:?} per reconcile");
+}
+
+#[test]
+fn an_infinite_loop_times_out_and_the_host_keeps_running() {
+    let timeout = Duration::from_millis(200);
+    let spin = load("spin-loop", Limits { timeout, ..Limits::default() });
+    let cache = cache_of(vec![config_map("default", "web", json!({}))]);
+    for attempt in 1..=2 {
+        let started = Instant::now();
+        let msg = transient(spin.reconcile(&request("default", "web"), &cache));
+        let took = started.elapsed();
+        eprintln!("spin-loop attempt {attempt} failed after {took:?}: {msg}");
+        assert!(msg.contains("plugin spin-loop timed out") && msg.contains("200ms limit"), "{msg}");
+        assert!(took >= timeout && took < timeout + Duration::from_secs(1), "attempt {attempt} took {took:?}");
+    }
+    let stats = spin.stats();
+    assert_eq!((stats.timeouts, stats.traps, stats.ooms, stats.ok), (2, 0, 0, 0));
+    assert_echo_works();
+}
+
+#[test]
+fn a_memory_bomb_hits_its_limit_and_the_host_keeps_running() {
+    let bomb = load("memory-bomb", Limits { memory: ByteSize::mib(16), ..Limits::default() });
+    let cache = cache_of(vec![config_map("default", "web", json!({}))]);
+    let msg = transient(bomb.reconcile(&request("default", "web"), &cache));
+    eprintln!("memory-bomb: {msg}");
+    assert!(msg.contains("plugin memory-bomb ran out of memory") && msg.contains("16Mi limit"), "{msg}");
+    let stats = bomb.stats();
+    assert_eq!((stats.ooms, stats.traps, stats.timeouts), (1, 0, 0));
+    assert_echo_works();
+}
+
+#[test]
+fn a_panic_traps_the_instance_is_discarded_and_the_next_call_works() {
+    let plugin = load("panic", Limits::default());
+    let cache = cache_of(vec![config_map("default", "panic-now", json!({})), config_map("default", "calm", json!({}))]);
+    let msg = transient(plugin.reconcile(&request("default", "panic-now"), &cache));
+    eprintln!("panic: {msg}");
+    assert!(msg.contains("plugin panic trapped in reconcile"), "{msg}");
+    assert!(msg.contains("deliberate panic while reconciling panic-now"), "the guest's panic message is quoted: {msg}");
+    let next = plugin.reconcile(&request("default", "calm"), &cache).expect("the next reconcile works");
+    assert!(next.actions.is_empty());
+    let stats = plugin.stats();
+    assert_eq!((stats.calls, stats.traps, stats.ok), (2, 1, 1));
+    assert_echo_works();
+}
+
+#[test]
+fn guest_output_goes_to_the_log_tagged_with_plugin_and_key() {
+    #[derive(Clone, Default)]
+    struct Buffer(Arc<std::sync::Mutex<Vec<u8>>>);
+    impl std::io::Write for Buffer {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let buffer = Buffer::default();
+    let writer = buffer.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || writer.clone())
+        .with_ansi(false)
+        .with_max_level(tracing::Level::INFO)
+        .finish();
+    let echo = load("echo", Limits::default());
+    let probe = load("sandbox-probe", Limits::default());
+    let cache = cache_of(vec![config_map("default", "web", json!({}))]);
+    tracing::subscriber::with_default(subscriber, || {
+        echo.reconcile(&request("default", "web"), &cache).unwrap();
+        probe.reconcile(&request("default", "web"), &cache).unwrap();
+    });
+    let log = String::from_utf8(buffer.0.lock().unwrap().clone()).unwrap();
+    let line = |needle: &str| log.lines().find(|l| l.contains(needle)).unwrap_or_else(|| panic!("no {needle:?} in:\n{log}")).to_owned();
+    let logged = line("echo: web is");
+    assert!(logged.contains("plugin=\"echo\"") && logged.contains("key=\"v1/ConfigMap default/web\""), "{logged}");
+    let stdout = line("echo: stdout works");
+    assert!(stdout.contains("stream=\"stdout\"") && stdout.contains("plugin=\"echo\""), "{stdout}");
+    let stderr = line("sandbox-probe: stderr line");
+    assert!(stderr.contains("stream=\"stderr\"") && stderr.contains("plugin=\"sandbox-probe\""), "{stderr}");
+}
+
+#[test]
+fn invalid_actions_are_refused_naming_the_action() {
+    let plugin = load("bad-action", Limits::default());
+    let cache = cache_of(vec![]);
+    let msg = permanent(plugin.reconcile(&request("default", "invalid-json"), &cache));
+    assert!(msg.starts_with("plugin bad-action returned an invalid outcome: action 1 (create): invalid JSON"), "{msg}");
+    let msg = permanent(plugin.reconcile(&request("default", "no-name"), &cache));
+    assert!(msg.ends_with("action 0 (apply): the object has no metadata.name"), "{msg}");
+    let msg = permanent(plugin.reconcile(&request("default", "other"), &cache));
+    assert!(msg.ends_with("action 0 (create): expected a JSON object, got an array"), "{msg}");
+    assert_eq!(plugin.stats().invalid_outcomes, 3);
+}
+
+#[test]
+fn reads_outside_the_grants_are_refused_inside_the_guest() {
+    let g = grants(
+        "read-outside-grant",
+        "grants:\n  - kinds: [v1/ConfigMap]\n    verbs: [read, event]\n    namespaces: [shop]\n",
+    );
+    let plugin = load_with("read-outside-grant", Limits::default(), g).unwrap();
+    // The cache does hold the Secret and the other namespace: only the grants stand in the way.
+    let secret = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"namespace": "shop", "name": "admin-token"}});
+    let cache = cache_of(vec![
+        config_map("shop", "probe", json!({})),
+        config_map("kube-system", "cluster-config", json!({})),
+        secret,
+    ]);
+    let outcome = plugin.reconcile(&request("shop", "probe"), &cache).unwrap();
+    let Some(Action::Event { message, reason, .. }) = outcome.actions.first() else {
+        panic!("expected an event, got {:?}", outcome.actions)
+    };
+    assert_eq!(reason, "ReadOutsideGrant");
+    let seen: Value = serde_json::from_str(message).unwrap();
+    let secret = seen["secret"].as_str().unwrap();
+    assert!(secret.starts_with("not-granted:") && secret.contains("may not read v1/Secret"), "{secret}");
+    let other = seen["otherNamespace"].as_str().unwrap();
+    assert!(other.starts_with("not-granted:") && other.contains("kube-system"), "{other}");
+    assert_eq!(seen["listedAll"], "listed: 1", "a cluster-wide list is filtered to the granted namespace");
+}
+
+#[test]
+fn writes_outside_the_grants_are_rejected_before_anything_is_sent() {
+    let plugin = load("write-outside-grant", Limits::default());
+    let cache = cache_of(vec![config_map("default", "web", json!({}))]);
+    let outcome = plugin.reconcile(&request("default", "web"), &cache).unwrap();
+    assert_eq!(outcome.actions.len(), 2);
+    assert!(plugin.grants().check_action(&outcome.actions[0]).is_ok(), "update-status of its own kind is granted");
+    let err = plugin.grants().check_action(&outcome.actions[1]).unwrap_err().to_string();
+    assert_eq!(
+        err,
+        "plugin write-outside-grant may not delete v1/Secret admin-token in namespace kube-system: no grant covers kind v1/Secret"
+    );
+    let err = plugin.check_actions(&outcome.actions).unwrap_err().to_string();
+    assert!(err.starts_with("action 1: plugin write-outside-grant may not delete v1/Secret"), "{err}");
+}
+
+#[test]
+fn a_plugin_for_another_contract_version_is_refused_at_load() {
+    let err = load_with("wrong-version", Limits::default(), Grants::all()).unwrap_err().to_string();
+    assert!(
+        err.contains("targets wasmloop:controller@0.2.0") && err.contains("this host speaks wasmloop:controller@0.1.0"),
+        "{err}"
+    );
+}
+
+#[test]
+fn core_modules_and_non_wasm_are_refused_clearly() {
+    let err = WasmPlugin::load(engine(), b"\0asm\x01\0\0\0", Limits::default(), Grants::all()).unwrap_err();
+    assert!(err.to_string().contains("core WebAssembly module, not a component"), "{err}");
+    let err = WasmPlugin::load(engine(), b"#!/bin/sh\necho hi\n", Limits::default(), Grants::all()).unwrap_err();
+    assert!(err.to_string().contains("not a WebAssembly binary"), "{err}");
+}
+
+#[test]
+fn a_plugin_is_not_started_without_read_grants_for_what_it_declares() {
+    let g = grants("echo", "grants:\n  - kinds: [v1/Secret]\n    verbs: ['*']\n");
+    let err = load_with("echo", Limits::default(), g).unwrap_err().to_string();
+    assert!(err.contains("plugin echo declares reading v1/ConfigMap (reconciles) but has no read grant"), "{err}");
+    let err = load_with("echo", Limits { memory: ByteSize::mib(64 * 1024), ..Limits::default() }, Grants::all())
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("larger than the host's per-plugin maximum"), "{err}");
+}
+
+#[test]
+fn plugins_have_zero_capabilities() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let plugin = load("sandbox-probe", Limits::default());
+    let cache = cache_of(vec![config_map("default", "probe", json!({"port": port.to_string()}))]);
+    let outcome = plugin.reconcile(&request("default", "probe"), &cache).unwrap();
+    let seen = status_of(&outcome);
+    eprintln!("sandbox-probe saw: {seen}");
+    assert_eq!(seen["port"], port, "the probe read the port from its object");
+    for probe in ["readDir", "readFile", "writeFile", "tcp", "udp", "dns"] {
+        let result = seen[probe].as_str().unwrap_or_default();
+        assert!(result.starts_with("error:"), "{probe} must fail in the sandbox, got {result:?}");
+    }
+    assert_eq!(seen["env"], 0, "no environment variables");
+    assert_eq!(seen["args"], 0, "no arguments");
+    assert!(matches!(listener.accept(), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock), "nothing connected");
+}
+
+#[test]
+fn the_precompiled_cache_hits_and_survives_corrupt_entries() {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("precompiled-test-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let cache = PrecompiledCache::new(&dir).unwrap();
+    let bytes = plugin_bytes("echo");
+    let first = cache.load_or_compile(engine(), &bytes).unwrap();
+    assert_eq!(first.origin, Origin::Compiled { cache_problem: None });
+    let hit = cache.load_or_compile(engine(), &bytes).unwrap();
+    assert_eq!(hit.origin, Origin::CacheHit);
+    assert_eq!(hit.digest, first.digest);
+    eprintln!("echo ({} bytes): compile {:?}, precompiled-cache load {:?}", bytes.len(), first.elapsed, hit.elapsed);
+    assert!(hit.elapsed < first.elapsed, "a cache hit ({:?}) beats compiling ({:?})", hit.elapsed, first.elapsed);
+
+    // A component from the cache runs.
+    let echo = WasmPlugin::from_compiled(engine(), hit, Limits::default(), config_map_grants("echo")).unwrap();
+    let objects = cache_of(vec![config_map("default", "web", json!({}))]);
+    assert_eq!(status_of(&echo.reconcile(&request("default", "web"), &objects).unwrap())["callsInThisInstance"], 1);
+
+    // Corrupt entry: detected, recompiled, rewritten.
+    let path = cache.path_for(engine(), &bytes);
+    let mut data = std::fs::read(&path).unwrap();
+    let mid = data.len() / 2;
+    data[mid] ^= 0xff;
+    std::fs::write(&path, &data).unwrap();
+    let again = cache.load_or_compile(engine(), &bytes).unwrap();
+    assert!(
+        matches!(&again.origin, Origin::Compiled { cache_problem: Some(p) } if p.contains("checksum mismatch")),
+        "{:?}",
+        again.origin
+    );
+    assert_eq!(cache.load_or_compile(engine(), &bytes).unwrap().origin, Origin::CacheHit, "rewritten");
+
+    // Truncated entry, and an artifact of another engine configuration (valid checksum).
+    std::fs::write(&path, &data[..10]).unwrap();
+    assert!(matches!(cache.load_or_compile(engine(), &bytes).unwrap().origin, Origin::Compiled { cache_problem: Some(_) }));
+    let mut forged = Vec::new();
+    let junk = b"not a wasmtime artifact".to_vec();
+    forged.extend_from_slice(&sha256(&junk));
+    forged.extend_from_slice(&junk);
+    std::fs::write(&path, &forged).unwrap();
+    let recompiled = cache.load_or_compile(engine(), &bytes).unwrap();
+    assert!(
+        matches!(&recompiled.origin, Origin::Compiled { cache_problem: Some(p) } if p.contains("incompatible or invalid")),
+        "{:?}",
+        recompiled.origin
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn sha256(bytes: &[u8]) -> Vec<u8> {
+    // The digest helper returns `sha256:<hex>`; decode it back to bytes.
+    let hex = wasmloop::plugin::engine::digest(bytes);
+    let hex = hex.trim_start_matches("sha256:");
+    (0..hex.len()).step_by(2).map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap()).collect()
+}
+
+#[test]
+fn inspect_describes_plugins() {
+    let info = inspect(engine(), &plugin_bytes("echo")).unwrap();
+    assert_eq!(info.name.as_deref(), Some("echo"));
+    assert_eq!(info.wit_package_version.as_deref(), Some("0.1.0"));
+    assert!(info.compatible);
+    assert!(info.exports.iter().any(|e| e == "wasmloop:controller/plugin@0.1.0: metadata, reconcile"), "{:?}", info.exports);
+    assert!(info.imports.iter().any(|i| i.starts_with("wasmloop:controller/cache@0.1.0")), "{:?}", info.imports);
+    let text = info.to_string();
+    assert!(text.contains("plugin:     echo 0.1.0") && text.contains("reconciles: v1/ConfigMap"), "{text}");
+
+    let info = inspect(engine(), &plugin_bytes("wrong-version")).unwrap();
+    assert!(!info.compatible);
+    assert_eq!(info.wit_package_version.as_deref(), Some("0.2.0"));
+    assert!(info.metadata_error.as_deref().unwrap_or_default().contains("wasmloop:controller@0.2.0"), "{info:?}");
+    assert!(info.to_string().contains("NOT compatible"), "{info}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reconcile_runs_on_a_blocking_thread_of_the_runtime() {
+    // The controller's path: spawn_blocking inside the Tokio runtime (WASI's sync adapters
+    // block on the runtime there).
+    let echo = tokio::task::spawn_blocking(|| load("echo", Limits::default())).await.unwrap();
+    let cache = cache_of(vec![config_map("default", "web", json!({}))]);
+    let outcome = tokio::task::spawn_blocking(move || echo.reconcile(&request("default", "web"), &cache))
+        .await
+        .expect("no panic")
+        .expect("echo reconciles");
+    assert_eq!(status_of(&outcome)["callsInThisInstance"], 1);
+}
+
+#[tokio::test]
+async fn misuse_on_an_async_thread_is_an_error_not_a_crash() {
+    let echo = tokio::task::spawn_blocking(|| load("echo", Limits::default())).await.unwrap();
+    let cache = cache_of(vec![config_map("default", "web", json!({}))]);
+    // Called on the runtime's own thread: the guest's println! makes WASI block on the runtime,
+    // which panics inside the host; the plugin turns that into an error.
+    let msg = transient(echo.reconcile(&request("default", "web"), &cache));
+    assert!(msg.contains("the host panicked while running reconcile"), "{msg}");
+    assert_eq!(echo.stats().host_panics, 1);
+}
+
+#[test]
+fn concurrent_reconciles_share_one_plugin() {
+    let echo = Arc::new(load("echo", Limits::default()));
+    let cache = Arc::new(cache_of(vec![config_map("default", "web", json!({}))]));
+    let threads: Vec<_> = (0..4)
+        .map(|_| {
+            let (echo, cache) = (echo.clone(), cache.clone());
+            std::thread::spawn(move || {
+                for _ in 0..25 {
+                    let outcome = echo.reconcile(&request("default", "web"), cache.as_ref()).unwrap();
+                    assert_eq!(status_of(&outcome)["callsInThisInstance"], 1);
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().expect("no reconcile thread panicked");
+    }
+    assert_eq!((echo.stats().calls, echo.stats().ok), (100, 100));
+}
