@@ -170,10 +170,10 @@ impl PluginManager {
     pub async fn shutdown(self) {
         self.inner.queue.shut_down();
         self.worker.abort();
+        // All controllers stop at once, so the whole shutdown takes one grace period.
         let loaded: Vec<_> = self.inner.loaded.lock().await.drain().collect();
-        for (_, l) in loaded {
-            l.controller.shutdown(self.inner.config.shutdown_grace).await;
-        }
+        let grace = self.inner.config.shutdown_grace;
+        futures::future::join_all(loaded.into_iter().map(|(_, l)| l.controller.shutdown(grace))).await;
     }
 }
 
