@@ -42,6 +42,7 @@ pub struct PackInput<'a> {
 }
 
 /// The packed ConfigMap and its sizes.
+#[derive(Debug)]
 pub struct Packed {
     pub config_map: ConfigMap,
     pub raw_bytes: usize,

@@ -206,21 +206,8 @@ impl WasmPlugin {
 
         let label: Arc<str> = Arc::from(if grants.plugin().is_empty() { "(loading)" } else { grants.plugin() });
         let grants = Arc::new(grants);
-        let mut store = new_store(engine, label.clone(), None, &limits, grants.clone(), None);
-        let described = match pre.instantiate(&mut store) {
-            Ok(instance) => instance.wasmloop_controller_plugin().call_metadata(&mut store),
-            Err(e) => {
-                let failure = Failure::classify(&e, store.data(), &limits);
-                store.data().output.flush();
-                return Err(match failure {
-                    Failure::Host(e) => Error::Instantiate(e),
-                    f => Error::Instantiate(f.describe(&label, "instantiation")),
-                });
-            }
-        };
-        store.data().output.flush();
-        let meta = described.map_err(|e| Error::Metadata(Failure::classify(&e, store.data(), &limits).describe(&label, "metadata()")))?;
-        drop(store);
+        let meta = no_panic(|| call_metadata(engine, &pre, &label, &limits, grants.clone()))
+            .map_err(|what| Error::Metadata(format!("the host panicked while calling metadata(): {what}")))??;
 
         let spec = spec_from_metadata(meta).map_err(Error::InvalidMetadata)?;
         let grants = if grants.plugin().is_empty() {
@@ -357,6 +344,17 @@ impl WasmPlugin {
     }
 }
 
+/// Run `f`, turning a panic of the host side of a guest call into an error message.
+fn no_panic<R>(f: impl FnOnce() -> R) -> Result<R, String> {
+    std::panic::catch_unwind(AssertUnwindSafe(f)).map_err(|panic| {
+        panic
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| panic.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "unknown panic".into())
+    })
+}
+
 fn nanos(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
@@ -379,15 +377,10 @@ impl Reconciler for WasmPlugin {
         // Defence in depth: a panic in the host side of a call (e.g. WASI's sync adapters when
         // called on an async worker thread instead of a blocking one) becomes an error. The
         // Store is dropped while unwinding, as on any other exit.
-        match std::panic::catch_unwind(AssertUnwindSafe(|| self.call(request, cache))) {
+        match no_panic(|| self.call(request, cache)) {
             Ok(result) => result,
-            Err(panic) => {
+            Err(what) => {
                 bump(&self.counters.host_panics);
-                let what = panic
-                    .downcast_ref::<&str>()
-                    .map(|s| s.to_string())
-                    .or_else(|| panic.downcast_ref::<String>().cloned())
-                    .unwrap_or_else(|| "unknown panic".into());
                 Err(ReconcileError::Transient(format!(
                     "plugin {}: the host panicked while running reconcile (is it called on a blocking thread?): {what}",
                     self.name
@@ -632,7 +625,30 @@ pub(crate) fn to_outcome(o: wit::Outcome, limits: &Limits) -> Result<Outcome, St
     Ok(Outcome { actions, requeue_after: o.requeue_after_ms.map(Duration::from_millis) })
 }
 
-/// For `Controller` instances built elsewhere in this module (inspect).
+/// Instantiate in a fresh Store (no cache) and call `metadata()`.
+fn call_metadata(
+    engine: &PluginEngine,
+    pre: &ControllerPre<HostState>,
+    label: &Arc<str>,
+    limits: &Limits,
+    grants: Arc<Grants>,
+) -> Result<wit::PluginMetadata> {
+    let mut store = new_store(engine, label.clone(), None, limits, grants, None);
+    let described = match pre.instantiate(&mut store) {
+        Ok(instance) => instance.wasmloop_controller_plugin().call_metadata(&mut store),
+        Err(e) => {
+            store.data().output.flush();
+            return Err(match Failure::classify(&e, store.data(), limits) {
+                Failure::Host(e) => Error::Instantiate(e),
+                f => Error::Instantiate(f.describe(label, "instantiation")),
+            });
+        }
+    };
+    store.data().output.flush();
+    described.map_err(|e| Error::Metadata(Failure::classify(&e, store.data(), limits).describe(label, "metadata()")))
+}
+
+/// `metadata()` of a component that is not loaded as a plugin (inspect).
 pub(crate) fn instantiate_for_metadata(
     engine: &PluginEngine,
     component: &Component,
@@ -641,13 +657,8 @@ pub(crate) fn instantiate_for_metadata(
     let pre = engine.linker().instantiate_pre(component).map_err(|e| Error::Link(format!("{e:#}")))?;
     let pre = ControllerPre::new(pre).map_err(|e| Error::Link(format!("{e:#}")))?;
     let label: Arc<str> = Arc::from("(inspect)");
-    let mut store = new_store(engine, label.clone(), None, limits, Arc::new(Grants::none("(inspect)")), None);
-    let instance = pre
-        .instantiate(&mut store)
-        .map_err(|e| Error::Instantiate(Failure::classify(&e, store.data(), limits).describe(&label, "instantiation")))?;
-    let meta = instance.wasmloop_controller_plugin().call_metadata(&mut store);
-    store.data().output.flush();
-    meta.map_err(|e| Error::Metadata(Failure::classify(&e, store.data(), limits).describe(&label, "metadata()")))
+    no_panic(|| call_metadata(engine, &pre, &label, limits, Arc::new(Grants::none("(inspect)"))))
+        .map_err(|what| Error::Metadata(format!("the host panicked while calling metadata(): {what}")))?
 }
 
 #[cfg(test)]
