@@ -42,6 +42,7 @@ pub fn realistic_pod(i: usize) -> Value {
 }
 
 /// Result of one memory measurement.
+#[derive(serde::Serialize, serde::Deserialize)]
 pub struct CacheMemory {
     pub pods: usize,
     pub bytes_per_pod: f64,

@@ -1,9 +1,13 @@
-//! `wasmloop-bench`: the measurements behind `scripts/bench.sh` / BENCHMARKS.md.
+//! `wasmloop-bench`: the live measurements behind `scripts/bench.sh` / BENCHMARKS.md. Each
+//! subcommand measures one section and writes its raw results as JSON (`--out`); `report`
+//! turns the results directory into the Markdown file.
 
-mod alloc;
-mod cache_memory;
+use std::path::{Path, PathBuf};
 
+use anyhow::Context;
 use clap::{Parser, Subcommand};
+use serde::Serialize;
+use wasmloop_bench::{alloc, cache_memory, convergence, latency, memory, queue, reload, report};
 
 #[global_allocator]
 static ALLOC: alloc::Counting = alloc::Counting;
@@ -21,18 +25,66 @@ enum Command {
     CacheMemory {
         #[arg(long, default_value_t = 10_000)]
         pods: usize,
+        /// Also write the result as JSON here.
+        #[arg(long)]
+        out: Option<PathBuf>,
     },
+    /// Section 1: ReplicaSet convergence, kube-controller-manager vs the wasmloop host.
+    Convergence(convergence::Args),
+    /// Section 3: host RSS idle and with N plugins loaded.
+    Memory(memory::Args),
+    /// Section 4: work queue throughput and deduplication.
+    Queue(queue::Args),
+    /// Section 5a: event → reconcile start latency against the API server.
+    Latency(latency::Args),
+    /// Section 5b: hot reload, ConfigMap applied → new version serving.
+    Reload(reload::Args),
+    /// Write BENCHMARKS.md from a results directory.
+    Report(report::Args),
+}
+
+fn write_json(path: &Path, value: &impl Serialize) -> anyhow::Result<()> {
+    std::fs::write(path, serde_json::to_vec_pretty(value)?).with_context(|| format!("writing {}", path.display()))
 }
 
 fn main() -> anyhow::Result<()> {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()))
+        .with_writer(std::io::stderr)
+        .try_init();
+    let rt = || tokio::runtime::Builder::new_multi_thread().enable_all().build();
     match Cli::parse().command {
-        Command::CacheMemory { pods } => {
+        Command::CacheMemory { pods, out } => {
             let m = cache_memory::measure(pods)?;
             println!(
                 "cache-memory pods={} bytes_per_pod={:.0} json_in_per_pod={:.0} json_cached_per_pod={:.0}",
                 m.pods, m.bytes_per_pod, m.json_bytes_per_pod_in, m.json_bytes_per_pod_cached
             );
+            if let Some(out) = out {
+                write_json(&out, &m)?;
+            }
         }
+        Command::Convergence(args) => {
+            let out = args.out.clone();
+            write_json(&out, &rt()?.block_on(convergence::run(args))?)?;
+        }
+        Command::Memory(args) => {
+            let out = args.out.clone();
+            write_json(&out, &rt()?.block_on(memory::run(args))?)?;
+        }
+        Command::Queue(args) => {
+            let out = args.out.clone();
+            write_json(&out, &rt()?.block_on(queue::run(args))?)?;
+        }
+        Command::Latency(args) => {
+            let out = args.out.clone();
+            write_json(&out, &rt()?.block_on(latency::run(args))?)?;
+        }
+        Command::Reload(args) => {
+            let out = args.out.clone();
+            write_json(&out, &rt()?.block_on(reload::run(args))?)?;
+        }
+        Command::Report(args) => report::run(args)?,
     }
     Ok(())
 }

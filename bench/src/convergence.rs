@@ -1,0 +1,359 @@
+//! Section 1: convergence against the real peer. `replicasets` × `replicas` on the real API
+//! server, driven once against kube-controller-manager's ReplicaSet controller and once against
+//! the wasmloop host binary running the `replicaset` plugin, alternately, a fresh namespace per
+//! run. Each run records, from the first ReplicaSet create: when the last ReplicaSet was
+//! created, when all Pods existed, when every status read `replicas`; the controller's CPU time
+//! over that span and its resident memory a little after.
+
+use std::collections::{HashMap, HashSet};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::apps::v1::ReplicaSet;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, PostParams};
+use kube::runtime::watcher::{self, Event};
+use serde::{Deserialize, Serialize};
+
+use crate::controllers::{HostArgs, HostProcess, Kcm};
+use crate::fixtures;
+use crate::kube_util::{self, apply_plugin, delete_workload, ensure_namespace};
+use crate::procfs;
+
+/// Namespace of the plugin ConfigMap the host loads in this section.
+pub const PLUGIN_NAMESPACE: &str = "wasmloop-bench";
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct Args {
+    #[arg(long)]
+    pub kubeconfig: PathBuf,
+    /// scripts/control-plane.sh (starts and stops kube-controller-manager).
+    #[arg(long)]
+    pub control_plane_script: PathBuf,
+    /// The control plane's directory.
+    #[arg(long)]
+    pub control_plane_dir: PathBuf,
+    /// The wasmloop binary (`wasmloop run`).
+    #[arg(long)]
+    pub host_bin: PathBuf,
+    /// How the host binary was built (reported).
+    #[arg(long, default_value = "release")]
+    pub host_profile: String,
+    /// The replicaset plugin component.
+    #[arg(long)]
+    pub plugin: PathBuf,
+    /// Its admin manifest.
+    #[arg(long)]
+    pub manifest: PathBuf,
+    /// Runs per controller (alternating kcm, wasmloop, kcm, ...).
+    #[arg(long, default_value_t = 5)]
+    pub runs: usize,
+    #[arg(long, default_value_t = 100)]
+    pub replicasets: usize,
+    #[arg(long, default_value_t = 10)]
+    pub replicas: u32,
+    /// Give up on a run after this many seconds.
+    #[arg(long, default_value_t = 180)]
+    pub timeout_secs: u64,
+    /// Logs and the precompiled-plugin directory go here.
+    #[arg(long)]
+    pub work_dir: PathBuf,
+    #[arg(long)]
+    pub out: PathBuf,
+}
+
+/// The flags kube-controller-manager runs with (the issue's).
+pub fn kcm_flags() -> Vec<String> {
+    ["--controllers=replicaset", "--kube-api-qps=1000", "--kube-api-burst=1000", "--leader-elect=false"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect()
+}
+
+/// One run of one controller.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Run {
+    pub controller: String,
+    pub run: usize,
+    pub namespace: String,
+    /// Start → ready (informers synced; the host: plugins loaded), seconds. Not part of the race.
+    pub ready_s: f64,
+    /// First create → last ReplicaSet created (the driver's part), seconds.
+    pub created_s: f64,
+    /// First create → all Pods exist.
+    pub pods_s: f64,
+    /// First create → every ReplicaSet's status.replicas reads the target.
+    pub status_s: f64,
+    /// Controller CPU (user + system) from the first create to converged statuses.
+    pub cpu_s: f64,
+    /// Controller VmRSS 2 s after convergence, bytes.
+    pub rss_bytes: u64,
+    /// Most Pods seen at once (more than the target means surplus creates).
+    pub max_pods: usize,
+    /// `RssAnon` / `RssFile` at the same moment as `rss_bytes`.
+    pub rss_anon_bytes: u64,
+    pub rss_file_bytes: u64,
+    /// CPU of the API server and etcd over the same span as `cpu_s`.
+    pub apiserver_cpu_s: f64,
+    pub etcd_cpu_s: f64,
+    /// The host's own metrics at the end of the run (wasmloop runs only).
+    pub host: Option<HostProfile>,
+}
+
+/// From the host's `/metrics`, from the first create to converged statuses: where its time went.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct HostProfile {
+    pub reconciles: f64,
+    /// Σ reconcile time (plugin call + executing its actions), seconds.
+    pub reconcile_seconds: f64,
+    /// Σ time keys waited in the queue before a worker took them, seconds.
+    pub queue_wait_seconds: f64,
+    pub queue_adds: f64,
+    pub plugin_calls: f64,
+    pub creates: f64,
+    pub deletes: f64,
+    pub status_updates: f64,
+    pub failed_actions: f64,
+}
+
+impl HostProfile {
+    fn scrape(port: u16) -> Result<Self> {
+        let text = kube_util::http_get(port, "/metrics")?;
+        let m = |name: &str, with: &[&str]| kube_util::metric_sum(&text, name, with);
+        let p = Self {
+            reconciles: m("controller_runtime_reconcile_total", &[]),
+            reconcile_seconds: m("controller_runtime_reconcile_time_seconds_sum", &[]),
+            queue_wait_seconds: m("workqueue_queue_duration_seconds_sum", &[]),
+            queue_adds: m("workqueue_adds_total", &[]),
+            plugin_calls: m("wasmloop_plugin_calls_total", &[]),
+            creates: m("wasmloop_actions_total", &["verb=\"create\"", "result=\"ok\""]),
+            deletes: m("wasmloop_actions_total", &["verb=\"delete\"", "result=\"ok\""]),
+            status_updates: m("wasmloop_actions_total", &["verb=\"update-status\"", "result=\"ok\""]),
+            failed_actions: m("wasmloop_actions_total", &["result=\"error\""]),
+        };
+        Ok(p)
+    }
+
+    /// What happened since `before`.
+    fn minus(&self, before: &Self) -> Self {
+        Self {
+            reconciles: self.reconciles - before.reconciles,
+            reconcile_seconds: self.reconcile_seconds - before.reconcile_seconds,
+            queue_wait_seconds: self.queue_wait_seconds - before.queue_wait_seconds,
+            queue_adds: self.queue_adds - before.queue_adds,
+            plugin_calls: self.plugin_calls - before.plugin_calls,
+            creates: self.creates - before.creates,
+            deletes: self.deletes - before.deletes,
+            status_updates: self.status_updates - before.status_updates,
+            failed_actions: self.failed_actions - before.failed_actions,
+        }
+    }
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Results {
+    pub replicasets: usize,
+    pub replicas: u32,
+    pub kcm_flags: Vec<String>,
+    pub host_profile: String,
+    pub plugin_manifest: String,
+    pub runs: Vec<Run>,
+}
+
+pub async fn run(args: Args) -> Result<Results> {
+    std::fs::create_dir_all(&args.work_dir)?;
+    let client = kube_util::client(&args.kubeconfig).await?;
+    let wasm = std::fs::read(&args.plugin).with_context(|| format!("reading {}", args.plugin.display()))?;
+    let manifest = std::fs::read_to_string(&args.manifest).with_context(|| format!("reading {}", args.manifest.display()))?;
+    ensure_namespace(&client, PLUGIN_NAMESPACE).await?;
+    apply_plugin(&client, PLUGIN_NAMESPACE, "replicaset", &wasm, &manifest).await?;
+    let precompiled = args.work_dir.join("precompiled");
+    let timeout = Duration::from_secs(args.timeout_secs);
+    let tag = std::process::id();
+    let pid_of = |f: &str| -> Result<u32> {
+        let path = args.control_plane_dir.join(f);
+        Ok(std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?.trim().parse()?)
+    };
+    let cp_pids = [pid_of("apiserver.pid")?, pid_of("etcd.pid")?];
+    let mut runs = Vec::new();
+    for i in 0..args.runs {
+        for controller in ["kcm", "wasmloop"] {
+            let ns = format!("bench-conv-{tag}-{i}-{controller}");
+            ensure_namespace(&client, &ns).await?;
+            let started = Instant::now();
+            let result = match controller {
+                "kcm" => {
+                    let kcm = Kcm::start(&args.control_plane_script, &args.control_plane_dir, &kcm_flags(), Duration::from_secs(60)).await?;
+                    let ready_s = started.elapsed().as_secs_f64();
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                    let r = drive(&client, &ns, args.replicasets, args.replicas, timeout, kcm.pid(), &cp_pids, None).await;
+                    let alive = kcm.check_running();
+                    kcm.stop(&args.work_dir.join(format!("kcm-{i}.log")))?;
+                    alive?;
+                    r.map(|r| Run { ready_s, ..r })
+                }
+                _ => {
+                    let host_args = HostArgs {
+                        bin: &args.host_bin,
+                        kubeconfig: &args.kubeconfig,
+                        plugin_namespace: PLUGIN_NAMESPACE,
+                        precompiled_dir: &precompiled,
+                        log: args.work_dir.join(format!("wasmloop-{i}.log")),
+                    };
+                    let mut host = HostProcess::start(host_args, Duration::from_secs(120)).await?;
+                    let ready_s = started.elapsed().as_secs_f64();
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                    let r = drive(&client, &ns, args.replicasets, args.replicas, timeout, host.pid(), &cp_pids, Some(host.port)).await;
+                    let alive = host.check_running();
+                    host.stop().await?;
+                    alive?;
+                    r.map(|r| Run { ready_s, ..r })
+                }
+            };
+            let result = result.with_context(|| format!("run {i} with {controller} in namespace {ns}"))?;
+            eprintln!(
+                "convergence: run {i} {controller:<8} pods {:.2} s, statuses {:.2} s, cpu {:.2} s, rss {:.0} MiB",
+                result.pods_s,
+                result.status_s,
+                result.cpu_s,
+                result.rss_bytes as f64 / 1048576.0
+            );
+            runs.push(Run { controller: controller.to_string(), run: i, namespace: ns.clone(), ..result });
+            delete_workload(&client, &ns, Duration::from_secs(120)).await?;
+        }
+    }
+    Ok(Results {
+        replicasets: args.replicasets,
+        replicas: args.replicas,
+        kcm_flags: kcm_flags(),
+        host_profile: args.host_profile,
+        plugin_manifest: manifest,
+        runs,
+    })
+}
+
+enum Seen {
+    Pod(Event<Pod>),
+    Rs(Event<ReplicaSet>),
+    Created(Result<Duration>),
+}
+
+/// Create the workload in `ns` and watch it converge; `pid` is the controller's process.
+async fn drive(client: &kube::Client, ns: &str, replicasets: usize, replicas: u32, timeout: Duration, pid: u32, cp_pids: &[u32; 2], metrics_port: Option<u16>) -> Result<Run> {
+    let pods_api = Api::<Pod>::namespaced(client.clone(), ns);
+    let rs_api = Api::<ReplicaSet>::namespaced(client.clone(), ns);
+    let mut pods = watcher::watcher(pods_api, watcher::Config::default()).map_ok(Seen::Pod).boxed();
+    let mut rss = watcher::watcher(rs_api.clone(), watcher::Config::default()).map_ok(Seen::Rs).boxed();
+    // Both watches established (initial lists done) before the clock starts.
+    for stream in [&mut pods, &mut rss] {
+        loop {
+            match tokio::time::timeout(Duration::from_secs(30), stream.try_next()).await {
+                Ok(Ok(Some(Seen::Pod(Event::InitDone)))) | Ok(Ok(Some(Seen::Rs(Event::InitDone)))) => break,
+                Ok(Ok(Some(_))) => {}
+                Ok(Ok(None)) => bail!("watch ended before its initial list"),
+                Ok(Err(e)) => bail!("watch failed: {e}"),
+                Err(_) => bail!("watch did not list in 30 s"),
+            }
+        }
+    }
+    let target = replicasets * replicas as usize;
+    let host0 = metrics_port.map(HostProfile::scrape).transpose()?;
+    let cpu0 = procfs::cpu_seconds(pid)?;
+    let cp0 = [procfs::cpu_seconds(cp_pids[0])?, procfs::cpu_seconds(cp_pids[1])?];
+    let t0 = Instant::now();
+    let create = {
+        let rs_api = rs_api.clone();
+        async move {
+            futures::stream::iter(0..replicasets)
+                .map(|i| {
+                    let api = rs_api.clone();
+                    async move {
+                        let rs: ReplicaSet = serde_json::from_value(fixtures::replicaset_spec(&format!("web-{i}"), replicas))?;
+                        api.create(&PostParams::default(), &rs).await.with_context(|| format!("creating ReplicaSet web-{i}"))?;
+                        anyhow::Ok(())
+                    }
+                })
+                .buffer_unordered(16)
+                .try_collect::<Vec<()>>()
+                .await?;
+            Ok(t0.elapsed())
+        }
+    };
+    let created = futures::stream::once(create).map(|r| Ok::<_, watcher::Error>(Seen::Created(r)));
+    let mut events = futures::stream::select(futures::stream::select(pods, rss), created.boxed());
+
+    let mut pod_names: HashSet<String> = HashSet::new();
+    let mut statuses: HashMap<String, i32> = HashMap::new();
+    let (mut created_at, mut pods_at, mut status_at) = (None, None, None);
+    let mut max_pods = 0;
+    let (mut cpu1, mut cp1) = (cpu0, cp0);
+    let mut host = None;
+    let deadline = t0 + timeout;
+    while pods_at.is_none() || status_at.is_none() || created_at.is_none() {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let next = match tokio::time::timeout(left, events.next()).await {
+            Ok(Some(Ok(ev))) => ev,
+            Ok(Some(Err(e))) => bail!("watch failed: {e}"),
+            Ok(None) => bail!("watch streams ended"),
+            Err(_) => bail!(
+                "not converged after {timeout:?}: {} of {target} Pods, {} of {replicasets} statuses at {replicas}",
+                pod_names.len(),
+                statuses.values().filter(|r| **r == replicas as i32).count()
+            ),
+        };
+        match next {
+            Seen::Created(r) => created_at = Some(r?),
+            Seen::Pod(Event::Apply(p) | Event::InitApply(p)) => {
+                pod_names.insert(p.metadata.name.unwrap_or_default());
+            }
+            Seen::Pod(Event::Delete(p)) => {
+                pod_names.remove(&p.metadata.name.unwrap_or_default());
+            }
+            Seen::Rs(Event::Apply(rs) | Event::InitApply(rs)) => {
+                let n = rs.status.map(|s| s.replicas).unwrap_or(0);
+                statuses.insert(rs.metadata.name.unwrap_or_default(), n);
+            }
+            Seen::Rs(Event::Delete(rs)) => {
+                statuses.remove(&rs.metadata.name.unwrap_or_default());
+            }
+            Seen::Pod(_) | Seen::Rs(_) => {}
+        }
+        max_pods = max_pods.max(pod_names.len());
+        if pods_at.is_none() && pod_names.len() >= target {
+            pods_at = Some(t0.elapsed());
+        }
+        if status_at.is_none() && statuses.len() == replicasets && statuses.values().all(|r| *r == replicas as i32) {
+            status_at = Some(t0.elapsed());
+            cpu1 = procfs::cpu_seconds(pid)?;
+            cp1 = [procfs::cpu_seconds(cp_pids[0])?, procfs::cpu_seconds(cp_pids[1])?];
+            if let (Some(port), Some(before)) = (metrics_port, &host0) {
+                let p = HostProfile::scrape(port)?.minus(before);
+                anyhow::ensure!(p.reconciles > 0.0, "the host's /metrics counted no reconcile (metric names changed?)");
+                host = Some(p);
+            }
+        }
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let rss_bytes = procfs::settled_rss(pid, 5, Duration::from_millis(200))?;
+    let [rss_anon_bytes, rss_file_bytes, _] = procfs::rss_parts(pid)?;
+    let secs = |d: Option<Duration>| d.map(|d| d.as_secs_f64()).unwrap_or(f64::NAN);
+    Ok(Run {
+        controller: String::new(),
+        run: 0,
+        namespace: ns.to_string(),
+        ready_s: f64::NAN,
+        created_s: secs(created_at),
+        pods_s: secs(pods_at),
+        status_s: secs(status_at),
+        cpu_s: cpu1 - cpu0,
+        rss_bytes,
+        max_pods,
+        rss_anon_bytes,
+        rss_file_bytes,
+        apiserver_cpu_s: cp1[0] - cp0[0],
+        etcd_cpu_s: cp1[1] - cp0[1],
+        host,
+    })
+}

@@ -1,0 +1,152 @@
+#!/usr/bin/env bash
+# wasmloop's benchmarks, side by side with kube-controller-manager and with native Rust.
+#
+#   scripts/bench.sh            full run (release builds, ≥ 5 alternating convergence runs, ...):
+#                               writes BENCHMARKS.md at the repository root
+#   scripts/bench.sh --quick    smoke pass: every section with tiny sizes and one run, dev builds;
+#                               writes the report to a temporary file and checks it has numbers
+#   scripts/bench.sh --report DIR   rewrite BENCHMARKS.md from the raw results of an earlier run
+#                               (kept with KEEP_RESULTS=1), e.g. after changing the report's layout
+#
+# Sets up what it needs (scripts/setup.sh: wasm target + control-plane binaries; the replicaset
+# plugin; the host and bench binaries) and starts and stops its own etcd + kube-apiserver.
+# Sections (see bench/ for how each is measured):
+#   1 convergence vs kube-controller-manager   2 Wasm vs native (criterion)   3 memory
+#   4 work queue                               5 latency: event → reconcile, hot reload
+# Any failure exits non-zero before a report is written. KEEP_RESULTS=1 keeps the raw results.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+
+quick=0
+case "${1:-}" in
+  --quick) quick=1 ;;
+  --report)
+    dir=${2:?usage: $0 --report DIR}
+    cargo build --locked --release -p wasmloop-bench --bins
+    target_dir=${CARGO_TARGET_DIR:-$(cargo metadata --format-version 1 --no-deps | sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')}
+    grep -q '"mode": "full"' "$dir/meta.json" || { echo "bench.sh: $dir is not the result of a full run" >&2; exit 1; }
+    "$target_dir/release/wasmloop-bench" report --results "$dir" --out "$root/BENCHMARKS.md"
+    exit 0 ;;
+  "") ;;
+  *) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+esac
+
+t_start=$(date +%s)
+say() { echo "== bench.sh [$(( $(date +%s) - t_start ))s] $*" >&2; }
+
+say "setting up toolchain and control plane (cached after the first run)"
+./scripts/setup.sh >/dev/null
+
+say "building the replicaset plugin"
+./scripts/build-plugins.sh replicaset >/dev/null
+target_dir=${CARGO_TARGET_DIR:-$(cargo metadata --format-version 1 --no-deps | sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')}
+plugin=$target_dir/wasm32-wasip2/plugin/replicaset.wasm
+manifest=$root/deploy/plugins/replicaset.plugin.yaml
+[ -f "$plugin" ] || { echo "bench.sh: $plugin was not built" >&2; exit 1; }
+
+if [ $quick = 1 ]; then
+  profile=dev; bin_dir=$target_dir/debug
+  say "building the host and the bench binaries (dev profile)"
+  cargo build --locked -p wasmloop --bin wasmloop -p wasmloop-bench --bins
+  bench_profile=(--profile dev)
+else
+  profile=release; bin_dir=$target_dir/release
+  say "building the host and the bench binaries (release profile, not LTO)"
+  cargo build --locked --release -p wasmloop --bin wasmloop -p wasmloop-bench --bins
+  bench_profile=()
+fi
+host_bin=$bin_dir/wasmloop
+bench_bin=$bin_dir/wasmloop-bench
+
+results=$(mktemp -d "${TMPDIR:-/tmp}/wasmloop-bench.XXXXXX")
+cp_dir=""
+cleanup() {
+  if [ -n "$cp_dir" ]; then ./scripts/control-plane.sh stop "$cp_dir" >/dev/null 2>&1 || true; fi
+  if [ "${KEEP_RESULTS:-0}" = 1 ]; then echo "bench.sh: raw results kept in $results" >&2; else rm -rf "$results"; fi
+}
+trap cleanup EXIT
+
+say "starting a control plane for this run"
+cp_dir=$(./scripts/control-plane.sh start)
+kubeconfig=$cp_dir/kubeconfig
+
+{
+  echo "| machine | |"
+  echo "|---|---|"
+  echo "| date | $(date -u +%Y-%m-%dT%H:%M:%SZ) |"
+  dirty=""; git status --porcelain 2>/dev/null | grep -q . && dirty=" (the working tree had uncommitted changes)"
+  echo "| commit | $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$dirty |"
+  echo "| CPU | $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//') × $(nproc) (\`nproc\`) |"
+  echo "| memory | $(free -h | awk '/^Mem:/ {print $2 " total, " $7 " available"}') (\`free -h\`) |"
+  echo "| kernel | $(uname -sr) |"
+  echo "| rustc | $(rustc --version) |"
+  echo "| builds | host and in-process benchmarks: \`$profile\` profile$([ $profile = release ] && echo ' (opt-level 3, no LTO)'); plugin: \`plugin\` profile (opt-level s, LTO); kube-apiserver / kube-controller-manager v1.20.2 from Debian's source, Go 1.19 |"
+  echo "| load average at start | $(cut -d' ' -f1-3 /proc/loadavg) |"
+} >"$results/machine.md"
+
+if [ $quick = 1 ]; then
+  conv=(--runs 1 --replicasets 10 --replicas 2 --timeout-secs 120)
+  crit=(--warm-up-time 0.05 --measurement-time 0.1 --sample-size 10)
+  phase_iterations=20
+  mem=(--counts 1,2 --runs 1 --settle-secs 1); mem_settle=1
+  queue=(--keys 2000 --reps 1 --burst-keys 100 --burst-events 5)
+  lat=(--rate 100 --seconds 1 --keys 20)
+  rel=(--compile-runs 1 --cached-runs 1)
+  cache_pods=1000
+else
+  conv=(--runs 5 --replicasets 100 --replicas 10)
+  crit=()
+  phase_iterations=2000
+  mem=(--counts 1,10,50 --runs 3 --settle-secs 3); mem_settle=3
+  queue=()
+  lat=(--rate 1000 --seconds 10 --keys 500)
+  rel=(--compile-runs 5 --cached-runs 10)
+  cache_pods=10000
+fi
+
+say "1. convergence: kube-controller-manager vs wasmloop, alternating"
+"$bench_bin" convergence --kubeconfig "$kubeconfig" --control-plane-script "$root/scripts/control-plane.sh" \
+  --control-plane-dir "$cp_dir" --host-bin "$host_bin" --host-profile "$profile" --plugin "$plugin" --manifest "$manifest" \
+  --work-dir "$results/work" --out "$results/convergence.json" "${conv[@]}"
+
+say "2. Wasm vs native: criterion"
+WASMLOOP_BENCH_PLUGIN=$plugin WASMLOOP_BENCH_PHASES_OUT=$results/phases.json \
+  WASMLOOP_BENCH_PHASE_ITERATIONS=$phase_iterations CRITERION_HOME=$results/criterion \
+  cargo bench --locked "${bench_profile[@]}" -p wasmloop-bench --bench reconcile -- --noplot "${crit[@]}" >"$results/criterion.log" 2>&1 \
+  || { tail -n 40 "$results/criterion.log" >&2; echo "bench.sh: the criterion benchmark failed" >&2; exit 1; }
+
+say "3. memory: host RSS idle and with plugins loaded; cache bytes per Pod"
+"$bench_bin" memory --kubeconfig "$kubeconfig" --host-bin "$host_bin" --plugin "$plugin" --manifest "$manifest" \
+  --work-dir "$results/work" --out "$results/memory.json" "${mem[@]}"
+"$bench_bin" cache-memory --pods "$cache_pods" --out "$results/cache_memory.json" >/dev/null
+
+say "4. work queue"
+"$bench_bin" queue --out "$results/queue.json" "${queue[@]}"
+
+say "5. latency: event → reconcile, hot reload"
+"$bench_bin" latency --kubeconfig "$kubeconfig" --out "$results/latency.json" "${lat[@]}"
+"$bench_bin" reload --kubeconfig "$kubeconfig" --plugin "$plugin" --manifest "$manifest" --out "$results/reload.json" "${rel[@]}"
+
+echo "| load average at end | $(cut -d' ' -f1-3 /proc/loadavg) |" >>"$results/machine.md"
+echo "" >>"$results/machine.md"
+echo "Noise: this machine is shared (other builds may run at the same time; see the load averages), so every figure is a median with its min–max over repeated runs, and ratios compare medians measured in the same run." >>"$results/machine.md"
+minutes=$(awk "BEGIN {print ($(date +%s) - $t_start) / 60}")
+printf '{"mode": "%s", "nproc": %s, "memory_settle_secs": %s, "minutes": %s}\n' \
+  "$([ $quick = 1 ] && echo quick || echo full)" "$(nproc)" "$mem_settle" "$minutes" >"$results/meta.json"
+
+if [ $quick = 1 ]; then
+  out=$results/BENCHMARKS.md
+else
+  out=$root/BENCHMARKS.md
+fi
+"$bench_bin" report --results "$results" --out "$out.tmp"
+for section in "## 1. Convergence" "## 2. The same ReplicaSet" "## 3. Memory" "## 4. Work queue" "## 5. Latency"; do
+  grep -q "^$section" "$out.tmp" || { echo "bench.sh: the report has no section '$section'" >&2; exit 1; }
+done
+mv "$out.tmp" "$out"
+if [ $quick = 1 ]; then
+  say "quick pass OK: every section produced numbers (report: $out, removed on exit unless KEEP_RESULTS=1)"
+else
+  say "wrote $out"
+fi
