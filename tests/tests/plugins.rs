@@ -12,7 +12,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod};
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::json;
-use wasmloop::controller::{Controller, ControllerConfig};
+use wasmloop::controller::Controller;
 use wasmloop::hotload::PluginManifest;
 use wasmloop::plugin::{PluginEngine, WasmPlugin};
 use wasmloop_tests::{Host, TestNamespace, ensure_podset_crd, eventually, init_tracing, plugin_path, workspace_root};
