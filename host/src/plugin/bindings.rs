@@ -9,7 +9,7 @@ wasmtime::component::bindgen!({
 });
 
 pub use exports::wasmloop::controller::plugin as guest;
-pub use wasmloop::controller::{cache, log, types};
+pub use self::wasmloop::controller::{cache, log, types};
 
 /// The package the host speaks, e.g. `wasmloop:controller`.
 pub const PACKAGE: &str = "wasmloop:controller";
