@@ -41,7 +41,8 @@ pub enum Action {
     Apply(Value),
     /// Delete the object.
     Delete(ObjectKey),
-    /// Replace `.status` through the `/status` subresource (merge patch).
+    /// JSON merge patch of `.status` through the `/status` subresource: fields given are set,
+    /// fields given as null are removed, others are kept.
     UpdateStatus {
         /// The object whose status to write.
         key: ObjectKey,

@@ -43,6 +43,7 @@ use std::rc::Rc;
 
 use serde::Serialize;
 use serde_json::{Map, Value};
+use wasmloop_model::{Naming, Target, TargetName};
 
 use crate::cache::{self, NAMESPACE_INDEX, OWNER_INDEX};
 use crate::log::Level;
@@ -241,12 +242,26 @@ impl FakeCache {
         for action in &outcome.actions {
             match action {
                 Action::Create(obj) => {
-                    let key = object::key(obj).unwrap_or_else(|e| panic!("FakeCache: create: {e}"));
+                    // The host's rule for what an action targets (wasmloop-model), so a create
+                    // the host would refuse fails here too, and generateName gets a name.
+                    let target = Target::of_object(obj, Naming::NameOrGenerate)
+                        .unwrap_or_else(|e| panic!("FakeCache: create: {e}"));
+                    let obj = match &target.name {
+                        TargetName::Name(_) => obj.clone(),
+                        TargetName::GenerateName(prefix) => {
+                            let mut named = obj.clone();
+                            named["metadata"]["name"] = format!("{prefix}{:05}", self.next_uid()).into();
+                            named
+                        }
+                    };
+                    let key = object::key(&obj).unwrap_or_else(|e| panic!("FakeCache: create: {e}"));
                     if self.get(&key).is_none() {
-                        self.insert(obj.clone());
+                        self.insert(obj);
                     }
                 }
                 Action::Apply(obj) => {
+                    Target::of_object(obj, Naming::NameOnly("apply"))
+                        .unwrap_or_else(|e| panic!("FakeCache: apply: {e}"));
                     let key = object::key(obj).unwrap_or_else(|e| panic!("FakeCache: apply: {e}"));
                     let merged = match self.get(&key) {
                         Some(mut current) => {
@@ -326,6 +341,12 @@ impl FakeCache {
         }
     }
 
+    fn next_uid(&self) -> u64 {
+        let n = self.inner.next_uid.get();
+        self.inner.next_uid.set(n + 1);
+        n
+    }
+
     fn insert(&self, mut obj: Value) {
         let key = object::key(&obj).unwrap_or_else(|e| panic!("FakeCache: cannot add {obj}: {e}"));
         let meta = obj
@@ -338,8 +359,7 @@ impl FakeCache {
             .and_then(Value::as_str)
             .is_none_or(str::is_empty)
         {
-            let n = self.inner.next_uid.get();
-            self.inner.next_uid.set(n + 1);
+            let n = self.next_uid();
             meta.insert("uid".into(), format!("fake-uid-{n}").into());
         }
         self.inner
@@ -1019,6 +1039,20 @@ metadata: {name: s, namespace: prod}
             cache::get::<Value>(&kinds::POD, None, "x").unwrap_err(),
             cache::Error::NoHost
         );
+    }
+
+    #[test]
+    fn execute_names_generate_name_creates_and_refuses_what_the_host_refuses() {
+        let fake = FakeCache::new(Metadata::new("t", "0.1.0").reconciles(kinds::POD));
+        let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"generateName": "web-", "namespace": "prod"}});
+        fake.execute(&Outcome::new().create(&pod).create(&pod));
+        let names: Vec<String> = fake.objects(&kinds::POD).iter().map(|p| object::name(p).unwrap().to_owned()).collect();
+        assert_eq!(names.len(), 2, "{names:?}");
+        assert!(names.iter().all(|n| n.starts_with("web-") && n.len() == 9), "{names:?}");
+        let bad = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p/status", "namespace": "prod"}});
+        let panic = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| fake.execute(&Outcome::new().create(&bad))));
+        let message = *panic.unwrap_err().downcast::<String>().unwrap();
+        assert!(message.contains("subresources are not action targets"), "{message}");
     }
 
     #[test]

@@ -16,11 +16,11 @@ use std::fmt;
 use std::str::FromStr;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
-use serde_json::Value;
+use wasmloop_model::Target;
 
 use crate::actions::Action;
 use crate::controller::ReconcilerSpec;
-use crate::kinds::{KindRef, ObjectKey};
+use crate::kinds::KindRef;
 
 /// Errors parsing grants or checking something against them.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -76,6 +76,17 @@ impl Verb {
             Verb::UpdateStatus => "update-status",
             Verb::Event => "event",
             Verb::All => "*",
+        }
+    }
+
+    /// The verb an action needs.
+    pub fn of(action: &Action) -> Verb {
+        match action {
+            Action::Create { .. } => Verb::Create,
+            Action::Apply { .. } => Verb::Apply,
+            Action::Delete { .. } => Verb::Delete,
+            Action::UpdateStatus { .. } => Verb::UpdateStatus,
+            Action::Event { .. } => Verb::Event,
         }
     }
 
@@ -344,10 +355,22 @@ impl Grants {
         if self.plugin.is_empty() { "(unnamed)" } else { &self.plugin }
     }
 
-    /// Check one action before it is sent. The error names verb, kind, namespace and object.
+    /// Check one action's target against the grants (no scope or protection checks: see
+    /// [`crate::admission`] for the whole admission). The error names verb, kind, namespace and object.
     pub fn check_action(&self, action: &Action) -> Result<()> {
-        let (verb, target) = self.action_target(action)?;
-        self.check(verb, &target.kind, target.namespace.as_deref(), Some(&target.name))
+        let verb = Verb::of(action);
+        let target = action.target().map_err(|e| Error::InvalidAction {
+            plugin: self.plugin_label().to_owned(),
+            verb,
+            reason: e.to_string(),
+        })?;
+        self.check_target(verb, &target)
+    }
+
+    /// Check `verb` on `target`. A generateName target is checked by its prefix.
+    pub fn check_target(&self, verb: Verb, target: &Target) -> Result<()> {
+        let kind = KindRef::new(target.api_version.clone(), target.kind.clone());
+        self.check(verb, &kind, target.namespace.as_deref(), Some(&target.display_name()))
     }
 
     /// Check every action of an outcome; nothing should be sent if this fails.
@@ -357,35 +380,6 @@ impl Grants {
             self.check_action(action).map_err(|e| Error::Action { index, source: Box::new(e) })?;
         }
         Ok(())
-    }
-
-    /// The grant verb an action needs and the object it touches.
-    pub fn action_target(&self, action: &Action) -> Result<(Verb, ObjectKey)> {
-        let object_key = |verb: Verb, object: &Value| -> Result<(Verb, ObjectKey)> {
-            let invalid = |reason: String| Error::InvalidAction { plugin: self.plugin_label().to_owned(), verb, reason };
-            let field = |v: &Value, name: &str| v.get(name).and_then(Value::as_str).unwrap_or_default().to_owned();
-            let (api_version, kind) = (field(object, "apiVersion"), field(object, "kind"));
-            if api_version.is_empty() || kind.is_empty() {
-                return Err(invalid("apiVersion and kind are required".into()));
-            }
-            let meta = object.get("metadata").cloned().unwrap_or(Value::Null);
-            let mut name = field(&meta, "name");
-            if name.is_empty() && verb == Verb::Create {
-                name = field(&meta, "generateName");
-            }
-            if name.is_empty() {
-                return Err(invalid(format!("{api_version}/{kind} without metadata.name")));
-            }
-            let namespace = Some(field(&meta, "namespace")).filter(|n| !n.is_empty());
-            Ok((verb, ObjectKey::new(KindRef::new(api_version, kind), namespace, name)))
-        };
-        match action {
-            Action::Create { object } => object_key(Verb::Create, object),
-            Action::Apply { object } => object_key(Verb::Apply, object),
-            Action::Delete { key } => Ok((Verb::Delete, key.clone())),
-            Action::UpdateStatus { key, .. } => Ok((Verb::UpdateStatus, key.clone())),
-            Action::Event { regarding, .. } => Ok((Verb::Event, regarding.clone())),
-        }
     }
 
     /// Check that every kind the reconciler declares reading is readable (in some namespace).
@@ -408,6 +402,7 @@ mod tests {
     use super::*;
     use crate::actions::EventType;
     use crate::controller::{Mapping, WatchSpec};
+    use crate::kinds::ObjectKey;
     use serde_json::json;
 
     const YAML: &str = r#"
@@ -510,10 +505,10 @@ grants:
         let g = grants();
         let no_kind = Action::Create { object: json!({"metadata": {"name": "x"}}) };
         let err = g.check_action(&no_kind).unwrap_err().to_string();
-        assert!(err.contains("apiVersion and kind are required"), "{err}");
+        assert!(err.contains("the object has no apiVersion"), "{err}");
         let no_name = Action::Apply { object: json!({"apiVersion": "v1", "kind": "Pod", "metadata": {}}) };
         let err = g.check_action(&no_name).unwrap_err().to_string();
-        assert!(err.contains("v1/Pod without metadata.name"), "{err}");
+        assert!(err.contains("the object has no metadata.name"), "{err}");
         let actions = vec![
             Action::Delete { key: ObjectKey::new(pod(), Some("shop".into()), "ok") },
             Action::Delete { key: ObjectKey::new(pod(), None, "cluster") },

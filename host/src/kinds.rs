@@ -124,6 +124,74 @@ impl KindResolver {
     }
 }
 
+/// Kubernetes' own cluster-scoped kinds, by API group (any version).
+const CLUSTER_SCOPED: &[(&str, &str)] = &[
+    ("", "Namespace"),
+    ("", "Node"),
+    ("", "PersistentVolume"),
+    ("", "ComponentStatus"),
+    ("rbac.authorization.k8s.io", "ClusterRole"),
+    ("rbac.authorization.k8s.io", "ClusterRoleBinding"),
+    ("apiextensions.k8s.io", "CustomResourceDefinition"),
+    ("apiregistration.k8s.io", "APIService"),
+    ("admissionregistration.k8s.io", "MutatingWebhookConfiguration"),
+    ("admissionregistration.k8s.io", "ValidatingWebhookConfiguration"),
+    ("storage.k8s.io", "StorageClass"),
+    ("storage.k8s.io", "CSIDriver"),
+    ("storage.k8s.io", "CSINode"),
+    ("storage.k8s.io", "VolumeAttachment"),
+    ("scheduling.k8s.io", "PriorityClass"),
+    ("node.k8s.io", "RuntimeClass"),
+    ("networking.k8s.io", "IngressClass"),
+    ("certificates.k8s.io", "CertificateSigningRequest"),
+    ("policy", "PodSecurityPolicy"),
+    ("flowcontrol.apiserver.k8s.io", "FlowSchema"),
+    ("flowcontrol.apiserver.k8s.io", "PriorityLevelConfiguration"),
+];
+
+/// Kubernetes' own namespaced kinds that plugins commonly write, by API group.
+const NAMESPACED: &[(&str, &str)] = &[
+    ("", "Pod"),
+    ("", "ConfigMap"),
+    ("", "Secret"),
+    ("", "Service"),
+    ("", "ServiceAccount"),
+    ("", "Endpoints"),
+    ("", "Event"),
+    ("", "PersistentVolumeClaim"),
+    ("", "ReplicationController"),
+    ("", "LimitRange"),
+    ("", "ResourceQuota"),
+    ("apps", "Deployment"),
+    ("apps", "ReplicaSet"),
+    ("apps", "StatefulSet"),
+    ("apps", "DaemonSet"),
+    ("batch", "Job"),
+    ("batch", "CronJob"),
+    ("rbac.authorization.k8s.io", "Role"),
+    ("rbac.authorization.k8s.io", "RoleBinding"),
+    ("coordination.k8s.io", "Lease"),
+    ("networking.k8s.io", "Ingress"),
+    ("networking.k8s.io", "NetworkPolicy"),
+    ("policy", "PodDisruptionBudget"),
+    ("autoscaling", "HorizontalPodAutoscaler"),
+    ("events.k8s.io", "Event"),
+];
+
+/// Whether a built-in Kubernetes kind is namespaced; `None` for kinds this table does not know
+/// (CRDs). Discovery is the authority; this serves offline runs.
+pub fn builtin_namespaced(kind: &KindRef) -> Option<bool> {
+    let (group, _) = kind.group_version().ok()?;
+    let key = (group, kind.kind.as_str());
+    if CLUSTER_SCOPED.contains(&key) {
+        Some(false)
+    } else if NAMESPACED.contains(&key) {
+        Some(true)
+    } else {
+        None
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -135,6 +203,14 @@ mod tests {
         assert!(KindRef::new("", "Pod").group_version().is_err());
         assert!(KindRef::new("a/b/c", "Pod").group_version().is_err());
         assert!(KindRef::new("/v1", "Pod").group_version().is_err());
+    }
+
+    #[test]
+    fn builtin_scopes() {
+        assert_eq!(builtin_namespaced(&KindRef::new("v1", "Namespace")), Some(false));
+        assert_eq!(builtin_namespaced(&KindRef::new("rbac.authorization.k8s.io/v1beta1", "ClusterRoleBinding")), Some(false));
+        assert_eq!(builtin_namespaced(&KindRef::new("apps/v1", "ReplicaSet")), Some(true));
+        assert_eq!(builtin_namespaced(&KindRef::new("wasmloop.dev/v1alpha1", "PodSet")), None);
     }
 
     #[test]

@@ -10,6 +10,7 @@
 //! - [`hotload`]: loads, swaps and removes plugins from ConfigMaps.
 
 pub mod actions;
+pub mod admission;
 pub mod cache;
 pub mod client;
 pub mod controller;

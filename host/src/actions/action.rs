@@ -3,6 +3,8 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use wasmloop_model::{Naming, Target, TargetError};
+
 use crate::kinds::ObjectKey;
 
 /// `Normal` or `Warning`, as in Kubernetes Events.
@@ -22,7 +24,7 @@ pub enum Action {
     Apply { object: Value },
     /// Delete an object (NotFound counts as done).
     Delete { key: ObjectKey },
-    /// Replace `.status` through the `/status` subresource.
+    /// JSON merge patch of `.status` through the `/status` subresource.
     UpdateStatus { key: ObjectKey, status: Value },
     /// Record a Kubernetes Event about an object.
     Event {
@@ -43,6 +45,20 @@ impl Action {
             Action::Delete { .. } => "delete",
             Action::UpdateStatus { .. } => "update-status",
             Action::Event { .. } => "event",
+        }
+    }
+}
+
+impl Action {
+    /// The object this action touches: the one rule (see `wasmloop_model::target`) that the
+    /// outcome conversion, admission and the executor all use.
+    pub fn target(&self) -> Result<Target, TargetError> {
+        match self {
+            Action::Create { object } => Target::of_object(object, Naming::NameOrGenerate),
+            Action::Apply { object } => Target::of_object(object, Naming::NameOnly("apply")),
+            Action::Delete { key } | Action::UpdateStatus { key, .. } | Action::Event { regarding: key, .. } => {
+                Target::of_key(&key.kind.api_version, &key.kind.kind, key.namespace.as_deref(), &key.name)
+            }
         }
     }
 }

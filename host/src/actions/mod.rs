@@ -1,9 +1,12 @@
 //! Executes the actions reconcilers return, idempotently.
 //!
-//! - create: AlreadyExists counts as done;
+//! Every action's object comes from [`Action::target`], the same rule admission checked.
+//!
+//! - create: AlreadyExists counts as done; `metadata.generateName` lets the server name it;
 //! - delete: NotFound counts as done;
 //! - apply: server-side apply, forced, field manager = the controller's name;
-//! - update-status: JSON merge patch of `.status` on the `/status` subresource;
+//! - update-status: JSON merge patch of `.status` on the `/status` subresource (fields set to
+//!   null are removed; others are kept);
 //! - event: an `events.k8s.io/v1` Event through kube-runtime's `Recorder` (deduplicated into series).
 //!
 //! Conflicts, 429 and 5xx answers and connection failures are retried here with a short
@@ -25,6 +28,7 @@ use kube::runtime::events::{Event as KubeEvent, EventType as KubeEventType, Reco
 use parking_lot::Mutex;
 use serde_json::{Value, json};
 
+use crate::admission::{Admission, Protected, Scopes};
 use crate::kinds::{self, KindRef, KindResolver, ObjectKey};
 
 /// Errors executing an action.
@@ -77,6 +81,7 @@ pub struct Executor {
     instance: Option<String>,
     recorders: Arc<Mutex<HashMap<String, Recorder>>>,
     retry: ExponentialBuilder,
+    admission: Admission,
 }
 
 impl Executor {
@@ -87,7 +92,19 @@ impl Executor {
             .with_max_delay(Duration::from_secs(2))
             .with_max_times(4)
             .with_jitter();
-        Self { resolver, instance, recorders: Default::default(), retry }
+        let admission = Admission::new(Scopes::Discovery(resolver.clone()), Protected::minimal());
+        Self { resolver, instance, recorders: Default::default(), retry, admission }
+    }
+
+    /// The same executor, admitting plugin outcomes with these protected objects.
+    pub fn with_protected(mut self, protected: Protected) -> Self {
+        self.admission = Admission::new(Scopes::Discovery(self.resolver.clone()), protected);
+        self
+    }
+
+    /// What plugin outcomes must pass before this executor runs them.
+    pub fn admission(&self) -> &Admission {
+        &self.admission
     }
 
     /// Execute one action on behalf of controller `manager` (its field manager and event source).
@@ -136,20 +153,25 @@ impl Executor {
     }
 
     async fn create(&self, object: &Value) -> Result<Executed> {
-        let key = object_key("create", object)?;
+        let target = Action::Create { object: object.clone() }.target();
+        let key = target_key("create", object, target.map(|t| t.display_name()))?;
         let api = self.api("create", &key).await?;
         let obj: DynamicObject = parse_object("create", &key, object)?;
         let params = PostParams::default();
         let res = self.retrying("create", &key, || api.create(&params, &obj)).await;
         match res {
             Ok(created) => Ok(Executed::Object(to_value(created))),
-            Err(Error::Api { source: kube::Error::Api(s), .. }) if s.is_already_exists() => Ok(Executed::AlreadyDone),
+            // A generated name that collided is not "done": let the key be retried.
+            Err(Error::Api { source: kube::Error::Api(s), .. }) if s.is_already_exists() && obj.metadata.name.is_some() => {
+                Ok(Executed::AlreadyDone)
+            }
             Err(e) => Err(e),
         }
     }
 
     async fn apply(&self, manager: &str, object: &Value) -> Result<Executed> {
-        let key = object_key("apply", object)?;
+        let target = Action::Apply { object: object.clone() }.target();
+        let key = target_key("apply", object, target.map(|t| t.display_name()))?;
         let api = self.api("apply", &key).await?;
         let params = PatchParams::apply(manager).force();
         let patch = Patch::Apply(object);
@@ -244,21 +266,18 @@ fn truncate(s: &str, max: usize) -> String {
     s[..end].to_string()
 }
 
-/// The key of an object given as JSON: apiVersion, kind, metadata.namespace, metadata.name.
-pub fn object_key(verb: &'static str, object: &Value) -> Result<ObjectKey> {
-    let field = |path: &[&str]| {
-        path.iter().try_fold(object, |v, p| v.get(p)).and_then(Value::as_str).filter(|s| !s.is_empty())
-    };
-    let missing = |what: &str| Error::InvalidObject {
-        verb,
-        object: format!("{}", compact(object)),
-        reason: format!("missing {what}"),
-    };
-    let api_version = field(&["apiVersion"]).ok_or_else(|| missing("apiVersion"))?;
-    let kind = field(&["kind"]).ok_or_else(|| missing("kind"))?;
-    let name = field(&["metadata", "name"]).ok_or_else(|| missing("metadata.name"))?;
-    let namespace = field(&["metadata", "namespace"]).map(str::to_string);
-    Ok(ObjectKey::new(KindRef::new(api_version, kind), namespace, name))
+/// The key of an object body whose target was derived by [`Action::target`]; a generateName
+/// target keys by its prefix (used only for the endpoint and messages).
+fn target_key(
+    verb: &'static str,
+    object: &Value,
+    target: std::result::Result<String, wasmloop_model::TargetError>,
+) -> Result<ObjectKey> {
+    let invalid = |reason: String| Error::InvalidObject { verb, object: compact(object), reason };
+    let name = target.map_err(|e| invalid(e.to_string()))?;
+    let field = |p: &str| object.pointer(p).and_then(Value::as_str).unwrap_or_default();
+    let namespace = Some(field("/metadata/namespace")).filter(|n| !n.is_empty()).map(str::to_string);
+    Ok(ObjectKey::new(KindRef::new(field("/apiVersion"), field("/kind")), namespace, name))
 }
 
 fn parse_object(verb: &'static str, key: &ObjectKey, object: &Value) -> Result<DynamicObject> {
@@ -279,15 +298,16 @@ mod tests {
     use super::*;
 
     #[test]
-    fn object_key_names_what_is_missing() {
+    fn bodies_key_by_their_target() {
         let ok = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "n"}});
-        let key = object_key("create", &ok).unwrap();
-        assert_eq!(key.to_string(), "v1/Pod n/p");
-        let no_name = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {}});
-        let err = object_key("create", &no_name).unwrap_err().to_string();
-        assert!(err.contains("missing metadata.name"), "{err}");
-        let no_kind = json!({"apiVersion": "v1", "metadata": {"name": "x"}});
-        assert!(object_key("create", &no_kind).unwrap_err().to_string().contains("missing kind"));
+        let t = Action::Create { object: ok.clone() }.target().map(|t| t.display_name());
+        assert_eq!(target_key("create", &ok, t).unwrap().to_string(), "v1/Pod n/p");
+        let generated = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"generateName": "web-", "namespace": "n"}});
+        let t = Action::Create { object: generated.clone() }.target().map(|t| t.display_name());
+        assert_eq!(target_key("create", &generated, t).unwrap().to_string(), "v1/Pod n/web-*");
+        let t = Action::Apply { object: generated.clone() }.target().map(|t| t.display_name());
+        let err = target_key("apply", &generated, t).unwrap_err().to_string();
+        assert!(err.contains("generateName is only allowed on create"), "{err}");
     }
 
     #[test]

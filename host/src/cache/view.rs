@@ -10,9 +10,13 @@ use super::{CacheRead, CachedObject, Error, IndexedStore, Result, Selector};
 use crate::kinds::KindRef;
 
 /// A set of stores keyed by kind. Reading a kind not in the view is `NotGranted`.
+///
+/// A kind may have several stores: one per namespace when the plugin's read grants are limited
+/// to some namespaces (each watched on its own). Reads go to every store of the kind (a `get` or
+/// a namespaced `list` only to stores that can hold that namespace).
 #[derive(Clone, Debug, Default)]
 pub struct CacheView {
-    stores: HashMap<KindRef, Arc<IndexedStore>>,
+    stores: HashMap<KindRef, Vec<Arc<IndexedStore>>>,
 }
 
 impl CacheView {
@@ -21,20 +25,23 @@ impl CacheView {
         Self::default()
     }
 
-    /// This view plus `store` (replacing any store of the same kind).
+    /// This view plus `store`.
     pub fn with_store(mut self, store: Arc<IndexedStore>) -> Self {
         self.insert(store);
         self
     }
 
-    /// Add `store`, replacing any store of the same kind.
+    /// Add `store` to the stores of its kind (once).
     pub fn insert(&mut self, store: Arc<IndexedStore>) {
-        self.stores.insert(store.kind().clone(), store);
+        let stores = self.stores.entry(store.kind().clone()).or_default();
+        if !stores.iter().any(|s| Arc::ptr_eq(s, &store)) {
+            stores.push(store);
+        }
     }
 
-    /// The store for `kind`, if the view has it.
-    pub fn store(&self, kind: &KindRef) -> Option<&Arc<IndexedStore>> {
-        self.stores.get(kind)
+    /// The stores for `kind` (empty if the view has none).
+    pub fn stores(&self, kind: &KindRef) -> &[Arc<IndexedStore>] {
+        self.stores.get(kind).map(Vec::as_slice).unwrap_or_default()
     }
 
     /// The kinds in this view.
@@ -54,17 +61,17 @@ impl CacheView {
                     "object {name:?} needs apiVersion and kind"
                 )));
             }
-            let store = view
-                .stores
-                .entry(kind.clone())
-                .or_insert_with(|| Arc::new(IndexedStore::new(kind)));
-            store.apply(value)?;
+            let stores = view.stores.entry(kind.clone()).or_default();
+            if stores.is_empty() {
+                stores.push(Arc::new(IndexedStore::new(kind)));
+            }
+            stores[0].apply(value)?;
         }
         Ok(view)
     }
 
-    fn granted(&self, kind: &KindRef) -> Result<&IndexedStore> {
-        self.stores.get(kind).map(|s| &**s).ok_or_else(|| Error::NotGranted(kind.clone()))
+    fn granted(&self, kind: &KindRef) -> Result<&[Arc<IndexedStore>]> {
+        self.stores.get(kind).map(Vec::as_slice).ok_or_else(|| Error::NotGranted(kind.clone()))
     }
 }
 
@@ -75,7 +82,7 @@ impl CacheRead for CacheView {
         namespace: Option<&str>,
         name: &str,
     ) -> Result<Option<Arc<CachedObject>>> {
-        Ok(self.granted(kind)?.get(namespace, name))
+        Ok(self.granted(kind)?.iter().find_map(|s| s.get(namespace, name)))
     }
 
     fn list(
@@ -84,13 +91,21 @@ impl CacheRead for CacheView {
         namespace: Option<&str>,
         selector: Option<&str>,
     ) -> Result<Vec<Arc<CachedObject>>> {
-        let store = self.granted(kind)?;
+        let stores = self.granted(kind)?;
         let selector = selector.map(Selector::parse).transpose()?.filter(|s| !s.is_everything());
-        Ok(store.list(namespace, selector.as_ref()))
+        let mut out: Vec<_> = stores.iter().flat_map(|s| s.list(namespace, selector.as_ref())).collect();
+        if stores.len() > 1 {
+            out.sort_by(|a, b| a.key().cmp(b.key()));
+        }
+        Ok(out)
     }
 
     fn by_index(&self, kind: &KindRef, index: &str, value: &str) -> Result<Vec<Arc<CachedObject>>> {
-        self.granted(kind)?.by_index(index, value)
+        let mut out = Vec::new();
+        for store in self.granted(kind)? {
+            out.extend(store.by_index(index, value)?);
+        }
+        Ok(out)
     }
 }
 
@@ -156,7 +171,7 @@ mod tests {
             Error::InvalidSelector { .. }
         ));
         // Indexes added to a store are visible through the view.
-        v.store(&pods()).unwrap().add_index("app", IndexSpec::Label("app".into())).unwrap();
+        v.stores(&pods())[0].add_index("app", IndexSpec::Label("app".into())).unwrap();
         assert_eq!(keys(v.by_index(&pods(), "app", "db").unwrap()), ["b/p2"]);
     }
 
@@ -168,8 +183,22 @@ mod tests {
         assert!(v.get(&pods(), None, "p").is_err());
         v.insert(store.clone());
         assert!(v.get(&pods(), None, "p").unwrap().is_some());
-        let v = CacheView::new().with_store(store);
-        assert!(v.store(&pods()).is_some());
+        let v = CacheView::new().with_store(store.clone()).with_store(store);
+        assert_eq!(v.stores(&pods()).len(), 1, "a store is added once");
+    }
+
+    #[test]
+    fn several_stores_of_one_kind_read_as_one() {
+        let a = Arc::new(IndexedStore::new(pods()));
+        a.apply(json!({"metadata": {"name": "p", "namespace": "a", "labels": {"app": "web"}}})).unwrap();
+        let b = Arc::new(IndexedStore::new(pods()));
+        b.apply(json!({"metadata": {"name": "p", "namespace": "b", "labels": {"app": "web"}}})).unwrap();
+        let v = CacheView::new().with_store(b).with_store(a);
+        assert_eq!(keys(v.list(&pods(), None, Some("app=web")).unwrap()), ["a/p", "b/p"]);
+        assert_eq!(keys(v.list(&pods(), Some("b"), None).unwrap()), ["b/p"]);
+        assert!(v.get(&pods(), Some("a"), "p").unwrap().is_some());
+        assert!(v.get(&pods(), Some("c"), "p").unwrap().is_none());
+        assert_eq!(keys(v.by_index(&pods(), crate::cache::NAMESPACE_INDEX, "b").unwrap()), ["b/p"]);
     }
 
     #[test]

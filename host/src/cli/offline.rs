@@ -41,7 +41,9 @@ pub fn run(args: ReconcileArgs) -> anyhow::Result<ExitCode> {
         Some(p) => {
             let text = std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
             let m = PluginManifest::parse(&text, "plugin").with_context(|| format!("in {}", p.display()))?;
-            (m.limits, m.grants)
+            // Without `name:`, the host would take the ConfigMap's name; here, the plugin's own.
+            let grants = if m.named { m.grants } else { m.grants.named("") };
+            (m.limits, grants)
         }
         None => (Limits::default(), Grants::all()),
     };
@@ -59,18 +61,15 @@ pub fn run(args: ReconcileArgs) -> anyhow::Result<ExitCode> {
     let mut out = json!({"plugin": spec.name, "version": spec.version, "key": args.key});
     let code = match outcome {
         Ok(outcome) => {
-            let refused: Vec<Value> = outcome
-                .actions
-                .iter()
-                .enumerate()
-                .filter_map(|(i, a)| grants.check_action(a).err().map(|e| json!({"action": i, "error": e.to_string()})))
-                .collect();
+            // The host's admission, offline: built-in scopes, no cluster state.
+            let admission = wasmloop::admission::Admission::offline();
+            let refused = futures::executor::block_on(admission.check(plugin.grants(), &outcome.actions, &view)).err();
             out["actions"] = serde_json::to_value(&outcome.actions)?;
             if let Some(d) = outcome.requeue_after {
                 out["requeueAfter"] = json!(wasmloop::duration::format(d));
             }
-            if !refused.is_empty() {
-                out["refusedByGrants"] = Value::Array(refused);
+            if let Some(refusal) = refused {
+                out["refused"] = json!({"action": refusal.index, "error": refusal.to_string()});
             }
             ExitCode::SUCCESS
         }
@@ -175,11 +174,11 @@ fn build_view(spec: &wasmloop::controller::ReconcilerSpec, objects: Vec<Value>) 
     let from_files = CacheView::from_objects(objects)?;
     let mut view = CacheView::new();
     for kind in spec.kinds() {
-        let store = from_files.store(&kind).cloned().unwrap_or_else(|| Arc::new(IndexedStore::new(kind.clone())));
+        let store = from_files.stores(&kind).first().cloned().unwrap_or_else(|| Arc::new(IndexedStore::new(kind.clone())));
         view.insert(store);
     }
     for idx in &spec.indexes {
-        if let Some(store) = view.store(&idx.kind) {
+        for store in view.stores(&idx.kind) {
             store.add_index(&idx.name, IndexSpec::parse(&idx.path)?)?;
         }
     }

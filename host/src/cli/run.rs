@@ -16,6 +16,7 @@ use prometheus_client::registry::Registry;
 use tokio::sync::watch;
 use tracing::{info, warn};
 use wasmloop::actions::Executor;
+use wasmloop::admission::{HostObjects, Protected};
 use wasmloop::controller::ControllerMetrics;
 use wasmloop::hotload::{PluginManager, PluginManagerConfig};
 use wasmloop::informer::InformerRegistry;
@@ -63,12 +64,51 @@ pub struct RunArgs {
     /// This replica's identity in the Lease and in Events (default: POD_NAME, else host name + PID).
     #[arg(long, env = "POD_NAME")]
     identity: Option<String>,
+    /// The ServiceAccount the host runs as, `namespace/name`: no plugin may write it, its tokens,
+    /// RBAC that binds it, or Pods that would run as it (default: in a cluster, the pod's own).
+    #[arg(long, env = "WASMLOOP_SERVICE_ACCOUNT")]
+    service_account: Option<String>,
     /// How long running reconciles may take to finish on shutdown (e.g. 25s).
     #[arg(long, env = "WASMLOOP_SHUTDOWN_GRACE", default_value = "25s", value_parser = parse_duration)]
     shutdown_grace: Duration,
     /// Log format.
     #[arg(long, env = "WASMLOOP_LOG_FORMAT", value_enum, default_value = "text")]
     log_format: LogFormat,
+}
+
+/// Where the host keeps its own objects: plugin ConfigMaps, the Lease, its ServiceAccount.
+fn protected_objects(args: &RunArgs, client: kube::Client) -> anyhow::Result<Protected> {
+    let service_account = match args.service_account.as_deref() {
+        Some(text) => {
+            let (ns, name) = text
+                .split_once('/')
+                .filter(|(ns, name)| !ns.is_empty() && !name.is_empty() && !name.contains('/'))
+                .with_context(|| format!("--service-account {text:?}: expected <namespace>/<name>"))?;
+            Some((ns.to_string(), name.to_string()))
+        }
+        None => in_cluster_service_account(),
+    };
+    let hosts = HostObjects {
+        plugin_namespaces: if args.all_namespaces { Vec::new() } else { vec![args.plugin_namespace.clone()] },
+        lease_namespace: args
+            .leader_elect
+            .then(|| args.lease_namespace.clone().unwrap_or_else(|| args.plugin_namespace.clone())),
+        service_account,
+    };
+    Ok(Protected::new(hosts, Some(client)))
+}
+
+/// In a pod: the namespace and ServiceAccount from the mounted token's claims.
+fn in_cluster_service_account() -> Option<(String, String)> {
+    const DIR: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
+    let token = std::fs::read_to_string(format!("{DIR}/token")).ok()?;
+    let claims = token.split('.').nth(1)?;
+    let bytes = base64::Engine::decode(&base64::engine::general_purpose::URL_SAFE_NO_PAD, claims.trim_end_matches('=')).ok()?;
+    let claims: serde_json::Value = serde_json::from_slice(&bytes).ok()?;
+    // "system:serviceaccount:<namespace>:<name>"
+    let sub = claims.get("sub")?.as_str()?;
+    let mut parts = sub.strip_prefix("system:serviceaccount:")?.splitn(2, ':');
+    Some((parts.next()?.to_string(), parts.next()?.to_string()))
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
@@ -81,7 +121,9 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let (client, _requests) = wasmloop::client::build(args.kubeconfig.as_deref()).await?;
     let resolver = KindResolver::new(client.clone());
     let registry = InformerRegistry::new(resolver.clone());
-    let executor = Executor::new(resolver, Some(identity.clone()));
+    let protected = protected_objects(&args, client.clone())?;
+    info!(hosts = ?protected.hosts(), "the host's own objects are protected from every plugin");
+    let executor = Executor::new(resolver, Some(identity.clone())).with_protected(protected);
     let mut prom = Registry::default();
     let metrics = ControllerMetrics::new(&mut prom);
     let plugin_metrics = wasmloop::hotload::metrics::PluginMetrics::new(&mut prom);

@@ -30,11 +30,11 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tracing::{Instrument, debug, info, info_span, warn};
 
-use crate::actions::{self, Executor};
+use crate::actions::{self, Action, EventType, Executor};
 use crate::cache::{self, CacheView, IndexSpec};
-use crate::grants::Grants;
-use crate::informer::{self, InformerKey, InformerRegistry, Subscription};
-use crate::kinds::ObjectKey;
+use crate::grants::{Grants, ReadScope};
+use crate::informer::{self, Informer, InformerKey, InformerRegistry, Subscription};
+use crate::kinds::{KindRef, ObjectKey};
 use crate::queue::{RateLimitConfig, WorkQueue};
 use mapping::KeyMapper;
 
@@ -47,6 +47,8 @@ pub enum Error {
     Index { controller: String, kind: String, index: String, source: cache::Error },
     #[error("controller {controller}: {source}")]
     Grants { controller: String, source: crate::grants::Error },
+    #[error("controller {controller}: cannot read {kind}: {reason}")]
+    ReadScope { controller: String, kind: KindRef, reason: String },
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -108,7 +110,8 @@ struct Current {
     reconciler: Arc<dyn Reconciler>,
     grants: Arc<Grants>,
     view: Arc<CacheView>,
-    primary: Arc<cache::IndexedStore>,
+    /// The reconciled kind's stores (one per granted namespace).
+    primary: Vec<Arc<cache::IndexedStore>>,
     /// Keeps the informers alive and their handlers registered.
     _subscriptions: Arc<Vec<Subscription>>,
 }
@@ -208,60 +211,55 @@ impl Inner {
         let spec = reconciler.spec().clone();
         grants.check_spec(&spec).map_err(|source| Error::Grants { controller: self.name.clone(), source })?;
         let err = |source| Error::Informer { controller: self.name.clone(), source };
-        let ns = self.config.namespace.clone();
-        let primary_key = InformerKey::new(spec.reconciles.clone(), ns.clone(), spec.selector.as_deref())
-            .map_err(|e| err(informer::Error::Selector(InformerKey { kind: spec.reconciles.clone(), namespace: ns.clone(), selector: spec.selector.clone() }, e)))?;
-        let primary = self.registry.acquire(primary_key).await.map_err(err)?;
         let namespaced = self.registry.resolver().resolve(&spec.reconciles).await.map_err(|e| err(e.into()))?.namespaced;
         let mapper = KeyMapper { primary: spec.reconciles.clone(), namespaced };
 
         let mut view = CacheView::new();
         let mut subscriptions = Vec::new();
-        let me = Arc::downgrade(self);
-        let m = mapper.clone();
-        subscriptions.push(primary.subscribe(Arc::new(move |change| {
-            if let Some(inner) = me.upgrade() {
-                m.for_primary(change).into_iter().for_each(|k| inner.enqueue(k, Reason::Event));
-            }
-        })));
-        view.insert(primary.store().clone());
-        let mut informers = vec![primary.clone()];
-        for watch in &spec.watches {
-            let key = InformerKey::new(watch.kind.clone(), ns.clone(), watch.selector.as_deref()).map_err(|e| {
-                err(informer::Error::Selector(InformerKey { kind: watch.kind.clone(), namespace: ns.clone(), selector: watch.selector.clone() }, e))
-            })?;
-            let inf = self.registry.acquire(key).await.map_err(err)?;
+        let primary = self.acquire(&grants, &spec.reconciles, spec.selector.as_deref()).await?;
+        for inf in &primary {
             let me = Arc::downgrade(self);
-            let (m, mapping) = (mapper.clone(), watch.mapping.clone());
+            let m = mapper.clone();
             subscriptions.push(inf.subscribe(Arc::new(move |change| {
                 if let Some(inner) = me.upgrade() {
-                    m.for_watched(&mapping, change).into_iter().for_each(|k| inner.enqueue(k, Reason::Event));
+                    m.for_primary(change).into_iter().for_each(|k| inner.enqueue(k, Reason::Event));
                 }
             })));
-            if view.store(&watch.kind).is_none() {
-                view.insert(inf.store().clone());
+            view.insert(inf.store().clone());
+        }
+        let mut informers = primary.clone();
+        for watch in &spec.watches {
+            let watched = self.acquire(&grants, &watch.kind, watch.selector.as_deref()).await?;
+            // The first informers of a kind serve its reads (several selectors would overlap).
+            let serves_reads = view.stores(&watch.kind).is_empty();
+            for inf in watched {
+                let me = Arc::downgrade(self);
+                let (m, mapping) = (mapper.clone(), watch.mapping.clone());
+                subscriptions.push(inf.subscribe(Arc::new(move |change| {
+                    if let Some(inner) = me.upgrade() {
+                        m.for_watched(&mapping, change).into_iter().for_each(|k| inner.enqueue(k, Reason::Event));
+                    }
+                })));
+                if serves_reads {
+                    view.insert(inf.store().clone());
+                }
+                informers.push(inf);
             }
-            informers.push(inf);
         }
         for idx in &spec.indexes {
-            let store = match view.store(&idx.kind) {
-                Some(s) => s.clone(),
-                None => {
-                    // An index on a kind that is read but not watched for events.
-                    let key = InformerKey::new(idx.kind.clone(), ns.clone(), None).map_err(|e| {
-                        err(informer::Error::Selector(InformerKey { kind: idx.kind.clone(), namespace: ns.clone(), selector: None }, e))
-                    })?;
-                    let inf = self.registry.acquire(key).await.map_err(err)?;
-                    let s = inf.store().clone();
-                    view.insert(s.clone());
+            if view.stores(&idx.kind).is_empty() {
+                // An index on a kind that is read but not watched for events.
+                for inf in self.acquire(&grants, &idx.kind, None).await? {
+                    view.insert(inf.store().clone());
                     subscriptions.push(inf.subscribe(Arc::new(|_| {})));
                     informers.push(inf);
-                    s
                 }
-            };
+            }
             let index_err = |source| Error::Index { controller: self.name.clone(), kind: idx.kind.to_string(), index: idx.name.clone(), source };
-            let spec = IndexSpec::parse(&idx.path).map_err(index_err)?;
-            store.add_index(&idx.name, spec).map_err(index_err)?;
+            let index = IndexSpec::parse(&idx.path).map_err(index_err)?;
+            for store in view.stores(&idx.kind) {
+                store.add_index(&idx.name, index.clone()).map_err(index_err)?;
+            }
         }
         for inf in &informers {
             inf.wait_synced(self.config.sync_timeout).await.map_err(err)?;
@@ -270,9 +268,46 @@ impl Inner {
             reconciler,
             grants,
             view: Arc::new(view),
-            primary: primary.store().clone(),
+            primary: primary.iter().map(|i| i.store().clone()).collect(),
             _subscriptions: Arc::new(subscriptions),
         })
+    }
+
+    /// Shared informers for `kind`: one per namespace the plugin may read it in (narrowed to
+    /// the controller's namespace), so a plugin granted reads in some namespaces needs RBAC
+    /// only there and never sees objects from elsewhere.
+    async fn acquire(&self, grants: &Grants, kind: &KindRef, selector: Option<&str>) -> Result<Vec<Arc<Informer>>> {
+        let err = |source| Error::Informer { controller: self.name.clone(), source };
+        let mut informers = Vec::new();
+        for namespace in self.read_namespaces(grants, kind).await? {
+            let key = InformerKey::new(kind.clone(), namespace.clone(), selector).map_err(|e| {
+                let key = InformerKey { kind: kind.clone(), namespace: namespace.clone(), selector: selector.map(str::to_owned) };
+                err(informer::Error::Selector(key, e))
+            })?;
+            informers.push(self.registry.acquire(key).await.map_err(err)?);
+        }
+        Ok(informers)
+    }
+
+    /// Where `kind` is watched: `[None]` = everywhere, else these namespaces.
+    async fn read_namespaces(&self, grants: &Grants, kind: &KindRef) -> Result<Vec<Option<String>>> {
+        let scope_err = |reason: String| Error::ReadScope { controller: self.name.clone(), kind: kind.clone(), reason };
+        match (grants.read_scope(kind), &self.config.namespace) {
+            (ReadScope::All, namespace) => Ok(vec![namespace.clone()]),
+            (ReadScope::None, _) => Err(scope_err("no read grant covers it".into())),
+            (ReadScope::Namespaces(granted), Some(ns)) if granted.contains(ns) => Ok(vec![Some(ns.clone())]),
+            (ReadScope::Namespaces(granted), Some(ns)) => {
+                Err(scope_err(format!("the plugin runs in namespace {ns}, but reads are granted only in {}", granted.join(", "))))
+            }
+            (ReadScope::Namespaces(granted), None) => {
+                let resolved = self.registry.resolver().resolve(kind).await;
+                let namespaced = resolved.map_err(|e| Error::Informer { controller: self.name.clone(), source: e.into() })?.namespaced;
+                if !namespaced {
+                    return Err(scope_err(format!("it is cluster-scoped, but reads are granted only in namespaces {}", granted.join(", "))));
+                }
+                Ok(granted.into_iter().map(Some).collect())
+            }
+        }
     }
 
     fn enqueue(&self, key: ObjectKey, reason: Reason) {
@@ -286,7 +321,7 @@ impl Inner {
         else {
             return;
         };
-        for o in primary.snapshot() {
+        for o in primary.iter().flat_map(|s| s.snapshot()) {
             self.enqueue(ObjectKey::new(kind.clone(), o.namespace().map(str::to_string), o.name()), reason);
         }
     }
@@ -320,7 +355,11 @@ impl Inner {
             .await
             .unwrap_or_else(|e| Err(ReconcileError::Transient(format!("reconciler panicked: {e}"))));
         let result = match result {
-            Ok(outcome) => self.execute(key, &current.grants, outcome).await,
+            Ok(outcome) => self.execute(key, &current, outcome).await,
+            Err(ReconcileError::Permanent(msg)) => {
+                self.report(key, "ReconcileFailed", &format!("{}: {msg}", self.name)).await;
+                Err(ReconcileError::Permanent(msg))
+            }
             Err(e) => Err(e),
         };
         self.metrics.worker_finished(&self.name, started.elapsed(), result_label(&result));
@@ -345,13 +384,15 @@ impl Inner {
         }
     }
 
-    /// Check every action against the grants first (nothing is sent if one is refused), then
-    /// execute them in order.
-    async fn execute(&self, key: &ObjectKey, grants: &Grants, outcome: Outcome) -> Result<Option<Duration>, ReconcileError> {
-        for (i, action) in outcome.actions.iter().enumerate() {
-            grants.check_action(action).map_err(|e| {
-                ReconcileError::Permanent(format!("action {i} ({}) refused, no action of this reconcile was executed: {e}", action.verb()))
-            })?;
+    /// Admit every action first (target, scope, grants, protected objects, bodies: nothing is
+    /// sent if one is refused), then execute them in order.
+    async fn execute(&self, key: &ObjectKey, current: &Current, outcome: Outcome) -> Result<Option<Duration>, ReconcileError> {
+        let admission = self.executor.admission();
+        if let Err(refusal) = admission.check(&current.grants, &outcome.actions, current.view.as_ref()).await {
+            self.metrics.action_executed(&self.name, refusal.verb, "refused");
+            let message = format!("plugin {}: {refusal}", self.name);
+            self.report(key, "ActionRefused", &message).await;
+            return Err(ReconcileError::Permanent(message));
         }
         for action in &outcome.actions {
             match self.executor.execute(&self.name, action).await {
@@ -365,7 +406,28 @@ impl Inner {
         }
         Ok(outcome.requeue_after)
     }
+
+    /// A Warning Event on the reconciled object from the host itself (best effort), for what
+    /// is not retried: `ActionRefused` (admission) and `ReconcileFailed` (permanent errors).
+    async fn report(&self, key: &ObjectKey, reason: &str, message: &str) {
+        let event = Action::Event {
+            regarding: key.clone(),
+            event_type: EventType::Warning,
+            reason: reason.into(),
+            message: message.to_string(),
+        };
+        match self.executor.execute(HOST_REPORTER, &event).await {
+            Ok(_) => self.metrics.action_executed(HOST_REPORTER, "event", "ok"),
+            Err(e) => {
+                self.metrics.action_executed(HOST_REPORTER, "event", "error");
+                debug!(key = %key, error = %e, "could not record the failure as an Event");
+            }
+        }
+    }
 }
+
+/// The Event reporter for what the host itself says about objects.
+pub const HOST_REPORTER: &str = "wasmloop";
 
 fn to_reconcile_error(e: actions::Error) -> ReconcileError {
     if e.is_permanent() { ReconcileError::Permanent(e.to_string()) } else { ReconcileError::Transient(e.to_string()) }

@@ -7,7 +7,7 @@
 //! precompiled cache), validates and swaps. Every outcome is reported on the ConfigMap: an
 //! annotation `wasmloop.dev/status`, a Kubernetes Event, a log line and a metric.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -91,6 +91,9 @@ struct Inner {
     loaded: Mutex<HashMap<ObjectKey, Loaded>>,
     /// Payload digest last refused, per ConfigMap (so a broken payload is reported once).
     rejected: parking_lot::Mutex<HashMap<ObjectKey, String>>,
+    /// ConfigMaps refused because another ConfigMap holds their plugin name, by that name:
+    /// loaded automatically when the holder goes away.
+    waiting_for_name: parking_lot::Mutex<HashMap<String, BTreeSet<ObjectKey>>>,
     events: broadcast::Sender<LoadEvent>,
 }
 
@@ -120,6 +123,8 @@ impl PluginManager {
         let key = InformerKey::new(configmap_kind(), config.namespace.clone(), Some(&format!("{PLUGIN_LABEL}=true")))
             .map_err(|e| informer::Error::Selector(InformerKey { kind: configmap_kind(), namespace: None, selector: None }, e))?;
         let informer = registry.acquire(key).await?;
+        // No plugin may write the ConfigMaps plugins are loaded from.
+        executor.admission().protected().watch_plugin_configmaps(informer.store().clone());
         let queue = WorkQueue::new("wasmloop-plugins", RateLimitConfig::default().build(), None);
         let (events, _) = broadcast::channel(64);
         let inner = Arc::new(Inner {
@@ -134,6 +139,7 @@ impl PluginManager {
             queue,
             loaded: Mutex::new(HashMap::new()),
             rejected: Default::default(),
+            waiting_for_name: Default::default(),
             events,
         });
         let q = inner.queue.clone();
@@ -257,7 +263,11 @@ impl Inner {
         {
             let loaded = self.loaded.lock().await;
             if let Some((other, _)) = loaded.iter().find(|(k, l)| *k != key && l.plugin.name() == manifest.name) {
-                return Err(format!("plugin name {:?} is already used by ConfigMap {}", manifest.name, other));
+                self.waiting_for_name.lock().entry(manifest.name.clone()).or_default().insert(key.clone());
+                return Err(format!(
+                    "plugin name {:?} is already used by ConfigMap {}; this one loads when that one goes away",
+                    manifest.name, other
+                ));
             }
         }
         let (engine, precompiled) = (self.engine.clone(), self.precompiled.clone());
@@ -277,6 +287,7 @@ impl Inner {
         let (plugin, cache_hit) = (Arc::new(plugin.0), plugin.1);
         let grants = plugin.grants().clone();
         let mut loaded = self.loaded.lock().await;
+        let previous_name = loaded.get(key).map(|l| l.plugin.name().to_string());
         match loaded.remove(key) {
             Some(mut old) if old.config_eq(&manifest.controller) && old.plugin.spec().reconciles == plugin.spec().reconciles => {
                 let swapped = old.controller.replace_reconciler(plugin.clone() as Arc<dyn Reconciler>, grants).await;
@@ -314,7 +325,21 @@ impl Inner {
                 loaded.insert(key.clone(), Loaded { controller, plugin: plugin.clone(), config: manifest.controller.clone(), payload: payload.to_string() });
             }
         }
+        drop(loaded);
+        if let Some(previous) = previous_name.filter(|n| n != plugin.name()) {
+            self.release_name(&previous);
+        }
         Ok((plugin, cache_hit))
+    }
+
+    /// `name` is free again: retry the ConfigMaps that were refused because it was taken.
+    fn release_name(&self, name: &str) {
+        let Some(waiting) = self.waiting_for_name.lock().remove(name) else { return };
+        for key in waiting {
+            self.rejected.lock().remove(&key);
+            info!(configmap = %key, plugin = name, "plugin name released; loading the ConfigMap that waited for it");
+            self.queue.add(key);
+        }
     }
 
     async fn start_controller(&self, plugin: &Arc<WasmPlugin>, config: &ControllerConfig, grants: Arc<crate::grants::Grants>) -> Result<Controller, String> {
@@ -325,12 +350,16 @@ impl Inner {
 
     async fn unload(&self, key: &ObjectKey) {
         self.rejected.lock().remove(key);
+        for waiting in self.waiting_for_name.lock().values_mut() {
+            waiting.remove(key);
+        }
         let Some(old) = self.loaded.lock().await.remove(key) else { return };
         let plugin = old.plugin.name().to_string();
         self.plugin_metrics.load(&cm_label(key), "removed");
         self.plugin_metrics.set_loaded(&cm_label(key), None);
         old.controller.shutdown(self.config.shutdown_grace).await;
         info!(configmap = %key, %plugin, "plugin removed");
+        self.release_name(&plugin);
         let _ = self.events.send(LoadEvent::Removed { configmap: key.name.clone(), plugin });
     }
 

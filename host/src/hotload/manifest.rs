@@ -53,7 +53,10 @@ struct Raw {
 /// A parsed, validated `plugin.yaml`.
 #[derive(Clone, Debug)]
 pub struct PluginManifest {
+    /// The plugin's name: `name:`, else the ConfigMap's. The component's own name must match.
     pub name: String,
+    /// Whether `name:` was given (offline runs take the component's own name otherwise).
+    pub named: bool,
     pub grants: Grants,
     pub limits: Limits,
     pub controller: ControllerConfig,
@@ -68,6 +71,7 @@ impl PluginManifest {
             serde_saphyr::from_str(yaml)
         }
         .map_err(|e| Error::Yaml(e.to_string()))?;
+        let named = raw.name.is_some();
         let name = raw.name.unwrap_or_else(|| default_name.to_string());
         if name.is_empty() || name.len() > 63 || !name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-') {
             return Err(Error::Invalid(format!("name {name:?} must be 1-63 characters of a-z, 0-9 and '-'")));
@@ -88,6 +92,7 @@ impl PluginManifest {
         Ok(Self {
             grants: Grants::new(name.clone(), raw.grants),
             name,
+            named,
             limits: raw.limits,
             controller: ControllerConfig {
                 workers: concurrency,

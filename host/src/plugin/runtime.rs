@@ -14,6 +14,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
+use wasmloop_model::{Naming, Target};
 use wasmtime::component::Component;
 use wasmtime::{Store, Trap};
 
@@ -51,6 +52,11 @@ pub enum Error {
     Metadata(String),
     #[error("metadata() returned an invalid description: {0}")]
     InvalidMetadata(String),
+    #[error(
+        "the plugin calls itself {own:?} but its manifest (or ConfigMap) names it {manifest:?}: a plugin runs only \
+         under its own name (set `name: {own}` in plugin.yaml, or name the ConfigMap {own})"
+    )]
+    Identity { own: String, manifest: String },
     #[error(transparent)]
     Grants(#[from] grants::Error),
 }
@@ -210,6 +216,9 @@ impl WasmPlugin {
             .map_err(|what| Error::Metadata(format!("the host panicked while calling metadata(): {what}")))??;
 
         let spec = spec_from_metadata(meta).map_err(Error::InvalidMetadata)?;
+        if !grants.plugin().is_empty() && grants.plugin() != spec.name {
+            return Err(Error::Identity { own: spec.name.clone(), manifest: grants.plugin().to_owned() });
+        }
         let grants = if grants.plugin().is_empty() {
             Arc::new(Grants::clone(&grants).named(spec.name.clone()))
         } else {
@@ -508,6 +517,10 @@ pub(crate) fn spec_from_metadata(m: wit::PluginMetadata) -> Result<ReconcilerSpe
     if !name_ok {
         return Err(format!("name {:?} must be a DNS label (lowercase letters, digits, '-', at most 63)", m.name));
     }
+    if let Err(e) = semver::Version::parse(&m.version) {
+        let shown: String = m.version.chars().take(64).collect();
+        return Err(format!("version {shown:?} is not a semantic version (e.g. 1.2.3): {e}"));
+    }
     let reconciles = checked_kind(m.reconciles, "reconciles")?;
     let watches = m
         .watches
@@ -540,31 +553,13 @@ pub(crate) fn spec_from_metadata(m: wit::PluginMetadata) -> Result<ReconcilerSpe
     Ok(ReconcilerSpec { name, version: m.version, reconciles, selector: m.selector, watches, indexes })
 }
 
-/// Parse an object action's JSON: an object with apiVersion, kind and metadata.name
-/// (or metadata.generateName for create).
-fn object_json(i: usize, verb: &str, json: &str) -> Result<Value, String> {
+/// Parse an object action's JSON and check its target with the one rule
+/// ([`wasmloop_model::Target`]): apiVersion, kind, metadata.name (or generateName for create).
+fn object_json(i: usize, verb: &'static str, json: &str) -> Result<Value, String> {
     let value: Value =
         serde_json::from_str(json).map_err(|e| format!("action {i} ({verb}): invalid JSON: {e}"))?;
-    let Some(obj) = value.as_object() else {
-        return Err(format!("action {i} ({verb}): expected a JSON object, got {}", kind_of(&value)));
-    };
-    let text = |v: Option<&Value>| v.and_then(Value::as_str).filter(|s| !s.is_empty()).is_some();
-    let mut missing = Vec::new();
-    if !text(obj.get("apiVersion")) {
-        missing.push("apiVersion");
-    }
-    if !text(obj.get("kind")) {
-        missing.push("kind");
-    }
-    let meta = obj.get("metadata");
-    let named = text(meta.and_then(|m| m.get("name")))
-        || (verb == "create" && text(meta.and_then(|m| m.get("generateName"))));
-    if !named {
-        missing.push(if verb == "create" { "metadata.name (or metadata.generateName)" } else { "metadata.name" });
-    }
-    if !missing.is_empty() {
-        return Err(format!("action {i} ({verb}): the object has no {}", missing.join(", ")));
-    }
+    let naming = if verb == "create" { Naming::NameOrGenerate } else { Naming::NameOnly(verb) };
+    Target::of_object(&value, naming).map_err(|e| format!("action {i} ({verb}): {e}"))?;
     Ok(value)
 }
 
@@ -580,9 +575,7 @@ fn kind_of(v: &Value) -> &'static str {
 }
 
 fn checked_key(i: usize, verb: &str, k: wit::ObjectKey) -> Result<ObjectKey, String> {
-    if k.api_version.is_empty() || k.kind.is_empty() || k.name.is_empty() {
-        return Err(format!("action {i} ({verb}): the key needs apiVersion, kind and name"));
-    }
+    Target::of_key(&k.api_version, &k.kind, k.namespace.as_deref(), &k.name).map_err(|e| format!("action {i} ({verb}): {e}"))?;
     Ok(ObjectKey::new(KindRef::new(k.api_version, k.kind), k.namespace.filter(|n| !n.is_empty()), k.name))
 }
 
@@ -737,11 +730,13 @@ mod tests {
         let err = bad(wit::Action::Create("[1]".into()));
         assert_eq!(err, "action 0 (create): expected a JSON object, got an array");
         let err = bad(wit::Action::Create(r#"{"metadata":{"name":"x"}}"#.into()));
-        assert_eq!(err, "action 0 (create): the object has no apiVersion, kind");
+        assert_eq!(err, "action 0 (create): the object has no apiVersion");
         let err = bad(wit::Action::UpdateStatus(wit::StatusUpdate { key: key("b"), status: "3".into() }));
         assert!(err.contains("status must be a JSON object, got a number"), "{err}");
         let err = bad(wit::Action::Delete(key("")));
-        assert!(err.contains("action 0 (delete): the key needs"), "{err}");
+        assert_eq!(err, "action 0 (delete): the object has no name");
+        let err = bad(wit::Action::Delete(wit::ObjectKey { name: "p/status".into(), ..key("a") }));
+        assert!(err.contains("subresources are not action targets"), "{err}");
 
         let many = wit::Outcome { actions: vec![wit::Action::Delete(key("a")); 3], requeue_after_ms: None };
         let err = to_outcome(many, &Limits { max_actions: 2, ..Limits::default() }).unwrap_err();
@@ -764,6 +759,10 @@ mod tests {
         assert_eq!(spec.watches[0].mapping, Mapping::Owner);
         let err = spec_from_metadata(meta("Pod Set", kind("v1", "Pod"))).unwrap_err();
         assert!(err.contains("must be a DNS label"), "{err}");
+        let mut bad_version = meta("podset", kind("v1", "Pod"));
+        bad_version.version = "1.0\"} evil=\"1".into();
+        let err = spec_from_metadata(bad_version).unwrap_err();
+        assert!(err.contains("is not a semantic version"), "{err}");
         let err = spec_from_metadata(meta("x", kind("a/b/c", "Pod"))).unwrap_err();
         assert!(err.starts_with("reconciles: invalid kind"), "{err}");
     }

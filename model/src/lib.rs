@@ -1,0 +1,10 @@
+//! Rules that the wasmloop host and the guest SDK's test fake must apply identically.
+//!
+//! - [`target`]: what object an action touches (kind, scope, namespace, name or generateName),
+//!   with the syntax checks the API server applies to path segments, so a hostile plugin cannot
+//!   smuggle a subresource (`name/status`), a path traversal (`..`) or a `List` body past the
+//!   host's grant checks.
+
+pub mod target;
+
+pub use target::{Naming, Target, TargetError, TargetName};

@@ -1,0 +1,328 @@
+//! [`Target`]: the one rule for which object an action touches.
+//!
+//! Every consumer of a plugin's actions (the host's outcome conversion, its grant checks and
+//! protected-object rules, its executor, and the SDK's `testing` fake) derives the target here,
+//! so they can never disagree about what an action writes. The checks mirror what the API server
+//! accepts in a request path: names are path segments (no `/`, `%`, `.` or `..`), namespaces
+//! are DNS labels, `apiVersion` is `version` or `group/version`, and a `…List` kind is refused
+//! (an action writes one object). Scope is checked separately, against discovery
+//! ([`Target::check_scope`]): a namespace on a cluster-scoped kind, or none on a namespaced
+//! kind, is an invalid action rather than something to guess about.
+
+use std::fmt;
+
+use serde_json::Value;
+
+/// Why an action's target is invalid.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TargetError {
+    #[error("expected a JSON object, got {0}")]
+    NotAnObject(&'static str),
+    #[error("the object has no {0}")]
+    Missing(&'static str),
+    #[error("{0} must be a string")]
+    NotAString(&'static str),
+    #[error("invalid apiVersion {0:?}: expected `version` or `group/version` (e.g. `v1`, `apps/v1`)")]
+    ApiVersion(String),
+    #[error("invalid kind {0:?}: expected a type name such as `Pod` (letters and digits)")]
+    Kind(String),
+    #[error("kind {0} is a list; an action writes exactly one object")]
+    ListKind(String),
+    #[error("invalid {field} {value:?}: {why}")]
+    Name { field: &'static str, value: String, why: &'static str },
+    #[error("invalid namespace {0:?}: expected a DNS label (a-z, 0-9 and '-', at most 63 characters)")]
+    Namespace(String),
+    #[error("metadata.generateName is only allowed on create; {0} needs metadata.name")]
+    GenerateNameNotAllowed(&'static str),
+    #[error("{kind} is cluster-scoped, but the action names namespace {namespace:?}")]
+    NamespaceOnClusterScoped { kind: String, namespace: String },
+    #[error("{kind} is namespaced, but the action names no namespace")]
+    NoNamespaceOnNamespaced { kind: String },
+}
+
+/// The name part of a target.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum TargetName {
+    /// `metadata.name`.
+    Name(String),
+    /// `metadata.generateName` (create only): the server appends a random suffix.
+    GenerateName(String),
+}
+
+/// The object an action touches.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Target {
+    pub api_version: String,
+    pub kind: String,
+    /// `None` for cluster-scoped objects (checked against discovery by [`Target::check_scope`]).
+    pub namespace: Option<String>,
+    pub name: TargetName,
+}
+
+/// Whether `metadata.generateName` may stand in for `metadata.name`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Naming {
+    /// `create`: `name` or `generateName`.
+    NameOrGenerate,
+    /// Everything else: `name` only. The payload names the verb for messages.
+    NameOnly(&'static str),
+}
+
+impl Target {
+    /// The target of an object body (create, apply): `apiVersion`, `kind`,
+    /// `metadata.namespace`, `metadata.name` (or `metadata.generateName` when `naming` allows).
+    pub fn of_object(object: &Value, naming: Naming) -> Result<Self, TargetError> {
+        let Some(obj) = object.as_object() else {
+            return Err(TargetError::NotAnObject(json_type(object)));
+        };
+        let api_version = required_str(obj.get("apiVersion"), "apiVersion")?;
+        let kind = required_str(obj.get("kind"), "kind")?;
+        let meta = match obj.get("metadata") {
+            None | Some(Value::Null) => return Err(TargetError::Missing("metadata.name")),
+            Some(Value::Object(m)) => m,
+            Some(_) => return Err(TargetError::NotAString("metadata (an object)")),
+        };
+        let namespace = optional_str(meta.get("namespace"), "metadata.namespace")?;
+        let name = optional_str(meta.get("name"), "metadata.name")?;
+        let generate = optional_str(meta.get("generateName"), "metadata.generateName")?;
+        let name = match (name, generate, naming) {
+            (Some(n), _, _) => TargetName::Name(n.to_owned()),
+            (None, Some(g), Naming::NameOrGenerate) => TargetName::GenerateName(g.to_owned()),
+            (None, Some(_), Naming::NameOnly(verb)) => return Err(TargetError::GenerateNameNotAllowed(verb)),
+            (None, None, Naming::NameOrGenerate) => {
+                return Err(TargetError::Missing("metadata.name (or metadata.generateName)"));
+            }
+            (None, None, Naming::NameOnly(_)) => return Err(TargetError::Missing("metadata.name")),
+        };
+        Self::checked(api_version, kind, namespace, name)
+    }
+
+    /// The target of a key (delete, update-status, event).
+    pub fn of_key(api_version: &str, kind: &str, namespace: Option<&str>, name: &str) -> Result<Self, TargetError> {
+        if name.is_empty() {
+            return Err(TargetError::Missing("name"));
+        }
+        Self::checked(api_version, kind, namespace.filter(|n| !n.is_empty()), TargetName::Name(name.to_owned()))
+    }
+
+    fn checked(api_version: &str, kind: &str, namespace: Option<&str>, name: TargetName) -> Result<Self, TargetError> {
+        check_api_version(api_version)?;
+        check_kind(kind)?;
+        if let Some(ns) = namespace {
+            check_namespace(ns)?;
+        }
+        match &name {
+            TargetName::Name(n) => check_path_segment("metadata.name", n, 253)?,
+            // The server appends 5 characters.
+            TargetName::GenerateName(g) => check_path_segment("metadata.generateName", g, 248)?,
+        }
+        Ok(Self { api_version: api_version.to_owned(), kind: kind.to_owned(), namespace: namespace.map(str::to_owned), name })
+    }
+
+    /// The name, unless the server is to generate it.
+    pub fn name(&self) -> Option<&str> {
+        match &self.name {
+            TargetName::Name(n) => Some(n),
+            TargetName::GenerateName(_) => None,
+        }
+    }
+
+    /// The name, or `generateName*` for messages and grant checks.
+    pub fn display_name(&self) -> String {
+        match &self.name {
+            TargetName::Name(n) => n.clone(),
+            TargetName::GenerateName(g) => format!("{g}*"),
+        }
+    }
+
+    /// Check the namespace against the kind's scope from discovery.
+    pub fn check_scope(&self, namespaced: bool) -> Result<(), TargetError> {
+        let kind = format!("{}/{}", self.api_version, self.kind);
+        match (&self.namespace, namespaced) {
+            (Some(ns), false) => Err(TargetError::NamespaceOnClusterScoped { kind, namespace: ns.clone() }),
+            (None, true) => Err(TargetError::NoNamespaceOnNamespaced { kind }),
+            _ => Ok(()),
+        }
+    }
+}
+
+impl fmt::Display for Target {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{} ", self.api_version, self.kind)?;
+        if let Some(ns) = &self.namespace {
+            write!(f, "{ns}/")?;
+        }
+        f.write_str(&self.display_name())
+    }
+}
+
+fn json_type(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+fn required_str<'a>(v: Option<&'a Value>, field: &'static str) -> Result<&'a str, TargetError> {
+    optional_str(v, field)?.ok_or(TargetError::Missing(field))
+}
+
+/// A string field; absent, null and `""` are `None`.
+fn optional_str<'a>(v: Option<&'a Value>, field: &'static str) -> Result<Option<&'a str>, TargetError> {
+    match v {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s.as_str()).filter(|s| !s.is_empty())),
+        Some(_) => Err(TargetError::NotAString(field)),
+    }
+}
+
+fn is_dns_label(s: &str, max: usize) -> bool {
+    let b = s.as_bytes();
+    !b.is_empty()
+        && b.len() <= max
+        && b.iter().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+        && b[0] != b'-'
+        && b[b.len() - 1] != b'-'
+}
+
+fn is_dns_subdomain(s: &str) -> bool {
+    s.len() <= 253 && s.split('.').all(|label| is_dns_label(label, 63))
+}
+
+fn check_api_version(v: &str) -> Result<(), TargetError> {
+    let ok = match v.split_once('/') {
+        None => is_dns_label(v, 63),
+        Some((group, version)) => is_dns_subdomain(group) && is_dns_label(version, 63),
+    };
+    if ok { Ok(()) } else { Err(TargetError::ApiVersion(v.to_owned())) }
+}
+
+fn check_kind(kind: &str) -> Result<(), TargetError> {
+    let ok = kind.len() <= 63
+        && kind.chars().next().is_some_and(|c| c.is_ascii_alphabetic())
+        && kind.chars().all(|c| c.is_ascii_alphanumeric());
+    if !ok {
+        return Err(TargetError::Kind(kind.to_owned()));
+    }
+    if kind.ends_with("List") {
+        return Err(TargetError::ListKind(kind.to_owned()));
+    }
+    Ok(())
+}
+
+fn check_namespace(ns: &str) -> Result<(), TargetError> {
+    if is_dns_label(ns, 63) { Ok(()) } else { Err(TargetError::Namespace(ns.to_owned())) }
+}
+
+/// What the API server accepts as one segment of a request path, plus no whitespace or control
+/// characters (no kind allows them in names).
+fn check_path_segment(field: &'static str, value: &str, max: usize) -> Result<(), TargetError> {
+    let why = if value == "." || value == ".." {
+        Some("`.` and `..` are not names")
+    } else if value.contains('/') {
+        Some("names may not contain '/' (subresources are not action targets)")
+    } else if value.contains('%') {
+        Some("names may not contain '%'")
+    } else if value.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        Some("names may not contain whitespace or control characters")
+    } else if value.len() > max {
+        Some("too long")
+    } else {
+        None
+    };
+    match why {
+        Some(why) => Err(TargetError::Name { field, value: value.chars().take(80).collect(), why }),
+        None => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn create(obj: Value) -> Result<Target, TargetError> {
+        Target::of_object(&obj, Naming::NameOrGenerate)
+    }
+
+    fn apply(obj: Value) -> Result<Target, TargetError> {
+        Target::of_object(&obj, Naming::NameOnly("apply"))
+    }
+
+    #[test]
+    fn objects_give_their_target() {
+        let t = create(json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "a"}})).unwrap();
+        assert_eq!(t.to_string(), "v1/Pod a/p");
+        assert_eq!(t.name(), Some("p"));
+        let t = create(json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"generateName": "web-", "namespace": "a"}})).unwrap();
+        assert_eq!(t.name, TargetName::GenerateName("web-".into()));
+        assert_eq!(t.to_string(), "v1/Pod a/web-*");
+        let t = apply(json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "system:x"}})).unwrap();
+        assert_eq!(t.namespace, None);
+        assert_eq!(t.to_string(), "rbac.authorization.k8s.io/v1/ClusterRole system:x");
+        let t = apply(json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": ""}})).unwrap();
+        assert_eq!(t.namespace, None, "an empty namespace is no namespace");
+    }
+
+    #[test]
+    fn generate_name_is_for_create_only() {
+        let obj = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"generateName": "web-", "namespace": "a"}});
+        assert_eq!(apply(obj).unwrap_err(), TargetError::GenerateNameNotAllowed("apply"));
+        let err = create(json!({"apiVersion": "v1", "kind": "Pod", "metadata": {}})).unwrap_err();
+        assert_eq!(err.to_string(), "the object has no metadata.name (or metadata.generateName)");
+    }
+
+    #[test]
+    fn hostile_targets_are_refused() {
+        let with = |api: Value, kind: Value, meta: Value| create(json!({"apiVersion": api, "kind": kind, "metadata": meta}));
+        let cases = [
+            (with(json!("v1"), json!("Pod"), json!({"name": "p/status", "namespace": "a"})), "subresources"),
+            (with(json!("v1"), json!("Pod"), json!({"name": "..", "namespace": "a"})), "`.` and `..`"),
+            (with(json!("v1"), json!("Pod"), json!({"name": "a%2Fb", "namespace": "a"})), "'%'"),
+            (with(json!("v1"), json!("Pod"), json!({"name": "a b", "namespace": "a"})), "whitespace"),
+            (with(json!("v1"), json!("Pod"), json!({"name": "p", "namespace": "../kube-system"})), "invalid namespace"),
+            (with(json!("v1"), json!("Pod"), json!({"name": "p", "namespace": "A"})), "invalid namespace"),
+            (with(json!("v1"), json!("List"), json!({"name": "p"})), "is a list"),
+            (with(json!("v1"), json!("PodList"), json!({"name": "p"})), "is a list"),
+            (with(json!("v1"), json!("Pod/status"), json!({"name": "p"})), "invalid kind"),
+            (with(json!("../v1"), json!("Pod"), json!({"name": "p"})), "invalid apiVersion"),
+            (with(json!("a/b/v1"), json!("Pod"), json!({"name": "p"})), "invalid apiVersion"),
+            (with(json!(1), json!("Pod"), json!({"name": "p"})), "apiVersion must be a string"),
+            (with(json!("v1"), json!("Pod"), json!({"name": ["p"]})), "metadata.name must be a string"),
+            (with(json!("v1"), json!("Pod"), json!({"name": "x".repeat(254)})), "too long"),
+            (create(json!([1])), "expected a JSON object, got an array"),
+            (create(json!({"kind": "Pod", "metadata": {"name": "p"}})), "no apiVersion"),
+        ];
+        for (result, needle) in cases {
+            let err = result.expect_err(needle).to_string();
+            assert!(err.contains(needle), "{err:?} should contain {needle:?}");
+        }
+    }
+
+    #[test]
+    fn keys_are_checked_the_same_way() {
+        assert!(Target::of_key("v1", "Pod", Some("a"), "p").is_ok());
+        assert_eq!(Target::of_key("v1", "Pod", Some(""), "p").unwrap().namespace, None);
+        assert!(Target::of_key("v1", "Pod", Some("a"), "p/exec").is_err());
+        assert!(Target::of_key("v1", "Pod", Some("a"), "").is_err());
+        assert!(Target::of_key("v1", "NamespaceList", None, "x").is_err());
+    }
+
+    #[test]
+    fn scope_must_match_discovery() {
+        let ns = Target::of_key("v1", "Namespace", Some("team-a"), "victim").unwrap();
+        assert_eq!(
+            ns.check_scope(false).unwrap_err().to_string(),
+            "v1/Namespace is cluster-scoped, but the action names namespace \"team-a\""
+        );
+        let pod = Target::of_key("v1", "Pod", None, "p").unwrap();
+        assert_eq!(pod.check_scope(true).unwrap_err().to_string(), "v1/Pod is namespaced, but the action names no namespace");
+        assert!(Target::of_key("v1", "Pod", Some("a"), "p").unwrap().check_scope(true).is_ok());
+        assert!(Target::of_key("v1", "Namespace", None, "x").unwrap().check_scope(false).is_ok());
+    }
+}
