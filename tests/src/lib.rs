@@ -144,8 +144,17 @@ pub struct Host {
 }
 
 impl Host {
+    /// The host's parts with the admin credentials of the test control plane.
     pub async fn new() -> Result<Self> {
-        let (client, requests) = client().await?;
+        Self::with_client(client().await?)
+    }
+
+    /// The host's parts with the credentials of `kubeconfig` (e.g. from [`sa_kubeconfig`]).
+    pub async fn with_kubeconfig(kubeconfig: &Path) -> Result<Self> {
+        Self::with_client(wasmloop::client::build(Some(kubeconfig.to_str().context("kubeconfig path is not UTF-8")?)).await?)
+    }
+
+    fn with_client((client, requests): (Client, wasmloop::client::ApiRequests)) -> Result<Self> {
         let resolver = wasmloop::kinds::KindResolver::new(client.clone());
         Ok(Self {
             registry: wasmloop::informer::InformerRegistry::new(resolver.clone()),
@@ -245,4 +254,39 @@ pub async fn apply_configmap(client: &Client, namespace: &str, mut cm: k8s_opena
         .patch(&name, &PatchParams::apply("wasmloop-tests").force(), &Patch::Apply(&value))
         .await?;
     Ok(())
+}
+
+/// A kubeconfig for ServiceAccount `ns/sa`: a token from the TokenRequest API, the server and CA
+/// of the admin kubeconfig. Written to `dir/<sa>.kubeconfig`.
+pub async fn sa_kubeconfig(admin: &Client, ns: &str, sa: &str, dir: &Path) -> Result<PathBuf> {
+    use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+    use k8s_openapi::api::core::v1::ServiceAccount;
+    let request = TokenRequest {
+        spec: TokenRequestSpec { audiences: vec![], expiration_seconds: Some(3600), ..Default::default() },
+        ..Default::default()
+    };
+    let token = Api::<ServiceAccount>::namespaced(admin.clone(), ns)
+        .create_token_request(sa, &PostParams::default(), &request)
+        .await
+        .with_context(|| format!("TokenRequest for {ns}/{sa}"))?
+        .status
+        .context("TokenRequest without status")?
+        .token;
+    let admin_kc = kube::config::Kubeconfig::read_from(kubeconfig()?)?;
+    let cluster = admin_kc.clusters.first().and_then(|c| c.cluster.clone()).context("admin kubeconfig without a cluster")?;
+    let server = cluster.server.context("admin kubeconfig without a server")?;
+    let ca = match (cluster.certificate_authority, cluster.certificate_authority_data) {
+        (Some(path), _) => format!("certificate-authority: {path}"),
+        (None, Some(data)) => format!("certificate-authority-data: {data}"),
+        (None, None) => bail!("admin kubeconfig without a CA"),
+    };
+    let path = dir.join(format!("{sa}.kubeconfig"));
+    std::fs::write(
+        &path,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: {server}\n    {ca}\n\
+             users:\n- name: {sa}\n  user:\n    token: {token}\ncontexts:\n- name: c\n  context: {{cluster: c, user: {sa}}}\ncurrent-context: c\n"
+        ),
+    )?;
+    Ok(path)
 }

@@ -23,7 +23,6 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail, ensure};
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, ServiceAccount};
 use k8s_openapi::api::events::v1::Event;
@@ -33,7 +32,7 @@ use kube::core::{ApiResource, GroupVersionKind};
 use kube::Client;
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use wasmloop_tests::{TestNamespace, apply_plugin, client, eventually, init_tracing, kubeconfig, plugin_path, workspace_root};
+use wasmloop_tests::{TestNamespace, apply_plugin, client, eventually, init_tracing, kubeconfig, plugin_path, sa_kubeconfig, workspace_root};
 
 /// The deploy's namespace and ServiceAccount (deploy/serviceaccount.yaml).
 const DEPLOY_NS: &str = "wasmloop";
@@ -103,39 +102,6 @@ async fn deployed_and_served(admin: &Client) -> Result<()> {
 // ---------------------------------------------------------------------------------------------
 // Identities: a token for a ServiceAccount, a kubeconfig with it, RBAC bindings
 // ---------------------------------------------------------------------------------------------
-
-/// A kubeconfig for ServiceAccount `ns/sa`: a token from the TokenRequest API, the server and CA
-/// of the admin kubeconfig. Written to `dir/<sa>.kubeconfig`.
-async fn sa_kubeconfig(admin: &Client, ns: &str, sa: &str, dir: &Path) -> Result<PathBuf> {
-    let request = TokenRequest {
-        spec: TokenRequestSpec { audiences: vec![], expiration_seconds: Some(3600), ..Default::default() },
-        ..Default::default()
-    };
-    let token = Api::<ServiceAccount>::namespaced(admin.clone(), ns)
-        .create_token_request(sa, &PostParams::default(), &request)
-        .await
-        .with_context(|| format!("TokenRequest for {ns}/{sa}"))?
-        .status
-        .context("TokenRequest without status")?
-        .token;
-    let admin_kc = kube::config::Kubeconfig::read_from(kubeconfig()?)?;
-    let cluster = admin_kc.clusters.first().and_then(|c| c.cluster.clone()).context("admin kubeconfig without a cluster")?;
-    let server = cluster.server.context("admin kubeconfig without a server")?;
-    let ca = match (cluster.certificate_authority, cluster.certificate_authority_data) {
-        (Some(path), _) => format!("certificate-authority: {path}"),
-        (None, Some(data)) => format!("certificate-authority-data: {data}"),
-        (None, None) => bail!("admin kubeconfig without a CA"),
-    };
-    let path = dir.join(format!("{sa}.kubeconfig"));
-    std::fs::write(
-        &path,
-        format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: {server}\n    {ca}\n\
-             users:\n- name: {sa}\n  user:\n    token: {token}\ncontexts:\n- name: c\n  context: {{cluster: c, user: {sa}}}\ncurrent-context: c\n"
-        ),
-    )?;
-    Ok(path)
-}
 
 /// Bind the deploy's namespaced host permissions (ClusterRole `wasmloop-host`) to `sa_ns/sa` in
 /// `ns`, as docs/operations.md says for another plugin namespace.

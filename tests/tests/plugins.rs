@@ -315,10 +315,15 @@ async fn misbehaving_plugins_are_contained_while_a_good_one_keeps_reconciling() 
     assert!(good_host.metrics.reconciles("write-outside-grant", "permanent_error") == 0);
     assert!(bad_host.metrics.reconciles("write-outside-grant", "permanent_error") >= 3);
     assert_eq!(bad_host.metrics.actions("write-outside-grant", "update-status", "ok") + bad_host.metrics.actions("write-outside-grant", "update-status", "error"), 0);
-    // read-outside-grant saw `not-granted` from the cache and said so in an event (its only write).
+    // read-outside-grant saw `not-granted` from the cache and said so in an event (its only
+    // write); the host's own writes are the Warning Events about permanent failures.
     let secrets_read = bad_host.requests.snapshot();
-    assert_eq!(secrets_read.write - bad_writes_before, bad_host.metrics.actions("read-outside-grant", "event", "ok") + bad_host.metrics.actions("read-outside-grant", "event", "error"),
-               "the only writes of the bad plugins are read-outside-grant's events");
+    let events = |c: &str| bad_host.metrics.actions(c, "event", "ok") + bad_host.metrics.actions(c, "event", "error");
+    assert!(events("wasmloop") >= 2, "the host reports refused and invalid outcomes as Events");
+    // (The Event recorder folds repeats into series, so there may be fewer writes than publishes.)
+    let writes = secrets_read.write - bad_writes_before;
+    assert!(writes >= 1 && writes <= events("read-outside-grant") + events("wasmloop"),
+            "the only writes of the bad plugins are read-outside-grant's events and the host's reports: {writes} writes");
     // The good plugin never failed and still serves: scale one more.
     sets.patch("ps-0", &PatchParams::default(), &Patch::Merge(json!({"spec": {"replicas": 4}}))).await?;
     let p = pods.clone();
