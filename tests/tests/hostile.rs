@@ -510,3 +510,98 @@ async fn namespace_restricted_reads_work_under_namespace_rbac() -> Result<()> {
     team.cleanup().await?;
     Ok(())
 }
+
+/// Start the hostile plugin in `ns` and keep a handle on it (for its call counters).
+async fn start_hostile_plugin(host: &Host, manifest: &str) -> Result<(Controller, Arc<WasmPlugin>)> {
+    let m = PluginManifest::parse(manifest, "hostile")?;
+    let bytes = std::fs::read(plugin_path("hostile")?)?;
+    let (limits, grants) = (m.limits.clone(), m.grants.clone());
+    let plugin = Arc::new(
+        tokio::task::spawn_blocking(move || -> Result<WasmPlugin> { Ok(WasmPlugin::load(&PluginEngine::new()?, &bytes, limits, grants)?) })
+            .await??,
+    );
+    let controller = Controller::start(plugin.clone(), m.controller.clone(), plugin.grants().clone(), host.registry.clone(), host.executor.clone(), host.metrics.clone())
+        .await?;
+    Ok((controller, plugin))
+}
+
+fn data_configmap(name: &str, data: Value) -> ConfigMap {
+    serde_json::from_value(json!({"metadata": {"name": name, "labels": {CASE_LABEL: "true"}}, "data": data})).expect("a ConfigMap")
+}
+
+/// Sleeping past the deadline, requeueing at 0 ms, flooding the log and the API: each is cut
+/// off by a limit, and the plugin's other keys keep being served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_plugin_cannot_stall_or_flood_the_host() -> Result<()> {
+    init_tracing();
+    let host = Host::new().await?;
+    let ns = TestNamespace::create(&host.client, "hostile-flood").await?;
+    let manifest = format!(
+        "name: hostile\nnamespace: {}\nconcurrency: 1\nlimits: {{timeout: 300ms, outputPerMinute: 64Ki}}\napi: {{qps: 10, burst: 5}}\n\
+         grants:\n  - kinds: [\"v1/ConfigMap\"]\n    verbs: [read, create, event]\n",
+        ns.name
+    );
+    let (controller, plugin) = start_hostile_plugin(&host, &manifest).await?;
+    let cms = Api::<ConfigMap>::namespaced(host.client.clone(), &ns.name);
+    let pp = PostParams::default();
+
+    // A guest that sleeps for 30 s holds the only worker for its 300 ms deadline, not longer:
+    // a well-behaved key queued behind it is served within a few deadlines.
+    cms.create(&pp, &data_configmap("sleepy", json!({"sleepMs": "30000"}))).await?;
+    let started = std::time::Instant::now();
+    let child = json!([{"create": cm("after-sleepy", Some("$NS"))}]);
+    cms.create(&pp, &data_configmap("behind-sleepy", json!({"actions": child.to_string()}))).await?;
+    eventually("the key behind the sleeping one", WAIT, || {
+        let cms = cms.clone();
+        async move { Ok(cms.get_opt("after-sleepy").await?) }
+    })
+    .await?;
+    let behind = started.elapsed();
+    println!("key behind a sleeping guest served after {behind:?}; timeouts so far {}", plugin.stats().timeouts);
+    assert!(plugin.stats().timeouts >= 1);
+    assert!(behind < Duration::from_secs(5), "the sleeping guest held the worker for {behind:?}");
+    cms.delete("sleepy", &Default::default()).await?;
+
+    // requeue-after 0 ms: the floor (1 s by default) holds it to about one reconcile a second.
+    let calls_before = plugin.stats().calls;
+    cms.create(&pp, &data_configmap("spinner", json!({"requeueAfterMs": "0"}))).await?;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let spins = plugin.stats().calls - calls_before;
+    println!("requeue-after 0: {spins} reconciles in 3 s");
+    // The first reconcile, three requeues, and the reconcile of the deleted `sleepy` key.
+    assert!(spins <= 6, "{spins} reconciles in 3 s with a 1 s requeue floor");
+    cms.delete("spinner", &Default::default()).await?;
+
+    // A log flood: 2 MiB of log lines against a 64 KiB-per-minute allowance.
+    cms.create(&pp, &data_configmap("chatty", json!({"logLines": "2048"}))).await?;
+    let dropped = eventually("dropped log bytes", WAIT, || {
+        let dropped = plugin.stats().output_dropped_bytes;
+        async move { Ok((dropped > 0).then_some(dropped)) }
+    })
+    .await?;
+    println!("log flood: {dropped} bytes dropped");
+    assert!(dropped >= 2048 * 1024 - 64 * 1024, "only {dropped} of 2 MiB dropped under a 64 KiB allowance");
+
+    // 30 creates in one outcome against a 10 qps / burst 5 budget take at least 2.5 s.
+    let many: Vec<Value> = (0..30).map(|i| json!({"create": cm(&format!("burst-{i}"), Some("$NS"))})).collect();
+    let started = std::time::Instant::now();
+    cms.create(&pp, &data_configmap("bursty", json!({"actions": Value::Array(many).to_string()}))).await?;
+    eventually("30 ConfigMaps from one outcome", WAIT, || {
+        let cms = cms.clone();
+        async move { Ok(cms.get_opt("burst-29").await?) }
+    })
+    .await?;
+    let took = started.elapsed();
+    println!("30 actions under a 10 qps / 5 burst budget took {took:?}");
+    assert!(took >= Duration::from_millis(2400), "the API budget did not hold: {took:?}");
+
+    // Shutdown returns promptly even with a guest call in flight, and nothing panics.
+    cms.create(&pp, &data_configmap("sleepy-again", json!({"sleepMs": "30000"}))).await?;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let stopping = std::time::Instant::now();
+    controller.shutdown(Duration::from_secs(10)).await;
+    let stop = stopping.elapsed();
+    println!("shutdown with a sleeping guest in flight took {stop:?}");
+    assert!(stop < Duration::from_secs(2), "shutdown waited {stop:?}");
+    ns.cleanup().await
+}

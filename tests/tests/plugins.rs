@@ -180,7 +180,7 @@ async fn replicaset_plugin_converges_100_replicasets_of_10() -> Result<()> {
     init_tracing();
     let host = Host::new().await?;
     let ns = TestNamespace::create(&host.client, "rs100").await?;
-    let manifest = format!("namespace: {}\nconcurrency: 4\nqueue: {{qps: 1000, burst: 1000}}\ngrants:\n  - kinds: [\"apps/v1/ReplicaSet\"]\n    verbs: [read, update-status]\n  - kinds: [\"v1/Pod\"]\n    verbs: [read, create, delete]\n", ns.name);
+    let manifest = format!("namespace: {}\nconcurrency: 4\nqueue: {{qps: 1000, burst: 1000}}\napi: {{qps: 1000, burst: 1000}}\ngrants:\n  - kinds: [\"apps/v1/ReplicaSet\"]\n    verbs: [read, update-status]\n  - kinds: [\"v1/Pod\"]\n    verbs: [read, create, delete]\n", ns.name);
     let (ctl, wasm) = start_plugin(&host, "replicaset", &manifest).await?;
     let rs_api: Api<ReplicaSet> = Api::namespaced(host.client.clone(), &ns.name);
     let start = Instant::now();

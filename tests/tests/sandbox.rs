@@ -153,6 +153,33 @@ fn an_infinite_loop_times_out_and_the_host_keeps_running() {
     assert_echo_works();
 }
 
+/// A guest sleeping in WASI `poll` cannot hold its instance past the deadline: the call is
+/// cancelled at the deadline (no epoch can interrupt a guest waiting in the host).
+#[test]
+fn a_sleeping_guest_times_out_at_its_deadline() {
+    let timeout = Duration::from_millis(200);
+    let sleeper = load("hostile", Limits { timeout, ..Limits::default() });
+    let cache = cache_of(vec![config_map("default", "sleepy", json!({"sleepMs": "30000"}))]);
+    for attempt in 1..=3 {
+        let started = Instant::now();
+        let msg = transient(sleeper.reconcile(&request("default", "sleepy"), &cache));
+        let took = started.elapsed();
+        eprintln!("sleeping guest attempt {attempt} failed after {took:?}: {msg}");
+        assert!(msg.contains("plugin hostile timed out") && msg.contains("200ms limit"), "{msg}");
+        assert!(took >= timeout && took < timeout + Duration::from_millis(50), "attempt {attempt} took {took:?}, deadline ± 50 ms");
+    }
+    assert_eq!(sleeper.stats().timeouts, 3);
+    // The same plugin answers the next call normally.
+    let calm = cache_of(vec![config_map("default", "calm", json!({"sleepMs": "1"}))]);
+    assert!(sleeper.reconcile(&request("default", "calm"), &calm).expect("a short sleep is fine").actions.is_empty());
+}
+
+#[test]
+fn a_plugin_runs_only_under_its_own_name() {
+    let err = load_with("echo", Limits::default(), config_map_grants("impostor")).unwrap_err().to_string();
+    assert!(err.contains("the plugin calls itself \"echo\" but its manifest (or ConfigMap) names it \"impostor\""), "{err}");
+}
+
 #[test]
 fn a_memory_bomb_hits_its_limit_and_the_host_keeps_running() {
     let bomb = load("memory-bomb", Limits { memory: ByteSize::mib(16), ..Limits::default() });

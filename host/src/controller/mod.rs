@@ -35,7 +35,7 @@ use crate::cache::{self, CacheView, IndexSpec};
 use crate::grants::{Grants, ReadScope};
 use crate::informer::{self, Informer, InformerKey, InformerRegistry, Subscription};
 use crate::kinds::{KindRef, ObjectKey};
-use crate::queue::{RateLimitConfig, WorkQueue};
+use crate::queue::{RateLimitConfig, RateLimiter, TokenBucket, WorkQueue};
 use mapping::KeyMapper;
 
 /// Errors starting or reconfiguring a controller.
@@ -69,6 +69,41 @@ pub struct ControllerConfig {
     /// How long to wait for the first list of every informer. Default 2 min.
     #[serde(with = "crate::duration::serde")]
     pub sync_timeout: Duration,
+    /// Floor of a reconcile's `requeue_after` (default 1 s); requeues also take a token from
+    /// the queue's overall bucket, so a plugin asking for 0 ms cannot spin.
+    #[serde(with = "crate::duration::serde")]
+    pub min_requeue_after: Duration,
+    /// The controller's client-side API budget for the actions it sends.
+    pub api: ApiBudget,
+}
+
+/// Actions per second a controller may send, with a burst (a token bucket, as client-go's
+/// client-side limiter): one plugin cannot use up the host's API Priority and Fairness share
+/// or delay its Lease renewals. Default 50 qps, burst 100.
+#[derive(Clone, Copy, Debug, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+pub struct ApiBudget {
+    pub qps: f64,
+    pub burst: u32,
+}
+
+impl Default for ApiBudget {
+    fn default() -> Self {
+        Self { qps: 50.0, burst: 100 }
+    }
+}
+
+impl ApiBudget {
+    /// `qps` must be positive and `burst` at least 1.
+    pub fn validate(&self) -> std::result::Result<(), String> {
+        if self.qps.is_nan() || self.qps <= 0.0 {
+            return Err(format!("api.qps must be positive, got {}", self.qps));
+        }
+        if self.burst == 0 {
+            return Err("api.burst must be at least 1".into());
+        }
+        Ok(())
+    }
 }
 
 impl Default for ControllerConfig {
@@ -79,6 +114,8 @@ impl Default for ControllerConfig {
             namespace: None,
             rate_limits: RateLimitConfig::default(),
             sync_timeout: Duration::from_secs(120),
+            min_requeue_after: Duration::from_secs(1),
+            api: ApiBudget::default(),
         }
     }
 }
@@ -99,6 +136,10 @@ struct Inner {
     queue: WorkQueue<ObjectKey>,
     /// The first reason each queued key was added for.
     reasons: Mutex<HashMap<ObjectKey, Reason>>,
+    /// Requeues (`requeue_after`) share the queue's overall rate.
+    requeues: TokenBucket,
+    /// The API budget: one token per action sent.
+    api: TokenBucket,
     /// Swapped atomically on hot reload; each reconcile clones the current one.
     /// `None` before the first wiring and after shutdown.
     current: RwLock<Option<Current>>,
@@ -130,12 +171,14 @@ impl Controller {
         let queue = WorkQueue::new(name.clone(), config.rate_limits.build(), Some(metrics.queue_handle(&name)));
         let inner = Arc::new(Inner {
             name,
-            config,
             registry,
             executor,
             metrics,
             queue,
             reasons: Mutex::new(HashMap::new()),
+            requeues: TokenBucket::new(config.rate_limits.qps, config.rate_limits.burst),
+            api: TokenBucket::new(config.api.qps, config.api.burst),
+            config,
             current: RwLock::new(None),
         });
         let current = inner.wire(reconciler, grants).await?;
@@ -367,6 +410,8 @@ impl Inner {
             Ok(requeue_after) => {
                 self.queue.forget(key);
                 if let Some(after) = requeue_after {
+                    let bucket = RateLimiter::<()>::when(&self.requeues, &());
+                    let after = after.max(self.config.min_requeue_after).max(bucket);
                     self.reasons.lock().entry(key.clone()).or_insert(Reason::Requeue);
                     self.queue.add_after(key.clone(), after);
                 }
@@ -389,12 +434,14 @@ impl Inner {
     async fn execute(&self, key: &ObjectKey, current: &Current, outcome: Outcome) -> Result<Option<Duration>, ReconcileError> {
         let admission = self.executor.admission();
         if let Err(refusal) = admission.check(&current.grants, &outcome.actions, current.view.as_ref()).await {
+            self.api_token().await;
             self.metrics.action_executed(&self.name, refusal.verb, "refused");
             let message = format!("plugin {}: {refusal}", self.name);
             self.report(key, "ActionRefused", &message).await;
             return Err(ReconcileError::Permanent(message));
         }
         for action in &outcome.actions {
+            self.api_token().await;
             match self.executor.execute(&self.name, action).await {
                 Ok(_) => self.metrics.action_executed(&self.name, action.verb(), "ok"),
                 Err(e) => {
@@ -405,6 +452,14 @@ impl Inner {
             }
         }
         Ok(outcome.requeue_after)
+    }
+
+    /// Wait for a token of the API budget.
+    async fn api_token(&self) {
+        let wait = RateLimiter::<()>::when(&self.api, &());
+        if !wait.is_zero() {
+            tokio::time::sleep(wait).await;
+        }
     }
 
     /// A Warning Event on the reconciled object from the host itself (best effort), for what

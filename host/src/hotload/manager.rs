@@ -383,7 +383,12 @@ impl Inner {
 impl Loaded {
     fn config_eq(&self, other: &ControllerConfig) -> bool {
         let (a, b) = (&self.config, other);
-        a.workers == b.workers && a.resync == b.resync && a.namespace == b.namespace && a.rate_limits == b.rate_limits
+        a.workers == b.workers
+            && a.resync == b.resync
+            && a.namespace == b.namespace
+            && a.rate_limits == b.rate_limits
+            && a.min_requeue_after == b.min_requeue_after
+            && a.api == b.api
     }
 }
 

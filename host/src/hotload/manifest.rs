@@ -13,13 +13,15 @@
 //! queue: {baseDelay: 5ms, maxDelay: 1000s, qps: 10, burst: 100}
 //! resync: 10h                       # "never" disables
 //! namespace: shop                   # watch only this namespace (default: all)
+//! minRequeueAfter: 1s               # floor of requeue-after (default 1s)
+//! api: {qps: 50, burst: 100}        # actions per second this plugin may send (default 50/100)
 //! ```
 
 use std::time::Duration;
 
 use serde::Deserialize;
 
-use crate::controller::ControllerConfig;
+use crate::controller::{ApiBudget, ControllerConfig};
 use crate::grants::{Grant, Grants};
 use crate::plugin::Limits;
 use crate::queue::RateLimitConfig;
@@ -48,6 +50,8 @@ struct Raw {
     queue: RateLimitConfig,
     resync: Option<String>,
     namespace: Option<String>,
+    min_requeue_after: Option<String>,
+    api: Option<ApiBudget>,
 }
 
 /// A parsed, validated `plugin.yaml`.
@@ -89,6 +93,12 @@ impl PluginManifest {
         if resync.is_some_and(|r| r < Duration::from_secs(1)) {
             return Err(Error::Invalid("resync must be at least 1s (or \"never\")".into()));
         }
+        let min_requeue_after = match raw.min_requeue_after.as_deref() {
+            None => ControllerConfig::default().min_requeue_after,
+            Some(text) => crate::duration::parse(text.trim()).map_err(|e| Error::Invalid(format!("minRequeueAfter: {e}")))?,
+        };
+        let api = raw.api.unwrap_or_default();
+        api.validate().map_err(Error::Invalid)?;
         Ok(Self {
             grants: Grants::new(name.clone(), raw.grants),
             name,
@@ -99,6 +109,8 @@ impl PluginManifest {
                 resync,
                 namespace: raw.namespace,
                 rate_limits: raw.queue,
+                min_requeue_after,
+                api,
                 ..ControllerConfig::default()
             },
         })
@@ -146,6 +158,8 @@ namespace: shop
         assert_eq!(m.name, "my-plugin");
         assert_eq!(m.controller.workers, 1);
         assert_eq!(m.controller.resync, Some(Duration::from_secs(36000)));
+        assert_eq!(m.controller.min_requeue_after, Duration::from_secs(1));
+        assert_eq!(m.controller.api, ApiBudget { qps: 50.0, burst: 100 });
         let m = PluginManifest::parse("resync: never", "p").unwrap();
         assert_eq!(m.controller.resync, None);
     }
@@ -158,6 +172,10 @@ namespace: shop
             ("concurrency: 0", "concurrency"),
             ("resync: soon", "resync"),
             ("queue: {qps: 0}", "qps"),
+            ("api: {qps: 0}", "api.qps"),
+            ("api: {burst: 0}", "api.burst"),
+            ("api: {qsp: 5}", "qsp"),
+            ("minRequeueAfter: soon", "minRequeueAfter"),
             ("limits: {memory: lots}", "memory"),
             ("grants: [{kinds: [v1/Pod], verbs: [fly]}]", "fly"),
             ("name: [", "plugin.yaml"),

@@ -103,14 +103,15 @@ impl std::fmt::Debug for SandboxCollector {
 impl Collector for SandboxCollector {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let info = Family::<InfoLabels, Gauge>::default();
-        let counters: [(&str, &str, Family<PluginLabel, Counter>); 7] = [
+        let counters: [(&str, &str, Family<PluginLabel, Counter>); 8] = [
             ("wasmloop_plugin_calls", "Reconcile calls into the plugin", Family::default()),
             ("wasmloop_plugin_ok", "Calls that returned a valid outcome", Family::default()),
             ("wasmloop_plugin_errors", "Calls where the plugin returned an error", Family::default()),
             ("wasmloop_plugin_invalid_outcomes", "Outcomes refused by the host (bad action JSON, too many actions)", Family::default()),
             ("wasmloop_plugin_traps", "Calls that trapped (panic, unreachable, bad memory access)", Family::default()),
-            ("wasmloop_plugin_timeouts", "Calls interrupted at their CPU deadline", Family::default()),
+            ("wasmloop_plugin_timeouts", "Calls interrupted at their deadline", Family::default()),
             ("wasmloop_plugin_ooms", "Calls that failed at the memory cap", Family::default()),
+            ("wasmloop_plugin_output_dropped_bytes", "Guest output dropped over the per-call or per-minute limits", Family::default()),
         ];
         for (configmap, p) in self.loaded.lock().iter() {
             let spec = p.spec();
@@ -123,7 +124,8 @@ impl Collector for SandboxCollector {
             .set(1);
             let s = p.stats();
             let label = PluginLabel { plugin: spec.name.clone() };
-            for (i, v) in [s.calls, s.ok, s.errors, s.invalid_outcomes, s.traps, s.timeouts, s.ooms].into_iter().enumerate() {
+            let values = [s.calls, s.ok, s.errors, s.invalid_outcomes, s.traps, s.timeouts, s.ooms, s.output_dropped_bytes];
+            for (i, v) in values.into_iter().enumerate() {
                 counters[i].2.get_or_create(&label).inc_by(v);
             }
         }

@@ -3,9 +3,13 @@
 //! - imports the host implements: `wasmloop:controller/cache` and `.../log` (see [`super::host`]);
 //! - the export it calls: `wasmloop:controller/plugin` (`metadata`, `reconcile`).
 
+// Exports are called asynchronously so that a call's deadline can cancel it wherever it is,
+// including inside a blocking WASI import (a guest sleeping in `poll`). The host's own imports
+// (`cache`, `log`) never block and stay synchronous.
 wasmtime::component::bindgen!({
     path: "../wit",
     world: "controller",
+    exports: { default: async },
 });
 
 pub use exports::wasmloop::controller::plugin as guest;

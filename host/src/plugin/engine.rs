@@ -84,7 +84,7 @@ impl PluginEngine {
         limits.validate()?;
         let engine = Engine::new(&config(&limits)).map_err(|e| Error::Engine(format!("{e:#}")))?;
         let mut linker = Linker::new(&engine);
-        wasmtime_wasi::p2::add_to_linker_sync(&mut linker).map_err(|e| Error::Engine(format!("WASI: {e:#}")))?;
+        wasmtime_wasi::p2::add_to_linker_async(&mut linker).map_err(|e| Error::Engine(format!("WASI: {e:#}")))?;
         Controller::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |s| s)
             .map_err(|e| Error::Engine(format!("wasmloop imports: {e:#}")))?;
         let ticker = Ticker::start(engine.clone(), limits.epoch_tick)?;

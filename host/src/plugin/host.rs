@@ -47,8 +47,9 @@ impl HostState {
         limits: &Limits,
         grants: Arc<Grants>,
         cache: Option<&'static dyn CacheRead>,
+        rate: Arc<OutputRate>,
     ) -> Self {
-        let output = GuestOutput::new(plugin.clone(), key.clone(), limits.output.as_usize());
+        let output = GuestOutput::metered(plugin.clone(), key.clone(), limits.output.as_usize(), rate);
         let wasi = WasiCtxBuilder::new()
             .stdout(output.stream("stdout"))
             .stderr(output.stream("stderr"))
@@ -249,11 +250,54 @@ pub struct GuestOutput {
     plugin: Arc<str>,
     key: Option<String>,
     state: Arc<Mutex<OutputState>>,
+    /// The plugin's per-minute allowance this call's budget was reserved from.
+    rate: Option<Arc<OutputRate>>,
+}
+
+/// How many bytes of output (stdout, stderr, `log`) one plugin may send to the host's log per
+/// minute, across all its calls; what is over is dropped and counted.
+#[derive(Debug)]
+pub struct OutputRate {
+    per_minute: usize,
+    /// (start of the current minute, bytes reserved in it)
+    window: Mutex<(std::time::Instant, usize)>,
+    dropped: std::sync::atomic::AtomicU64,
+}
+
+impl OutputRate {
+    pub fn new(per_minute: usize) -> Self {
+        Self { per_minute, window: Mutex::new((std::time::Instant::now(), 0)), dropped: Default::default() }
+    }
+
+    /// Reserve up to `wanted` bytes of this minute's allowance.
+    fn reserve(&self, wanted: usize) -> usize {
+        let mut w = self.window.lock();
+        if w.0.elapsed() >= std::time::Duration::from_secs(60) {
+            *w = (std::time::Instant::now(), 0);
+        }
+        let take = wanted.min(self.per_minute.saturating_sub(w.1));
+        w.1 += take;
+        take
+    }
+
+    /// Give back what a call reserved and did not use; count what it dropped.
+    fn settle(&self, unused: usize, dropped: usize) {
+        let mut w = self.window.lock();
+        w.1 = w.1.saturating_sub(unused);
+        self.dropped.fetch_add(dropped as u64, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Bytes of output dropped so far (per-call and per-minute limits).
+    pub fn dropped_bytes(&self) -> u64 {
+        self.dropped.load(std::sync::atomic::Ordering::Relaxed)
+    }
 }
 
 #[derive(Default)]
 struct OutputState {
     budget: usize,
+    /// The per-call budget before the per-minute allowance cut it (for messages).
+    requested: usize,
     used: usize,
     dropped: usize,
     partial: [Vec<u8>; 2],
@@ -264,9 +308,17 @@ struct OutputState {
 const STDERR_TAIL: usize = 512;
 
 impl GuestOutput {
+    #[cfg(test)]
     fn new(plugin: Arc<str>, key: Option<String>, budget: usize) -> Self {
         let state = OutputState { budget, ..OutputState::default() };
-        Self { plugin, key, state: Arc::new(Mutex::new(state)) }
+        Self { plugin, key, state: Arc::new(Mutex::new(state)), rate: None }
+    }
+
+    /// A call's output: at most `per_call` bytes, reserved from the plugin's per-minute `rate`.
+    fn metered(plugin: Arc<str>, key: Option<String>, per_call: usize, rate: Arc<OutputRate>) -> Self {
+        let budget = rate.reserve(per_call);
+        let state = OutputState { budget, requested: per_call, ..OutputState::default() };
+        Self { plugin, key, state: Arc::new(Mutex::new(state)), rate: Some(rate) }
     }
 
     fn stream(&self, name: &'static str) -> GuestStream {
@@ -335,9 +387,19 @@ impl GuestOutput {
                 self.emit(&mut st, idx == 1, line);
             }
         }
+        if let Some(rate) = &self.rate {
+            rate.settle(st.budget - st.used, st.dropped);
+            st.budget = st.used;
+        }
         if st.dropped > 0 {
-            let (plugin, dropped, budget) = (&*self.plugin, st.dropped, st.budget);
-            tracing::warn!(target: "wasmloop::plugin::output", plugin, dropped, "guest output over its {budget}-byte budget was dropped");
+            let (plugin, dropped) = (&*self.plugin, st.dropped);
+            if st.budget < st.requested && st.used == st.budget {
+                let per_minute = self.rate.as_ref().map_or(0, |r| r.per_minute);
+                tracing::warn!(target: "wasmloop::plugin::output", plugin, dropped, "guest output over the plugin's {per_minute} bytes per minute was dropped");
+            } else {
+                let budget = st.budget;
+                tracing::warn!(target: "wasmloop::plugin::output", plugin, dropped, "guest output over its {budget}-byte budget was dropped");
+            }
             st.dropped = 0;
         }
     }
@@ -425,6 +487,22 @@ mod tests {
         assert_eq!(out.take_budget("abcé".into()).as_deref(), Some("abc"), "é is two bytes");
         assert_eq!(out.take_budget("xz".into()).as_deref(), Some("x"));
         assert_eq!(out.take_budget("y".into()), None);
+    }
+
+    #[test]
+    fn the_per_minute_allowance_is_shared_by_calls_and_unused_bytes_come_back() {
+        let rate = Arc::new(OutputRate::new(10));
+        let first = GuestOutput::metered(Arc::from("p"), None, 8, rate.clone());
+        let second = GuestOutput::metered(Arc::from("p"), None, 8, rate.clone());
+        assert_eq!(first.take_budget("abcdefghij".into()).as_deref(), Some("abcdefgh"));
+        assert_eq!(second.take_budget("xyz".into()).as_deref(), Some("xy"), "only 2 bytes were left this minute");
+        first.flush();
+        second.flush();
+        assert_eq!(rate.dropped_bytes(), 3);
+        let third = GuestOutput::metered(Arc::from("p"), None, 8, rate.clone());
+        assert_eq!(third.take_budget("q".into()), None, "the minute's 10 bytes are used up");
+        third.flush();
+        assert_eq!(rate.dropped_bytes(), 4);
     }
 
     #[test]

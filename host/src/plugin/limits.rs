@@ -122,6 +122,8 @@ pub struct Limits {
     pub timeout: Duration,
     /// stdout + stderr kept per call and forwarded to the log; the rest is dropped (default 16Ki).
     pub output: ByteSize,
+    /// Output one plugin may send to the log per minute, all calls together (default 1Mi).
+    pub output_per_minute: ByteSize,
     /// Most actions one reconcile may return (default 1000).
     pub max_actions: u32,
     /// Table elements per instance (default 20000).
@@ -134,6 +136,7 @@ impl Default for Limits {
             memory: ByteSize::mib(64),
             timeout: Duration::from_secs(1),
             output: ByteSize(16 * KI),
+            output_per_minute: ByteSize(KI * KI),
             max_actions: 1000,
             table_elements: 20_000,
         }

@@ -20,7 +20,7 @@ use wasmtime::{Store, Trap};
 
 use super::bindings::{self, ControllerPre, types as wit};
 use super::engine::{self, Compiled, PluginEngine};
-use super::host::HostState;
+use super::host::{HostState, OutputRate};
 use super::limits::{self, Limits};
 use crate::actions::{Action, EventType};
 use crate::cache::CacheRead;
@@ -86,6 +86,8 @@ pub struct PluginStats {
     pub host_panics: u64,
     /// Wall time spent in reconciles (instantiation included).
     pub busy: Duration,
+    /// Guest output dropped over the per-call or per-minute limits.
+    pub output_dropped_bytes: u64,
 }
 
 #[derive(Default)]
@@ -181,6 +183,7 @@ pub struct WasmPlugin {
     limits: Limits,
     grants: Arc<Grants>,
     counters: Counters,
+    output_rate: Arc<OutputRate>,
 }
 
 impl fmt::Debug for WasmPlugin {
@@ -233,6 +236,7 @@ impl WasmPlugin {
             contract_version,
             pre,
             spec,
+            output_rate: Arc::new(OutputRate::new(limits.output_per_minute.as_usize())),
             limits,
             grants,
             counters: Counters::default(),
@@ -286,6 +290,7 @@ impl WasmPlugin {
             instantiation_failures: get(&c.instantiation_failures),
             host_panics: get(&c.host_panics),
             busy: Duration::from_nanos(get(&c.busy_nanos)),
+            output_dropped_bytes: self.output_rate.dropped_bytes(),
         }
     }
 
@@ -299,19 +304,47 @@ impl WasmPlugin {
         bump(&c.calls);
         let started = Instant::now();
         let key = request.key.to_string();
-        let mut store = new_store(&self.engine, self.name.clone(), Some(key), &self.limits, self.grants.clone(), Some(cache));
-        let result = match self.pre.instantiate(&mut store) {
-            Ok(instance) => instance.wasmloop_controller_plugin().call_reconcile(&mut store, &to_wit_request(request)),
-            Err(e) => {
-                store.data().output.flush();
+        let mut store =
+            new_store(&self.engine, self.name.clone(), Some(key), &self.limits, self.grants.clone(), Some(cache), self.output_rate.clone());
+        let output = store.data().output.clone();
+        let wit_request = to_wit_request(request);
+        let pre = &self.pre;
+        let run = async move {
+            let result = match pre.instantiate_async(&mut store).await {
+                Ok(instance) => Ok(instance.wasmloop_controller_plugin().call_reconcile(&mut store, &wit_request).await),
+                Err(e) => Err(e),
+            };
+            (result, store)
+        };
+        let finished = within_deadline(self.limits.timeout, run);
+        output.flush();
+        let result = match finished {
+            // The deadline passed while the guest waited in a host call (e.g. a sleep in `poll`):
+            // the call was cancelled and its Store, with the instance slot, dropped.
+            None => {
+                let failure = Failure::Timeout(self.limits.timeout);
+                self.count_failure(&failure, false);
+                Err(ReconcileError::Transient(failure.describe(&self.name, "reconcile")))
+            }
+            Some((Err(e), store)) => {
                 let failure = Failure::classify(&e, store.data(), &self.limits);
                 self.count_failure(&failure, true);
-                c.busy_nanos.fetch_add(nanos(started.elapsed()), Ordering::Relaxed);
-                return Err(ReconcileError::Transient(failure.describe(&self.name, "instantiation")));
+                Err(ReconcileError::Transient(failure.describe(&self.name, "instantiation")))
             }
+            Some((Ok(result), store)) => self.outcome(result, store.data()),
         };
-        store.data().output.flush();
-        let result = match result {
+        c.busy_nanos.fetch_add(nanos(started.elapsed()), Ordering::Relaxed);
+        result
+    }
+
+    /// Turn what the guest returned (or how it failed) into the reconcile's result.
+    fn outcome(
+        &self,
+        result: wasmtime::Result<Result<wit::Outcome, wit::ReconcileError>>,
+        state: &HostState,
+    ) -> Result<Outcome, ReconcileError> {
+        let c = &self.counters;
+        match result {
             Ok(Ok(outcome)) => match to_outcome(outcome, &self.limits) {
                 Ok(o) => {
                     bump(&c.ok);
@@ -331,14 +364,11 @@ impl WasmPlugin {
                 Err(ReconcileError::Permanent(m))
             }
             Err(e) => {
-                let failure = Failure::classify(&e, store.data(), &self.limits);
+                let failure = Failure::classify(&e, state, &self.limits);
                 self.count_failure(&failure, false);
                 Err(ReconcileError::Transient(failure.describe(&self.name, "reconcile")))
             }
-        };
-        drop(store);
-        c.busy_nanos.fetch_add(nanos(started.elapsed()), Ordering::Relaxed);
-        result
+        }
     }
 
     fn count_failure(&self, failure: &Failure, instantiating: bool) {
@@ -406,8 +436,9 @@ fn new_store(
     limits: &Limits,
     grants: Arc<Grants>,
     cache: Option<&'static dyn CacheRead>,
+    output_rate: Arc<OutputRate>,
 ) -> Store<HostState> {
-    let state = HostState::new(plugin, key, limits, grants, cache);
+    let state = HostState::new(plugin, key, limits, grants, cache, output_rate);
     let mut store = Store::new(engine.engine(), state);
     store.limiter(|s| &mut s.limiter);
     store.set_epoch_deadline(limits.deadline_ticks(engine.epoch_tick()));
@@ -618,7 +649,7 @@ pub(crate) fn to_outcome(o: wit::Outcome, limits: &Limits) -> Result<Outcome, St
     Ok(Outcome { actions, requeue_after: o.requeue_after_ms.map(Duration::from_millis) })
 }
 
-/// Instantiate in a fresh Store (no cache) and call `metadata()`.
+/// Instantiate in a fresh Store (no cache) and call `metadata()`, within the call deadline.
 fn call_metadata(
     engine: &PluginEngine,
     pre: &ControllerPre<HostState>,
@@ -626,19 +657,45 @@ fn call_metadata(
     limits: &Limits,
     grants: Arc<Grants>,
 ) -> Result<wit::PluginMetadata> {
-    let mut store = new_store(engine, label.clone(), None, limits, grants, None);
-    let described = match pre.instantiate(&mut store) {
-        Ok(instance) => instance.wasmloop_controller_plugin().call_metadata(&mut store),
-        Err(e) => {
-            store.data().output.flush();
-            return Err(match Failure::classify(&e, store.data(), limits) {
-                Failure::Host(e) => Error::Instantiate(e),
-                f => Error::Instantiate(f.describe(label, "instantiation")),
-            });
-        }
+    let rate = Arc::new(OutputRate::new(limits.output_per_minute.as_usize()));
+    let mut store = new_store(engine, label.clone(), None, limits, grants, None, rate);
+    let output = store.data().output.clone();
+    let run = async move {
+        let result = match pre.instantiate_async(&mut store).await {
+            Ok(instance) => Ok(instance.wasmloop_controller_plugin().call_metadata(&mut store).await),
+            Err(e) => Err(e),
+        };
+        (result, store)
     };
-    store.data().output.flush();
-    described.map_err(|e| Error::Metadata(Failure::classify(&e, store.data(), limits).describe(label, "metadata()")))
+    let finished = within_deadline(limits.timeout, run);
+    output.flush();
+    match finished {
+        None => Err(Error::Metadata(Failure::Timeout(limits.timeout).describe(label, "metadata()"))),
+        Some((Err(e), store)) => Err(match Failure::classify(&e, store.data(), limits) {
+            Failure::Host(e) => Error::Instantiate(e),
+            f => Error::Instantiate(f.describe(label, "instantiation")),
+        }),
+        Some((Ok(described), store)) => {
+            described.map_err(|e| Error::Metadata(Failure::classify(&e, store.data(), limits).describe(label, "metadata()")))
+        }
+    }
+}
+
+/// Run a guest call to completion on this (blocking) thread, or cancel it at `deadline`.
+///
+/// The epoch deadline interrupts a guest that computes; this covers a guest that waits in a host
+/// call (WASI `poll` on a clock, for instance), which no epoch can interrupt. Cancelling drops
+/// the future, and with it the Store and its instance slot. Uses the current Tokio runtime (the
+/// controller's blocking threads), or a small one of its own when there is none (offline runs).
+fn within_deadline<F: Future>(deadline: Duration, call: F) -> Option<F::Output> {
+    let timed = async move { tokio::time::timeout(deadline, call).await.ok() };
+    match tokio::runtime::Handle::try_current() {
+        Ok(handle) => handle.block_on(timed),
+        Err(_) => match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+            Ok(rt) => rt.block_on(timed),
+            Err(e) => panic!("cannot start a runtime for a guest call: {e}"),
+        },
+    }
 }
 
 /// `metadata()` of a component that is not loaded as a plugin (inspect).

@@ -28,9 +28,14 @@
 //! literal tokens `$NS`, `$NAME` and `$UID` replaced by the request key's namespace (empty if
 //! none), the request key's name and the reconciled object's `metadata.uid` (empty if none).
 //!
-//! A missing or unparsable `data.actions`, a malformed element or an unknown action key yields
-//! `permanent(<what was wrong>)`; a cache error yields `transient(..)`. `requeue-after-ms` is
-//! always none.
+//! Besides actions, the ConfigMap can ask for the other ways a plugin can try to stall or flood
+//! the host (all optional, numbers as strings):
+//! - `data.sleepMs`: sleep that long first (WASI `poll` on a monotonic-clock deadline);
+//! - `data.requeueAfterMs`: return `requeue-after-ms` with that value;
+//! - `data.logLines`: log that many 1 KiB lines through the `log` import.
+//!
+//! A missing `data.actions` means no actions; an unparsable one, a malformed element or an
+//! unknown action key yields `permanent(<what was wrong>)`; a cache error yields `transient(..)`.
 #![cfg(target_arch = "wasm32")]
 
 wit_bindgen::generate!({ path: "../../../wit", world: "controller" });
@@ -210,14 +215,32 @@ impl Guest for Plugin {
         };
         let object: Value = serde_json::from_str(&json)
             .map_err(|e| permanent(format!("the ConfigMap is not valid JSON: {e}")))?;
+        let number = |field: &str| -> Result<Option<u64>, ReconcileError> {
+            match object.pointer(&format!("/data/{field}")) {
+                None => Ok(None),
+                Some(Value::String(s)) => s
+                    .parse()
+                    .map(Some)
+                    .map_err(|e| permanent(format!("data.{field}: {e}"))),
+                Some(other) => Err(permanent(format!("data.{field} must be a string, got {other}"))),
+            }
+        };
+        if let Some(ms) = number("sleepMs")? {
+            std::thread::sleep(std::time::Duration::from_millis(ms));
+        }
+        for i in 0..number("logLines")?.unwrap_or(0) {
+            let line = format!("{i:08} {}", "x".repeat(1015));
+            wasmloop::controller::log::log(wasmloop::controller::log::Level::Info, &line);
+        }
+        let requeue_after_ms = number("requeueAfterMs")?;
         let text = match object.pointer("/data/actions") {
-            Some(Value::String(s)) => s,
+            Some(Value::String(s)) => s.as_str(),
             Some(other) => {
                 return Err(permanent(format!(
                     "data.actions must be a string, got {other}"
                 )));
             }
-            None => return Err(permanent("data.actions is missing")),
+            None => "[]",
         };
         let mut list: Value = serde_json::from_str(text)
             .map_err(|e| permanent(format!("data.actions is not valid JSON: {e}")))?;
@@ -243,7 +266,7 @@ impl Guest for Plugin {
             .collect::<Result<Vec<_>, _>>()?;
         Ok(Outcome {
             actions,
-            requeue_after_ms: None,
+            requeue_after_ms,
         })
     }
 }
