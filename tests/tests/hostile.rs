@@ -22,7 +22,7 @@ use wasmloop::controller::{Controller, ControllerConfig};
 use wasmloop::hotload::{LoadEvent, PluginManager, PluginManagerConfig, PluginManifest, PluginMetrics};
 use wasmloop::informer::InformerKey;
 use wasmloop::kinds::KindRef;
-use wasmloop::plugin::{PluginEngine, WasmPlugin};
+use wasmloop::plugin::{ByteSize, PluginEngine, WasmPlugin};
 use wasmloop_tests::{Host, TestNamespace, apply_plugin, eventually, init_tracing, plugin_path};
 
 const WAIT: Duration = Duration::from_secs(60);
@@ -426,7 +426,12 @@ async fn plugins_run_under_their_own_unique_name() -> Result<()> {
         host.executor.clone(),
         host.metrics.clone(),
         PluginMetrics::unregistered(),
-        PluginManagerConfig { namespace: Some(ns.name.clone()), precompiled_dir: None, shutdown_grace: Duration::from_secs(5) },
+        PluginManagerConfig {
+            namespace: Some(ns.name.clone()),
+            precompiled_dir: None,
+            shutdown_grace: Duration::from_secs(5),
+            memory_budget: Some(ByteSize::mib(100)),
+        },
     )
     .await?;
     let mut events = manager.events();
@@ -459,6 +464,17 @@ async fn plugins_run_under_their_own_unique_name() -> Result<()> {
     let loaded = manager.loaded().await;
     assert_eq!(loaded.len(), 1, "{loaded:?}");
     assert_eq!(loaded[0].0, "second");
+
+    // The host's plugin memory budget (100Mi here): echo holds 64Mi × 1; 32Mi × 2 more does not fit.
+    let greedy = format!("name: greedy\nlimits: {{memory: 32Mi}}\nconcurrency: 2\n{grants}");
+    apply_plugin(&host.client, &ns.name, "greedy", &echo, &greedy).await?;
+    match next_load(&mut events, "greedy").await? {
+        LoadEvent::Rejected { error, .. } => assert!(
+            error.contains("needs 64Mi of plugin memory (limits.memory 32Mi × concurrency 2), but the host's budget is 100Mi and 64Mi of it is held"),
+            "{error}"
+        ),
+        other => bail!("a plugin over the memory budget loaded: {other:?}"),
+    }
     manager.shutdown().await;
     ns.cleanup().await?;
     Ok(())

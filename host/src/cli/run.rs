@@ -21,7 +21,7 @@ use wasmloop::controller::ControllerMetrics;
 use wasmloop::hotload::{PluginManager, PluginManagerConfig};
 use wasmloop::informer::InformerRegistry;
 use wasmloop::kinds::KindResolver;
-use wasmloop::plugin::PluginEngine;
+use wasmloop::plugin::{ByteSize, PluginEngine};
 use wasmloop::server::{self, Readiness};
 
 use super::LogFormat;
@@ -68,6 +68,11 @@ pub struct RunArgs {
     /// RBAC that binds it, or Pods that would run as it (default: in a cluster, the pod's own).
     #[arg(long, env = "WASMLOOP_SERVICE_ACCOUNT")]
     service_account: Option<String>,
+    /// Linear memory all plugins together may hold (sum of `limits.memory × concurrency`); a
+    /// plugin that does not fit is refused naming both numbers. Default: the container's
+    /// memory limit (cgroup), else no budget.
+    #[arg(long, env = "WASMLOOP_PLUGIN_MEMORY_BUDGET", value_parser = parse_size)]
+    plugin_memory_budget: Option<ByteSize>,
     /// How long running reconciles may take to finish on shutdown (e.g. 25s).
     #[arg(long, env = "WASMLOOP_SHUTDOWN_GRACE", default_value = "25s", value_parser = parse_duration)]
     shutdown_grace: Duration,
@@ -111,6 +116,19 @@ fn in_cluster_service_account() -> Option<(String, String)> {
     Some((parts.next()?.to_string(), parts.next()?.to_string()))
 }
 
+fn parse_size(s: &str) -> Result<ByteSize, String> {
+    ByteSize::parse(s).map_err(|e| e.to_string())
+}
+
+/// The memory limit of this container (cgroup v2 `memory.max`, else v1), if it has one.
+fn container_memory_limit() -> Option<ByteSize> {
+    ["/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"].iter().find_map(|path| {
+        let text = std::fs::read_to_string(path).ok()?;
+        // "max" (v2) or a huge number (v1) means no limit.
+        text.trim().parse::<u64>().ok().filter(|n| *n < 1 << 50).map(ByteSize)
+    })
+}
+
 fn parse_duration(s: &str) -> Result<Duration, String> {
     wasmloop::duration::parse(s).map_err(|e| e.to_string())
 }
@@ -144,6 +162,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         namespace: (!args.all_namespaces).then(|| args.plugin_namespace.clone()),
         precompiled_dir: if args.no_precompiled_cache { None } else { Some(args.precompiled_dir.clone().unwrap_or_else(default_precompiled_dir)) },
         shutdown_grace: args.shutdown_grace,
+        memory_budget: args.plugin_memory_budget.or_else(container_memory_limit),
     };
     let start_manager = || {
         PluginManager::start(engine.clone(), registry.clone(), executor.clone(), metrics.clone(), plugin_metrics.clone(), config.clone())

@@ -26,7 +26,7 @@ use crate::cache::IndexedStore;
 use crate::controller::{Controller, ControllerConfig, ControllerMetrics, Reconciler};
 use crate::informer::{self, InformerKey, InformerRegistry, Subscription};
 use crate::kinds::{KindRef, ObjectKey};
-use crate::plugin::{Origin, PluginEngine, PrecompiledCache, WasmPlugin};
+use crate::plugin::{ByteSize, Origin, PluginEngine, PrecompiledCache, WasmPlugin};
 use crate::queue::{RateLimitConfig, WorkQueue};
 
 /// Errors starting the manager (loading errors are reported on the ConfigMaps instead).
@@ -49,6 +49,9 @@ pub struct PluginManagerConfig {
     pub precompiled_dir: Option<PathBuf>,
     /// How long a removed or replaced controller may take to finish running reconciles.
     pub shutdown_grace: Duration,
+    /// The most linear memory all plugins together may hold at once: the sum over loaded
+    /// plugins of `limits.memory × concurrency`. `None` = no budget.
+    pub memory_budget: Option<ByteSize>,
 }
 
 /// Where a loaded version came from.
@@ -269,6 +272,21 @@ impl Inner {
                     manifest.name, other
                 ));
             }
+            if let Some(budget) = self.config.memory_budget {
+                let others: u64 = loaded.iter().filter(|(k, _)| *k != key).map(|(_, l)| l.memory_needed()).sum();
+                let needed = manifest.limits.memory.bytes() * manifest.controller.workers as u64;
+                if others + needed > budget.bytes() {
+                    return Err(format!(
+                        "the plugin needs {} of plugin memory (limits.memory {} × concurrency {}), but the host's budget is {} \
+                         and {} of it is held by the other plugins; lower its limits or concurrency, or raise --plugin-memory-budget",
+                        ByteSize(needed),
+                        manifest.limits.memory,
+                        manifest.controller.workers,
+                        budget,
+                        ByteSize(others)
+                    ));
+                }
+            }
         }
         let (engine, precompiled) = (self.engine.clone(), self.precompiled.clone());
         let (limits, grants) = (manifest.limits.clone(), manifest.grants.clone());
@@ -381,6 +399,11 @@ impl Inner {
 }
 
 impl Loaded {
+    /// Linear memory this plugin may hold at once: `limits.memory × concurrency`.
+    fn memory_needed(&self) -> u64 {
+        self.plugin.limits().memory.bytes() * self.config.workers as u64
+    }
+
     fn config_eq(&self, other: &ControllerConfig) -> bool {
         let (a, b) = (&self.config, other);
         a.workers == b.workers
