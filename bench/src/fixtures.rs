@@ -179,6 +179,9 @@ pub fn load_replicaset_plugin(engine: &PluginEngine) -> Result<Arc<WasmPlugin>> 
 pub fn manifest_variant(base: &str, name: &str, namespace: Option<&str>, timeout_ms: Option<u64>) -> Result<String> {
     let mut v: Value = serde_saphyr::from_str(base).context("parsing the base manifest")?;
     let obj = v.as_object_mut().context("the manifest is not a mapping")?;
+    // The copy runs the same component under another name: say which plugin it is.
+    let own = obj.get("plugin").or_else(|| obj.get("name")).cloned().context("the base manifest has no name")?;
+    obj.insert("plugin".into(), own);
     obj.insert("name".into(), json!(name));
     if let Some(ns) = namespace {
         obj.insert("namespace".into(), json!(ns));

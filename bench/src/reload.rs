@@ -97,7 +97,7 @@ pub async fn run(args: Args) -> Result<Results> {
     ] {
         let plugin_ns = format!("bench-reload-{tag}-{}", if dir.is_some() { "cached" } else { "compile" });
         ensure_namespace(&client, &plugin_ns).await?;
-        let config = PluginManagerConfig { namespace: Some(plugin_ns.clone()), precompiled_dir: dir, shutdown_grace: Duration::from_secs(5), memory_budget: None };
+        let config = PluginManagerConfig { precompiled_dir: dir, shutdown_grace: Duration::from_secs(5), ..PluginManagerConfig::new(Some(plugin_ns.clone())) };
         let manager = PluginManager::start(
             engine.clone(),
             registry.clone(),

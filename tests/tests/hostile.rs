@@ -427,10 +427,9 @@ async fn plugins_run_under_their_own_unique_name() -> Result<()> {
         host.metrics.clone(),
         PluginMetrics::unregistered(),
         PluginManagerConfig {
-            namespace: Some(ns.name.clone()),
-            precompiled_dir: None,
             shutdown_grace: Duration::from_secs(5),
-            memory_budget: Some(ByteSize::mib(100)),
+            memory_budget: Some(ByteSize::mib(160)),
+            ..PluginManagerConfig::new(Some(ns.name.clone()))
         },
     )
     .await?;
@@ -445,6 +444,13 @@ async fn plugins_run_under_their_own_unique_name() -> Result<()> {
             assert!(error.contains("the plugin calls itself \"echo\" but its manifest (or ConfigMap) names it \"impostor\""), "{error}")
         }
         other => bail!("the impostor loaded: {other:?}"),
+    }
+    // The admin may run the component under another name on purpose, saying which it is: it
+    // then runs as that name (field manager, Event reporter, metrics), never as `echo`.
+    apply_plugin(&host.client, &ns.name, "impostor", &echo, &format!("plugin: echo\n{grants}")).await?;
+    match next_load(&mut events, "impostor").await? {
+        LoadEvent::Loaded { plugin, .. } => assert_eq!(plugin, "impostor"),
+        other => bail!("an admin-named copy did not load: {other:?}"),
     }
 
     // Two ConfigMaps for `echo`: the first holds the name, the second waits and loads when it goes.
@@ -461,16 +467,18 @@ async fn plugins_run_under_their_own_unique_name() -> Result<()> {
         LoadEvent::Loaded { plugin, .. } => assert_eq!(plugin, "echo"),
         other => bail!("the waiting ConfigMap did not load: {other:?}"),
     }
-    let loaded = manager.loaded().await;
-    assert_eq!(loaded.len(), 1, "{loaded:?}");
-    assert_eq!(loaded[0].0, "second");
+    let mut loaded = manager.loaded().await;
+    loaded.sort();
+    assert_eq!(loaded.len(), 2, "{loaded:?}");
+    assert_eq!((loaded[0].0.as_str(), loaded[0].1.as_str()), ("impostor", "impostor"));
+    assert_eq!((loaded[1].0.as_str(), loaded[1].1.as_str()), ("second", "echo"));
 
-    // The host's plugin memory budget (100Mi here): echo holds 64Mi × 1; 32Mi × 2 more does not fit.
+    // The host's plugin memory budget (160Mi here): two echoes hold 64Mi each; 32Mi × 2 more does not fit.
     let greedy = format!("name: greedy\nlimits: {{memory: 32Mi}}\nconcurrency: 2\n{grants}");
     apply_plugin(&host.client, &ns.name, "greedy", &echo, &greedy).await?;
     match next_load(&mut events, "greedy").await? {
         LoadEvent::Rejected { error, .. } => assert!(
-            error.contains("needs 64Mi of plugin memory (limits.memory 32Mi × concurrency 2), but the host's budget is 100Mi and 64Mi of it is held"),
+            error.contains("needs 64Mi of plugin memory (limits.memory × concurrency), but the host's budget is 160Mi and 128Mi of it is held"),
             "{error}"
         ),
         other => bail!("a plugin over the memory budget loaded: {other:?}"),
@@ -619,5 +627,60 @@ async fn a_plugin_cannot_stall_or_flood_the_host() -> Result<()> {
     let stop = stopping.elapsed();
     println!("shutdown with a sleeping guest in flight took {stop:?}");
     assert!(stop < Duration::from_secs(2), "shutdown waited {stop:?}");
+    ns.cleanup().await
+}
+
+/// Compile bombs: a component over the size limit is refused before compiling, one that takes
+/// longer than the compile budget is refused at the budget, and neither blocks other ConfigMaps.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_loader_bounds_component_size_and_compile_time() -> Result<()> {
+    init_tracing();
+    let host = Host::new().await?;
+    let ns = TestNamespace::create(&host.client, "hostile-loader").await?;
+    let start = |config: PluginManagerConfig| {
+        let host = &host;
+        async move {
+            let engine = tokio::task::spawn_blocking(PluginEngine::new).await??;
+            anyhow::Ok(PluginManager::start(engine, host.registry.clone(), host.executor.clone(), host.metrics.clone(), PluginMetrics::unregistered(), config).await?)
+        }
+    };
+    let grants = format!("namespace: {}\ngrants:\n  - kinds: [v1/ConfigMap]\n    verbs: [read, update-status]\n", ns.name);
+    let small = PluginManagerConfig { max_component_size: ByteSize::kib(512), ..PluginManagerConfig::new(Some(ns.name.clone())) };
+    let manager = start(small).await?;
+    let mut events = manager.events();
+    let podset = std::fs::read(plugin_path("podset")?)?;
+    assert!(podset.len() > 512 * 1024, "the podset component is {} bytes", podset.len());
+    apply_plugin(&host.client, &ns.name, "podset", &podset, &format!("name: podset\n{grants}")).await?;
+    // Meanwhile a small plugin loads.
+    apply_plugin(&host.client, &ns.name, "echo", &std::fs::read(plugin_path("echo")?)?, &grants).await?;
+    let mut seen = BTreeMap::new();
+    while seen.len() < 2 {
+        let event = tokio::time::timeout(WAIT, events.recv()).await??;
+        match event {
+            LoadEvent::Rejected { configmap, error } => seen.insert(configmap, error),
+            LoadEvent::Loaded { configmap, .. } => seen.insert(configmap, "loaded".into()),
+            LoadEvent::Removed { .. } => None,
+        };
+    }
+    assert_eq!(seen["echo"], "loaded");
+    assert!(seen["podset"].contains("over the host's 512Ki limit for one plugin"), "{}", seen["podset"]);
+    manager.shutdown().await;
+
+    // A compile budget no compile can meet.
+    let hurried = PluginManagerConfig { compile_budget: Duration::from_millis(1), ..PluginManagerConfig::new(Some(ns.name.clone())) };
+    let cms = Api::<ConfigMap>::namespaced(host.client.clone(), &ns.name);
+    cms.delete("podset", &Default::default()).await?;
+    let manager = start(hurried).await?;
+    let status = eventually("echo refused for its compile time", WAIT, || {
+        let cms = cms.clone();
+        async move {
+            let cm = cms.get("echo").await?;
+            let status = cm.metadata.annotations.unwrap_or_default().get("wasmloop.dev/status").cloned().unwrap_or_default();
+            Ok(status.contains("budget").then_some(status))
+        }
+    })
+    .await?;
+    assert!(status.contains("took longer than the 1ms budget"), "{status}");
+    manager.shutdown().await;
     ns.cleanup().await
 }

@@ -63,7 +63,7 @@ async fn start_manager(host: &Host, ns: &str, precompiled: &std::path::Path) -> 
         host.executor.clone(),
         host.metrics.clone(),
         PluginMetrics::unregistered(),
-        PluginManagerConfig { namespace: Some(ns.to_string()), precompiled_dir: Some(precompiled.to_path_buf()), shutdown_grace: Duration::from_secs(10), memory_budget: None },
+        PluginManagerConfig { precompiled_dir: Some(precompiled.to_path_buf()), shutdown_grace: Duration::from_secs(10), ..PluginManagerConfig::new(Some(ns.to_string())) },
     )
     .await?)
 }

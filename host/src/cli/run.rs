@@ -73,6 +73,12 @@ pub struct RunArgs {
     /// memory limit (cgroup), else no budget.
     #[arg(long, env = "WASMLOOP_PLUGIN_MEMORY_BUDGET", value_parser = parse_size)]
     plugin_memory_budget: Option<ByteSize>,
+    /// Largest plugin component (decompressed) the host compiles.
+    #[arg(long, env = "WASMLOOP_MAX_COMPONENT_SIZE", default_value = "16Mi", value_parser = parse_size)]
+    max_component_size: ByteSize,
+    /// How long compiling and validating one plugin may take before it is refused.
+    #[arg(long, env = "WASMLOOP_COMPILE_BUDGET", default_value = "60s", value_parser = parse_duration)]
+    compile_budget: Duration,
     /// How long running reconciles may take to finish on shutdown (e.g. 25s).
     #[arg(long, env = "WASMLOOP_SHUTDOWN_GRACE", default_value = "25s", value_parser = parse_duration)]
     shutdown_grace: Duration,
@@ -159,10 +165,12 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     info!(%addr, %identity, "serving /metrics, /healthz, /readyz");
 
     let config = PluginManagerConfig {
-        namespace: (!args.all_namespaces).then(|| args.plugin_namespace.clone()),
         precompiled_dir: if args.no_precompiled_cache { None } else { Some(args.precompiled_dir.clone().unwrap_or_else(default_precompiled_dir)) },
         shutdown_grace: args.shutdown_grace,
         memory_budget: args.plugin_memory_budget.or_else(container_memory_limit),
+        max_component_size: args.max_component_size,
+        compile_budget: args.compile_budget,
+        ..PluginManagerConfig::new((!args.all_namespaces).then(|| args.plugin_namespace.clone()))
     };
     let start_manager = || {
         PluginManager::start(engine.clone(), registry.clone(), executor.clone(), metrics.clone(), plugin_metrics.clone(), config.clone())

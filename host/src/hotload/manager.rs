@@ -26,7 +26,7 @@ use crate::cache::IndexedStore;
 use crate::controller::{Controller, ControllerConfig, ControllerMetrics, Reconciler};
 use crate::informer::{self, InformerKey, InformerRegistry, Subscription};
 use crate::kinds::{KindRef, ObjectKey};
-use crate::plugin::{ByteSize, Origin, PluginEngine, PrecompiledCache, WasmPlugin};
+use crate::plugin::{ByteSize, PluginEngine, PrecompiledCache, WasmPlugin};
 use crate::queue::{RateLimitConfig, WorkQueue};
 
 /// Errors starting the manager (loading errors are reported on the ConfigMaps instead).
@@ -52,6 +52,32 @@ pub struct PluginManagerConfig {
     /// The most linear memory all plugins together may hold at once: the sum over loaded
     /// plugins of `limits.memory × concurrency`. `None` = no budget.
     pub memory_budget: Option<ByteSize>,
+    /// Largest component (decompressed) one plugin may be.
+    pub max_component_size: ByteSize,
+    /// Compiles that may run at once (each on a blocking thread).
+    pub compile_workers: usize,
+    /// How long compiling and validating one plugin may take.
+    pub compile_budget: Duration,
+    /// ConfigMaps loaded or unloaded at once (one at a time per ConfigMap).
+    pub loaders: usize,
+}
+
+impl PluginManagerConfig {
+    /// Plugins from `namespace` (`None`: every namespace) with the defaults: no precompiled
+    /// cache, 25 s shutdown grace, no memory budget, components up to 16 MiB, 1 compile at a
+    /// time within 60 s, 4 loaders.
+    pub fn new(namespace: Option<String>) -> Self {
+        Self {
+            namespace,
+            precompiled_dir: None,
+            shutdown_grace: Duration::from_secs(25),
+            memory_budget: None,
+            max_component_size: ByteSize::mib(16),
+            compile_workers: 1,
+            compile_budget: Duration::from_secs(60),
+            loaders: 4,
+        }
+    }
 }
 
 /// Where a loaded version came from.
@@ -97,14 +123,25 @@ struct Inner {
     /// ConfigMaps refused because another ConfigMap holds their plugin name, by that name:
     /// loaded automatically when the holder goes away.
     waiting_for_name: parking_lot::Mutex<HashMap<String, BTreeSet<ObjectKey>>>,
+    /// The plugin name and memory each ConfigMap holds or is loading (uniqueness and budget).
+    claims: parking_lot::Mutex<HashMap<ObjectKey, Claim>>,
+    /// Compiles running at once.
+    compiles: Arc<tokio::sync::Semaphore>,
     events: broadcast::Sender<LoadEvent>,
+}
+
+/// What a loaded (or loading) plugin holds of the host's shared resources.
+#[derive(Clone, Debug)]
+struct Claim {
+    name: String,
+    memory: u64,
 }
 
 /// Loads, swaps and removes plugins as their ConfigMaps come and go.
 pub struct PluginManager {
     inner: Arc<Inner>,
     _subscription: Subscription,
-    worker: JoinHandle<()>,
+    workers: Vec<JoinHandle<()>>,
 }
 
 fn configmap_kind() -> KindRef {
@@ -130,6 +167,7 @@ impl PluginManager {
         executor.admission().protected().watch_plugin_configmaps(informer.store().clone());
         let queue = WorkQueue::new("wasmloop-plugins", RateLimitConfig::default().build(), None);
         let (events, _) = broadcast::channel(64);
+        let compile_workers = config.compile_workers.max(1);
         let inner = Arc::new(Inner {
             engine,
             precompiled,
@@ -143,6 +181,8 @@ impl PluginManager {
             loaded: Mutex::new(HashMap::new()),
             rejected: Default::default(),
             waiting_for_name: Default::default(),
+            claims: Default::default(),
+            compiles: Arc::new(tokio::sync::Semaphore::new(compile_workers)),
             events,
         });
         let q = inner.queue.clone();
@@ -155,8 +195,8 @@ impl PluginManager {
         for o in inner.store.snapshot() {
             inner.sync(&ObjectKey::new(configmap_kind(), o.namespace().map(str::to_string), o.name())).await;
         }
-        let worker = tokio::spawn(inner.clone().work());
-        Ok(Self { inner, _subscription: subscription, worker })
+        let workers = (0..inner.config.loaders.max(1)).map(|_| tokio::spawn(inner.clone().work())).collect();
+        Ok(Self { inner, _subscription: subscription, workers })
     }
 
     /// Load events as they happen (subscribe before causing them).
@@ -178,7 +218,7 @@ impl PluginManager {
     /// Stop every controller (running reconciles get the grace period), then the manager.
     pub async fn shutdown(self) {
         self.inner.queue.shut_down();
-        self.worker.abort();
+        self.workers.iter().for_each(JoinHandle::abort);
         // All controllers stop at once, so the whole shutdown takes one grace period.
         let loaded: Vec<_> = self.inner.loaded.lock().await.drain().collect();
         let grace = self.inner.config.shutdown_grace;
@@ -259,95 +299,143 @@ impl Inner {
         });
     }
 
-    /// Decode, compile, validate and start or swap. Any error leaves what runs untouched.
+    /// Decode, claim the name and memory, compile, validate, then start or swap. Any error
+    /// leaves what runs untouched. The `loaded` lock is never held across a compile, a
+    /// controller start or an informer sync, so other ConfigMaps load and unload meanwhile.
     async fn load(&self, key: &ObjectKey, cm: &ConfigMap, payload: &str) -> Result<(Arc<WasmPlugin>, bool), String> {
         let src = source::decode(cm).map_err(|e| e.to_string())?;
         let manifest = PluginManifest::parse(&src.manifest, &key.name).map_err(|e| e.to_string())?;
-        {
-            let loaded = self.loaded.lock().await;
-            if let Some((other, _)) = loaded.iter().find(|(k, l)| *k != key && l.plugin.name() == manifest.name) {
-                self.waiting_for_name.lock().entry(manifest.name.clone()).or_default().insert(key.clone());
-                return Err(format!(
-                    "plugin name {:?} is already used by ConfigMap {}; this one loads when that one goes away",
-                    manifest.name, other
-                ));
-            }
-            if let Some(budget) = self.config.memory_budget {
-                let others: u64 = loaded.iter().filter(|(k, _)| *k != key).map(|(_, l)| l.memory_needed()).sum();
-                let needed = manifest.limits.memory.bytes() * manifest.controller.workers as u64;
-                if others + needed > budget.bytes() {
-                    return Err(format!(
-                        "the plugin needs {} of plugin memory (limits.memory {} × concurrency {}), but the host's budget is {} \
-                         and {} of it is held by the other plugins; lower its limits or concurrency, or raise --plugin-memory-budget",
-                        ByteSize(needed),
-                        manifest.limits.memory,
-                        manifest.controller.workers,
-                        budget,
-                        ByteSize(others)
-                    ));
+        if src.wasm.len() > self.config.max_component_size.as_usize() {
+            return Err(format!(
+                "the component is {} bytes, over the host's {} limit for one plugin",
+                src.wasm.len(),
+                self.config.max_component_size
+            ));
+        }
+        let claim = Claim { name: manifest.name.clone(), memory: manifest.limits.memory.bytes() * manifest.controller.workers as u64 };
+        let previous = self.claim(key, claim)?;
+        let installed = match self.compile(src.wasm, &manifest).await {
+            Ok((plugin, cache_hit)) => self.install(key, &plugin, &manifest, payload).await.map(|()| (plugin, cache_hit)),
+            Err(e) => Err(e),
+        };
+        match &installed {
+            Ok((plugin, _)) => {
+                if let Some(previous) = previous.filter(|p| p.name != plugin.name()) {
+                    self.release_name(&previous.name);
                 }
             }
+            // What this ConfigMap held before (if anything) is what still runs.
+            Err(_) => self.restore_claim(key, previous),
         }
-        let (engine, precompiled) = (self.engine.clone(), self.precompiled.clone());
-        let (limits, grants) = (manifest.limits.clone(), manifest.grants.clone());
-        let wasm = src.wasm;
-        let plugin = tokio::task::spawn_blocking(move || {
-            let compiled = match &precompiled {
-                Some(cache) => cache.load_or_compile(&engine, &wasm),
-                None => engine.compile_timed(&wasm),
+        installed
+    }
+
+    /// Reserve the plugin's name and memory for `key`; returns what `key` held before.
+    fn claim(&self, key: &ObjectKey, claim: Claim) -> Result<Option<Claim>, String> {
+        let mut claims = self.claims.lock();
+        if let Some((other, _)) = claims.iter().find(|(k, c)| *k != key && c.name == claim.name) {
+            self.waiting_for_name.lock().entry(claim.name.clone()).or_default().insert(key.clone());
+            return Err(format!(
+                "plugin name {:?} is already used by ConfigMap {}; this one loads when that one goes away",
+                claim.name, other
+            ));
+        }
+        if let Some(budget) = self.config.memory_budget {
+            let others: u64 = claims.iter().filter(|(k, _)| *k != key).map(|(_, c)| c.memory).sum();
+            if others + claim.memory > budget.bytes() {
+                return Err(format!(
+                    "the plugin needs {} of plugin memory (limits.memory × concurrency), but the host's budget is {} \
+                     and {} of it is held by the other plugins; lower its limits or concurrency, or raise --plugin-memory-budget",
+                    ByteSize(claim.memory),
+                    budget,
+                    ByteSize(others)
+                ));
             }
-            .map_err(|e| e.to_string())?;
-            let cache_hit = compiled.origin == Origin::CacheHit;
-            WasmPlugin::from_compiled(&engine, compiled, limits, grants).map(|p| (p, cache_hit)).map_err(|e| e.to_string())
-        })
-        .await
-        .map_err(|e| format!("loading panicked: {e}"))??;
-        let (plugin, cache_hit) = (Arc::new(plugin.0), plugin.1);
+        }
+        Ok(claims.insert(key.clone(), claim))
+    }
+
+    fn restore_claim(&self, key: &ObjectKey, previous: Option<Claim>) {
+        let mut claims = self.claims.lock();
+        match previous {
+            Some(p) => claims.insert(key.clone(), p),
+            None => claims.remove(key),
+        };
+    }
+
+    /// Compile (or take from the precompiled cache) and validate, in the bounded compile pool
+    /// and within the compile budget. Artifacts are cached only once the plugin validated.
+    async fn compile(&self, wasm: Vec<u8>, manifest: &PluginManifest) -> Result<(Arc<WasmPlugin>, bool), String> {
+        let permit = self.compiles.clone().acquire_owned().await.map_err(|e| e.to_string())?;
+        let (engine, precompiled) = (self.engine.clone(), self.precompiled.clone());
+        let (limits, grants, component) = (manifest.limits.clone(), manifest.grants.clone(), manifest.component.clone());
+        // A compile cannot be interrupted: past the budget it is abandoned, and its thread keeps
+        // the pool permit until it ends, so abandoned compiles stay bounded too.
+        let work = tokio::task::spawn_blocking(move || {
+            let _permit = permit;
+            let cached = precompiled.as_ref().and_then(|c| c.cached(&engine, &wasm).ok().flatten());
+            let cache_hit = cached.is_some();
+            let compiled = match cached {
+                Some(compiled) => compiled,
+                None => engine.compile_timed(&wasm).map_err(|e| e.to_string())?,
+            };
+            let plugin =
+                WasmPlugin::from_compiled_as(&engine, compiled, limits, grants, component.as_deref()).map_err(|e| e.to_string())?;
+            if let (Some(cache), false) = (&precompiled, cache_hit) {
+                cache.store(&engine, &wasm, plugin.component());
+            }
+            Ok::<_, String>((Arc::new(plugin), cache_hit))
+        });
+        let budget = self.config.compile_budget;
+        match tokio::time::timeout(budget, work).await {
+            Ok(joined) => joined.map_err(|e| format!("loading panicked: {e}"))?,
+            Err(_) => Err(format!("compiling and validating took longer than the {} budget; refused", crate::duration::format(budget))),
+        }
+    }
+
+    /// Start the plugin's controller, or swap it into the running one.
+    async fn install(&self, key: &ObjectKey, plugin: &Arc<WasmPlugin>, manifest: &PluginManifest, payload: &str) -> Result<(), String> {
         let grants = plugin.grants().clone();
-        let mut loaded = self.loaded.lock().await;
-        let previous_name = loaded.get(key).map(|l| l.plugin.name().to_string());
-        match loaded.remove(key) {
+        let old = self.loaded.lock().await.remove(key);
+        let (entry, result) = match old {
             Some(mut old) if old.config_eq(&manifest.controller) && old.plugin.spec().reconciles == plugin.spec().reconciles => {
-                let swapped = old.controller.replace_reconciler(plugin.clone() as Arc<dyn Reconciler>, grants).await;
-                match swapped {
+                match old.controller.replace_reconciler(plugin.clone() as Arc<dyn Reconciler>, grants).await {
                     Ok(()) => {
                         old.plugin = plugin.clone();
                         old.payload = payload.to_string();
-                        loaded.insert(key.clone(), old);
+                        (Some(old), Ok(()))
                     }
-                    Err(e) => {
-                        loaded.insert(key.clone(), old);
-                        return Err(e.to_string());
-                    }
+                    Err(e) => (Some(old), Err(e.to_string())),
                 }
             }
             Some(old) => {
                 // The controller itself changes (kind, scope, workers, queue): restart it. The new
                 // controller queues every object from the cache, so no key is lost.
                 old.controller.shutdown(self.config.shutdown_grace).await;
-                match self.start_controller(&plugin, &manifest.controller, grants).await {
+                match self.start_controller(plugin, &manifest.controller, grants).await {
                     Ok(controller) => {
-                        loaded.insert(key.clone(), Loaded { controller, plugin: plugin.clone(), config: manifest.controller.clone(), payload: payload.to_string() });
+                        let config = manifest.controller.clone();
+                        (Some(Loaded { controller, plugin: plugin.clone(), config, payload: payload.to_string() }), Ok(()))
                     }
                     Err(e) => {
                         // Bring the old version back.
-                        if let Ok(controller) = self.start_controller(&old.plugin, &old.config, old.plugin.grants().clone()).await {
-                            loaded.insert(key.clone(), Loaded { controller, ..old });
-                        }
-                        return Err(e);
+                        let restarted = self.start_controller(&old.plugin, &old.config, old.plugin.grants().clone()).await;
+                        (restarted.ok().map(|controller| Loaded { controller, ..old }), Err(e))
                     }
                 }
             }
-            None => {
-                let controller = self.start_controller(&plugin, &manifest.controller, grants).await?;
-                loaded.insert(key.clone(), Loaded { controller, plugin: plugin.clone(), config: manifest.controller.clone(), payload: payload.to_string() });
-            }
+            None => match self.start_controller(plugin, &manifest.controller, grants).await {
+                Ok(controller) => {
+                    let config = manifest.controller.clone();
+                    (Some(Loaded { controller, plugin: plugin.clone(), config, payload: payload.to_string() }), Ok(()))
+                }
+                Err(e) => (None, Err(e)),
+            },
+        };
+        if let Some(entry) = entry {
+            self.loaded.lock().await.insert(key.clone(), entry);
         }
-        drop(loaded);
-        if let Some(previous) = previous_name.filter(|n| n != plugin.name()) {
-            self.release_name(&previous);
-        }
-        Ok((plugin, cache_hit))
+        result
     }
 
     /// `name` is free again: retry the ConfigMaps that were refused because it was taken.
@@ -368,6 +456,7 @@ impl Inner {
 
     async fn unload(&self, key: &ObjectKey) {
         self.rejected.lock().remove(key);
+        self.claims.lock().remove(key);
         for waiting in self.waiting_for_name.lock().values_mut() {
             waiting.remove(key);
         }
@@ -399,11 +488,6 @@ impl Inner {
 }
 
 impl Loaded {
-    /// Linear memory this plugin may hold at once: `limits.memory × concurrency`.
-    fn memory_needed(&self) -> u64 {
-        self.plugin.limits().memory.bytes() * self.config.workers as u64
-    }
-
     fn config_eq(&self, other: &ControllerConfig) -> bool {
         let (a, b) = (&self.config, other);
         a.workers == b.workers

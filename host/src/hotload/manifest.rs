@@ -3,6 +3,7 @@
 //!
 //! ```yaml
 //! name: podset                      # default: the ConfigMap's name
+//! plugin: podset                    # the component's own name, if it runs under another `name`
 //! grants:
 //!   - kinds: ["wasmloop.dev/v1alpha1/PodSet"]
 //!     verbs: [read, update-status, event]
@@ -41,6 +42,7 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct Raw {
     name: Option<String>,
+    plugin: Option<String>,
     #[serde(default)]
     grants: Vec<Grant>,
     #[serde(default)]
@@ -61,6 +63,9 @@ pub struct PluginManifest {
     pub name: String,
     /// Whether `name:` was given (offline runs take the component's own name otherwise).
     pub named: bool,
+    /// `plugin:`: the component's own `metadata().name` when the admin runs it under another
+    /// `name` on purpose (several instances of one plugin). Default: it must be `name`.
+    pub component: Option<String>,
     pub grants: Grants,
     pub limits: Limits,
     pub controller: ControllerConfig,
@@ -76,6 +81,9 @@ impl PluginManifest {
         }
         .map_err(|e| Error::Yaml(e.to_string()))?;
         let named = raw.name.is_some();
+        if let Some(plugin) = raw.plugin.as_deref().filter(|p| !is_dns_label(p)) {
+            return Err(Error::Invalid(format!("plugin {plugin:?} must be 1-63 characters of a-z, 0-9 and '-'")));
+        }
         let name = raw.name.unwrap_or_else(|| default_name.to_string());
         if name.is_empty() || name.len() > 63 || !name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-') {
             return Err(Error::Invalid(format!("name {name:?} must be 1-63 characters of a-z, 0-9 and '-'")));
@@ -103,6 +111,7 @@ impl PluginManifest {
             grants: Grants::new(name.clone(), raw.grants),
             name,
             named,
+            component: raw.plugin,
             limits: raw.limits,
             controller: ControllerConfig {
                 workers: concurrency,
@@ -115,6 +124,10 @@ impl PluginManifest {
             },
         })
     }
+}
+
+fn is_dns_label(s: &str) -> bool {
+    !s.is_empty() && s.len() <= 63 && s.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
 }
 
 #[cfg(test)]
@@ -169,6 +182,7 @@ namespace: shop
         for (yaml, needle) in [
             ("nmae: x", "nmae"),
             ("name: Bad_Name", "name"),
+            ("plugin: Bad_Name", "plugin"),
             ("concurrency: 0", "concurrency"),
             ("resync: soon", "resync"),
             ("queue: {qps: 0}", "qps"),

@@ -262,16 +262,26 @@ impl PluginEngine {
 #[derive(Clone, Debug)]
 pub struct PrecompiledCache {
     dir: PathBuf,
+    /// Total size of the artifacts kept; the least recently used go first past it.
+    capacity: u64,
 }
+
+/// Default size cap of the precompiled cache directory.
+pub const DEFAULT_PRECOMPILED_CAPACITY: u64 = 512 << 20;
 
 const CHECKSUM: usize = 32;
 
 impl PrecompiledCache {
     /// Use (and create) `dir`.
     pub fn new(dir: impl Into<PathBuf>) -> Result<Self> {
+        Self::with_capacity(dir, DEFAULT_PRECOMPILED_CAPACITY)
+    }
+
+    /// Use (and create) `dir`, keeping at most `capacity` bytes of artifacts.
+    pub fn with_capacity(dir: impl Into<PathBuf>, capacity: u64) -> Result<Self> {
         let dir = dir.into();
         std::fs::create_dir_all(&dir).map_err(|source| Error::CacheDir { dir: dir.clone(), source })?;
-        Ok(Self { dir })
+        Ok(Self { dir, capacity })
     }
 
     pub fn dir(&self) -> &Path {
@@ -286,33 +296,72 @@ impl PrecompiledCache {
     }
 
     /// The cached component of `bytes`, or compile it and store it. **Blocking.**
-    /// Failing to write the cache is logged, not an error.
+    /// Failing to write the cache is logged, not an error. (The plugin manager instead stores
+    /// an artifact only after the plugin validated: [`Self::cached`], then [`Self::store`].)
     pub fn load_or_compile(&self, engine: &PluginEngine, bytes: &[u8]) -> Result<Compiled> {
         check_header(bytes)?;
-        let path = self.path_for(engine, bytes);
-        let started = Instant::now();
-        let cache_problem = match self.read(engine, &path) {
-            Ok(Some(component)) => {
-                return Ok(Compiled {
-                    component,
-                    digest: digest(bytes),
-                    size: bytes.len(),
-                    origin: Origin::CacheHit,
-                    elapsed: started.elapsed(),
-                });
-            }
+        let cache_problem = match self.cached(engine, bytes) {
+            Ok(Some(compiled)) => return Ok(compiled),
             Ok(None) => None,
-            Err(problem) => {
-                tracing::warn!(path = %path.display(), %problem, "precompiled artifact unusable; recompiling");
-                Some(problem)
-            }
+            Err(problem) => Some(problem),
         };
         let mut compiled = engine.compile_timed(bytes)?;
         compiled.origin = Origin::Compiled { cache_problem };
-        if let Err(e) = self.write(&compiled.component, &path) {
+        self.store(engine, bytes, &compiled.component);
+        Ok(compiled)
+    }
+
+    /// The cached component of `bytes`: `Ok(None)` when there is none, `Err(problem)` when
+    /// the artifact is unusable (corrupt, from another engine; also logged). **Blocking.**
+    pub fn cached(&self, engine: &PluginEngine, bytes: &[u8]) -> Result<Option<Compiled>, String> {
+        let path = self.path_for(engine, bytes);
+        let started = Instant::now();
+        match self.read(engine, &path) {
+            Ok(Some(component)) => {
+                // Recently used: eviction goes by modification time.
+                let _ = std::fs::File::options().append(true).open(&path).and_then(|f| f.set_modified(std::time::SystemTime::now()));
+                Ok(Some(Compiled { component, digest: digest(bytes), size: bytes.len(), origin: Origin::CacheHit, elapsed: started.elapsed() }))
+            }
+            Ok(None) => Ok(None),
+            Err(problem) => {
+                tracing::warn!(path = %path.display(), %problem, "precompiled artifact unusable; recompiling");
+                Err(problem)
+            }
+        }
+    }
+
+    /// Keep the compiled `component` of `bytes`, then evict the least recently used artifacts
+    /// past the capacity. **Blocking.** Failures are logged, not errors.
+    pub fn store(&self, engine: &PluginEngine, bytes: &[u8], component: &Component) {
+        let path = self.path_for(engine, bytes);
+        if let Err(e) = self.write(component, &path) {
             tracing::warn!(path = %path.display(), error = %e, "cannot store precompiled artifact");
         }
-        Ok(compiled)
+        self.evict(&path);
+    }
+
+    /// Remove the oldest artifacts until the directory fits the capacity (never `keep`).
+    fn evict(&self, keep: &Path) {
+        let Ok(entries) = std::fs::read_dir(&self.dir) else { return };
+        let mut files: Vec<(std::time::SystemTime, u64, PathBuf)> = entries
+            .filter_map(|e| e.ok())
+            .filter(|e| e.path().extension().is_some_and(|x| x == "cwasm"))
+            .filter_map(|e| {
+                let meta = e.metadata().ok()?;
+                Some((meta.modified().ok()?, meta.len(), e.path()))
+            })
+            .collect();
+        let mut total: u64 = files.iter().map(|f| f.1).sum();
+        files.sort();
+        for (_, len, path) in files {
+            if total <= self.capacity {
+                break;
+            }
+            if path != keep && std::fs::remove_file(&path).is_ok() {
+                tracing::info!(path = %path.display(), "precompiled cache over its capacity: evicted");
+                total -= len;
+            }
+        }
     }
 
     /// Ok(None) when absent; Err(problem) when present but unusable.

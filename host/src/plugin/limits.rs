@@ -40,6 +40,10 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 pub struct ByteSize(pub u64);
 
 impl ByteSize {
+    pub const fn kib(n: u64) -> Self {
+        Self(n * KI)
+    }
+
     pub const fn mib(n: u64) -> Self {
         Self(n * MI)
     }

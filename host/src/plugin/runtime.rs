@@ -54,7 +54,8 @@ pub enum Error {
     InvalidMetadata(String),
     #[error(
         "the plugin calls itself {own:?} but its manifest (or ConfigMap) names it {manifest:?}: a plugin runs only \
-         under its own name (set `name: {own}` in plugin.yaml, or name the ConfigMap {own})"
+         under its own name (set `name: {own}` in plugin.yaml, or name the ConfigMap {own}; to run it under another \
+         name on purpose, say which plugin it is with `plugin: {own}`)"
     )]
     Identity { own: String, manifest: String },
     #[error(transparent)]
@@ -205,8 +206,21 @@ impl WasmPlugin {
     }
 
     /// Load an already compiled component (e.g. from the [`super::PrecompiledCache`]).
-    /// Instantiates once to call `metadata()`; cheap compared to compiling.
+    /// Instantiates once to call `metadata()`; cheap compared to compiling. The component's own
+    /// name must be the grants' plugin name (when that is set).
     pub fn from_compiled(engine: &PluginEngine, compiled: Compiled, limits: Limits, grants: Grants) -> Result<Self> {
+        Self::from_compiled_as(engine, compiled, limits, grants, None)
+    }
+
+    /// Like [`Self::from_compiled`], for an admin who runs the component `component` (its own
+    /// `metadata().name`) under the grants' plugin name: that name is then the controller's.
+    pub fn from_compiled_as(
+        engine: &PluginEngine,
+        compiled: Compiled,
+        limits: Limits,
+        grants: Grants,
+        own_name: Option<&str>,
+    ) -> Result<Self> {
         limits.validate(engine.limits())?;
         let component = &compiled.component;
         let contract_version = check_contract(engine, component)?;
@@ -218,9 +232,14 @@ impl WasmPlugin {
         let meta = no_panic(|| call_metadata(engine, &pre, &label, &limits, grants.clone()))
             .map_err(|what| Error::Metadata(format!("the host panicked while calling metadata(): {what}")))??;
 
-        let spec = spec_from_metadata(meta).map_err(Error::InvalidMetadata)?;
-        if !grants.plugin().is_empty() && grants.plugin() != spec.name {
-            return Err(Error::Identity { own: spec.name.clone(), manifest: grants.plugin().to_owned() });
+        let mut spec = spec_from_metadata(meta).map_err(Error::InvalidMetadata)?;
+        let expected = own_name.unwrap_or(grants.plugin());
+        if !expected.is_empty() && expected != spec.name {
+            return Err(Error::Identity { own: spec.name.clone(), manifest: expected.to_owned() });
+        }
+        if !grants.plugin().is_empty() {
+            // The admin's name is the identity: field manager, Event reporter, metrics label.
+            spec.name = grants.plugin().to_owned();
         }
         let grants = if grants.plugin().is_empty() {
             Arc::new(Grants::clone(&grants).named(spec.name.clone()))
