@@ -15,6 +15,7 @@ pub mod cache;
 pub mod client;
 pub mod controller;
 pub mod duration;
+pub mod fence;
 pub mod grants;
 pub mod hotload;
 pub mod informer;

@@ -117,8 +117,13 @@ async fn bind_host_role(admin: &Client, ns: &str, sa_ns: &str, sa: &str) -> Resu
 
 /// The podset plugin (the deploy's manifest, scoped to `ns`) as a plugin ConfigMap in `ns`.
 async fn install_podset_plugin(admin: &Client, ns: &str) -> Result<()> {
+    install_podset_plugin_with(admin, ns, "").await
+}
+
+/// The same, with `extra` lines added to the manifest.
+async fn install_podset_plugin_with(admin: &Client, ns: &str, extra: &str) -> Result<()> {
     let manifest = std::fs::read_to_string(workspace_root().join("deploy/plugins/podset.plugin.yaml"))?;
-    let manifest = format!("{}\nnamespace: {ns}\n", manifest.trim_end());
+    let manifest = format!("{}\nnamespace: {ns}\n{extra}\n", manifest.trim_end());
     let wasm = std::fs::read(plugin_path("podset")?)?;
     apply_plugin(admin, ns, "podset", &wasm, &manifest).await
 }
@@ -746,6 +751,53 @@ async fn readyz_waits_for_plugins_and_metrics_move() -> Result<()> {
     assert!(m.sum("wasmloop_plugin_calls_total", &[("plugin", "podset")]) >= after, "every reconcile is a plugin call");
     assert!(m.0.trim_end().ends_with("# EOF"), "not OpenMetrics");
     drop(host);
+    ns.cleanup().await
+}
+
+/// Fencing: a leader frozen mid-outcome (SIGSTOP) loses its Lease to the standby; resumed
+/// (SIGCONT), it sends nothing more (its fence expired while it was frozen) while the new leader
+/// finishes the work.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_leader_sends_no_writes_after_it_resumes() -> Result<()> {
+    init_tracing();
+    let (admin, _) = client().await?;
+    deployed_and_served(&admin).await?;
+    let ns = TestNamespace::create(&admin, "cluster-fence").await?;
+    let dir = tempfile::tempdir()?;
+    bind_host_role(&admin, &ns.name, DEPLOY_NS, DEPLOY_SA).await?;
+    // A slow API budget: the outcome of 30 creates takes about 15 s to send.
+    install_podset_plugin_with(&admin, &ns.name, "api: {qps: 2, burst: 1}").await?;
+    let kc = sa_kubeconfig(&admin, DEPLOY_NS, DEPLOY_SA, dir.path()).await?;
+    let args = ["--plugin-namespace", ns.name.as_str(), "--leader-elect", "--lease-duration", "4", "--lease-grace", "2"];
+    let a = HostProcess::start(&format!("a-{}", ns.name), &kc, dir.path(), &args).await?;
+    let b = HostProcess::start(&format!("b-{}", ns.name), &kc, dir.path(), &args).await?;
+    let leader_name = eventually("a Lease holder", WAIT, || async { holder(&admin, &ns.name).await }).await?;
+    let (leader, standby) = if leader_name == a.name { (a, b) } else { (b, a) };
+    eventually("the leader to load the plugin", WAIT, || async { Ok(leader.metrics().await?.has("wasmloop_plugin_info", &[]).then_some(())) }).await?;
+    create_podset(&admin, &ns.name, "slow", 30).await?;
+    eventually("the leader to be mid-outcome", WAIT, || async { Ok((pods(&admin, &ns.name).await?.len() >= 3).then_some(())) }).await?;
+
+    leader.signal("STOP")?;
+    let frozen = Instant::now();
+    eventually("the standby to take the Lease", WAIT, || async {
+        Ok((holder(&admin, &ns.name).await?.as_deref() == Some(standby.name.as_str())).then_some(()))
+    })
+    .await?;
+    leader.signal("CONT")?;
+    eprintln!("leader frozen for {:.1}s; the standby holds the Lease", frozen.elapsed().as_secs_f64());
+    let sent = |m: &Metrics| m.sum("wasmloop_actions_total", &[("controller", "podset"), ("verb", "create"), ("result", "ok")]);
+    let resumed = leader.metrics().await?;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let later = leader.metrics().await?;
+    let fenced = later.sum("wasmloop_actions_total", &[("controller", "podset"), ("result", "fenced")]);
+    eprintln!("old leader after SIGCONT: {} creates sent before, {} after; {fenced} fenced", sent(&resumed), sent(&later) - sent(&resumed));
+    // At most the request that was in flight when it froze.
+    assert!(sent(&later) - sent(&resumed) <= 1.0, "the resumed leader kept writing:\n{}", leader.log_tail(30));
+    assert!(fenced >= 1.0, "the resumed leader's next action was not fenced:\n{}", leader.log_tail(30));
+    converged(&admin, &ns.name, &BTreeMap::from([("slow".to_string(), 30)])).await?;
+    assert_eq!(pods(&admin, &ns.name).await?.len(), 30);
+    drop(leader);
+    drop(standby);
     ns.cleanup().await
 }
 

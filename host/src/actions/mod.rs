@@ -29,6 +29,7 @@ use parking_lot::Mutex;
 use serde_json::{Value, json};
 
 use crate::admission::{Admission, Protected, Scopes};
+use crate::fence::Fence;
 use crate::kinds::{self, KindRef, KindResolver, ObjectKey};
 
 /// Errors executing an action.
@@ -40,6 +41,9 @@ pub enum Error {
     Kind { verb: &'static str, object: String, source: kinds::Error },
     #[error("{verb} {object}: {}", describe(.source))]
     Api { verb: &'static str, object: String, source: kube::Error },
+    /// Leader election is on and this replica may not write now.
+    #[error("{verb} {object}: {source}")]
+    Fenced { verb: &'static str, object: String, source: crate::fence::Error },
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -51,8 +55,13 @@ impl Error {
             Error::InvalidObject { .. } => true,
             Error::Kind { .. } => false,
             Error::Api { source: kube::Error::Api(s), .. } => matches!(s.code, 400 | 422),
-            Error::Api { .. } => false,
+            Error::Api { .. } | Error::Fenced { .. } => false,
         }
+    }
+
+    /// Whether the write was held back by the leader-election fence.
+    pub fn is_fenced(&self) -> bool {
+        matches!(self, Error::Fenced { .. })
     }
 }
 
@@ -82,6 +91,7 @@ pub struct Executor {
     recorders: Arc<Mutex<HashMap<String, Recorder>>>,
     retry: ExponentialBuilder,
     admission: Admission,
+    fence: Fence,
 }
 
 impl Executor {
@@ -93,7 +103,13 @@ impl Executor {
             .with_max_times(4)
             .with_jitter();
         let admission = Admission::new(Scopes::Discovery(resolver.clone()), Protected::minimal());
-        Self { resolver, instance, recorders: Default::default(), retry, admission }
+        Self { resolver, instance, recorders: Default::default(), retry, admission, fence: Fence::open() }
+    }
+
+    /// The same executor, sending writes only while `fence` is open (leader election).
+    pub fn with_fence(mut self, fence: Fence) -> Self {
+        self.fence = fence;
+        self
     }
 
     /// The same executor, admitting plugin outcomes with these protected objects.
@@ -109,6 +125,10 @@ impl Executor {
 
     /// Execute one action on behalf of controller `manager` (its field manager and event source).
     pub async fn execute(&self, manager: &str, action: &Action) -> Result<Executed> {
+        if let Err(source) = self.fence.check() {
+            let object = action.target().map(|t| t.to_string()).unwrap_or_default();
+            return Err(Error::Fenced { verb: action.verb(), object, source });
+        }
         match action {
             Action::Create { object } => self.create(object).await,
             Action::Apply { object } => self.apply(manager, object).await,

@@ -17,6 +17,7 @@ use tokio::sync::watch;
 use tracing::{info, warn};
 use wasmloop::actions::Executor;
 use wasmloop::admission::{HostObjects, Protected};
+use wasmloop::fence::Fence;
 use wasmloop::controller::ControllerMetrics;
 use wasmloop::hotload::{PluginManager, PluginManagerConfig};
 use wasmloop::informer::InformerRegistry;
@@ -147,7 +148,9 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let registry = InformerRegistry::new(resolver.clone());
     let protected = protected_objects(&args, client.clone())?;
     info!(hosts = ?protected.hosts(), "the host's own objects are protected from every plugin");
-    let executor = Executor::new(resolver, Some(identity.clone())).with_protected(protected);
+    // With leader election, writes go out only while this replica's Lease is valid.
+    let fence = if args.leader_elect { Fence::closed() } else { Fence::open() };
+    let executor = Executor::new(resolver, Some(identity.clone())).with_protected(protected).with_fence(fence.clone());
     let mut prom = Registry::default();
     let metrics = ControllerMetrics::new(&mut prom);
     let plugin_metrics = wasmloop::hotload::metrics::PluginMetrics::new(&mut prom);
@@ -192,6 +195,9 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             .await
             .context("setting up leader election")?;
         let (mut leader, lease_task) = lease.watch().await;
+        let duration = Duration::from_secs(args.lease_duration);
+        let margin = Duration::from_secs(args.lease_grace) / 2;
+        let tracker = fence.track(client.clone(), &lease_ns, &args.lease_name, identity.clone(), duration, margin);
         ready.set(true); // a standby replica is healthy and ready to take over
         info!(lease = %format!("{lease_ns}/{}", args.lease_name), "waiting for leadership");
         loop {
@@ -207,6 +213,10 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
                 _ = s.wait_for(|s| *s) => false,
                 _ = leader.wait_for(|l| !*l) => true,
             };
+            if lost {
+                // Nothing more goes out, even from reconciles still running.
+                fence.close();
+            }
             manager.shutdown().await;
             if !lost {
                 break;
@@ -214,6 +224,8 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             warn!(%identity, "lost leadership; stopped reconciling");
         }
         ready.set(false);
+        tracker.abort();
+        fence.close();
         // Dropping the receiver makes the lease task release the Lease and return.
         drop(leader);
         match tokio::time::timeout(Duration::from_secs(5), lease_task).await {

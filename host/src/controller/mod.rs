@@ -445,7 +445,8 @@ impl Inner {
             match self.executor.execute(&self.name, action).await {
                 Ok(_) => self.metrics.action_executed(&self.name, action.verb(), "ok"),
                 Err(e) => {
-                    self.metrics.action_executed(&self.name, action.verb(), "error");
+                    let result = if e.is_fenced() { "fenced" } else { "error" };
+                    self.metrics.action_executed(&self.name, action.verb(), result);
                     debug!(key = %key, error = %e, "action failed");
                     return Err(to_reconcile_error(e));
                 }

@@ -1,0 +1,136 @@
+//! [`Fence`]: with leader election, writes go out only while this replica's Lease is valid.
+//!
+//! The Lease manager says when leadership is gained or lost, but a replica that was frozen
+//! (SIGSTOP, a long GC-like pause, a suspended VM) learns that only after it runs again, and
+//! its workers may run first. So the fence keeps its own deadline on the local monotonic clock,
+//! as client-go's leader elector does with its observed renew time: each renewal this replica
+//! observes opens it until `observed + lease duration - margin`, and every action checks it
+//! right before it is sent. A frozen replica wakes up with its deadline in the past and sends
+//! nothing; the standby that took over may already be writing.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::api::Api;
+use kube::runtime::watcher::{self, watcher};
+use parking_lot::Mutex;
+use tokio::time::Instant;
+
+/// Why a write was not sent.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Error {
+    #[error("not sent: this replica does not hold the Lease")]
+    NotLeader,
+    #[error("not sent: this replica's Lease expired {0:?} ago (fenced)")]
+    Expired(Duration),
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Whether this replica may write now. Cheap to clone; clones share the state.
+#[derive(Clone, Debug, Default)]
+pub struct Fence {
+    /// `None`: no leader election, always open.
+    state: Option<Arc<Mutex<Option<Instant>>>>,
+}
+
+impl Fence {
+    /// No leader election: every write may go out.
+    pub fn open() -> Self {
+        Self { state: None }
+    }
+
+    /// Leader election: closed until a renewal is observed.
+    pub fn closed() -> Self {
+        Self { state: Some(Arc::new(Mutex::new(None))) }
+    }
+
+    /// Writes may go out until `until`.
+    pub fn open_until(&self, until: Instant) {
+        if let Some(state) = &self.state {
+            *state.lock() = Some(until);
+        }
+    }
+
+    /// No more writes (leadership lost).
+    pub fn close(&self) {
+        if let Some(state) = &self.state {
+            *state.lock() = None;
+        }
+    }
+
+    /// Ok if a write may be sent now.
+    pub fn check(&self) -> Result<()> {
+        let Some(state) = &self.state else { return Ok(()) };
+        match *state.lock() {
+            None => Err(Error::NotLeader),
+            Some(until) => {
+                let now = Instant::now();
+                if now < until { Ok(()) } else { Err(Error::Expired(now - until)) }
+            }
+        }
+    }
+
+    /// Follow the Lease `namespace/name`: each version held by `identity` opens the fence for
+    /// `duration - margin` from when it is observed; any other holder closes it. Runs until the
+    /// returned task is aborted.
+    pub fn track(&self, client: kube::Client, namespace: &str, name: &str, identity: String, duration: Duration, margin: Duration) -> tokio::task::JoinHandle<()> {
+        let fence = self.clone();
+        let api: Api<Lease> = Api::namespaced(client, namespace);
+        let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
+        tokio::spawn(async move {
+            let mut events = watcher(api, config).boxed();
+            while let Some(event) = events.next().await {
+                let lease = match event {
+                    Ok(watcher::Event::Apply(l) | watcher::Event::InitApply(l)) => l,
+                    Ok(watcher::Event::Delete(_)) => {
+                        fence.close();
+                        continue;
+                    }
+                    Ok(_) => continue,
+                    Err(e) => {
+                        tracing::debug!(error = %e, "watching the Lease for the write fence");
+                        continue;
+                    }
+                };
+                let holder = lease.spec.as_ref().and_then(|s| s.holder_identity.as_deref());
+                if holder == Some(identity.as_str()) {
+                    fence.open_until(Instant::now() + duration.saturating_sub(margin));
+                } else {
+                    fence.close();
+                }
+            }
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn open_fences_never_refuse() {
+        let f = Fence::open();
+        f.close();
+        assert_eq!(f.check(), Ok(()));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_renewal_opens_the_fence_until_its_deadline() {
+        let f = Fence::closed();
+        assert_eq!(f.check(), Err(Error::NotLeader));
+        f.open_until(Instant::now() + Duration::from_secs(3));
+        assert_eq!(f.check(), Ok(()));
+        tokio::time::advance(Duration::from_millis(2999)).await;
+        assert_eq!(f.check(), Ok(()));
+        // A replica frozen past its deadline wakes up fenced, before any renewal is observed.
+        tokio::time::advance(Duration::from_secs(5)).await;
+        assert!(matches!(f.check(), Err(Error::Expired(d)) if d >= Duration::from_secs(5)));
+        f.open_until(Instant::now() + Duration::from_secs(3));
+        assert_eq!(f.check(), Ok(()));
+        f.close();
+        assert_eq!(f.check(), Err(Error::NotLeader));
+    }
+}
