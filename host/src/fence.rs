@@ -126,7 +126,7 @@ mod tests {
         tokio::time::advance(Duration::from_millis(2999)).await;
         assert_eq!(f.check(), Ok(()));
         // A replica frozen past its deadline wakes up fenced, before any renewal is observed.
-        tokio::time::advance(Duration::from_secs(5)).await;
+        tokio::time::advance(Duration::from_secs(6)).await;
         assert!(matches!(f.check(), Err(Error::Expired(d)) if d >= Duration::from_secs(5)));
         f.open_until(Instant::now() + Duration::from_secs(3));
         assert_eq!(f.check(), Ok(()));

@@ -561,7 +561,7 @@ async fn a_plugin_cannot_stall_or_flood_the_host() -> Result<()> {
     let host = Host::new().await?;
     let ns = TestNamespace::create(&host.client, "hostile-flood").await?;
     let manifest = format!(
-        "name: hostile\nnamespace: {}\nconcurrency: 1\nlimits: {{timeout: 300ms, outputPerMinute: 64Ki}}\napi: {{qps: 10, burst: 5}}\n\
+        "name: hostile\nnamespace: {}\nconcurrency: 1\nlimits: {{timeout: 300ms, outputPerMinute: 64Ki}}\napi: {{qps: 10, burst: 5}}\nevents: {{qps: 1, burst: 10}}\n\
          grants:\n  - kinds: [\"v1/ConfigMap\"]\n    verbs: [read, create, event]\n",
         ns.name
     );
@@ -605,6 +605,21 @@ async fn a_plugin_cannot_stall_or_flood_the_host() -> Result<()> {
     .await?;
     println!("log flood: {dropped} bytes dropped");
     assert!(dropped >= 2048 * 1024 - 64 * 1024, "only {dropped} of 2 MiB dropped under a 64 KiB allowance");
+
+    // 1000 Events in one outcome: ten go out (the Event budget's burst), the rest are dropped.
+    let noise: Vec<Value> = (0..1000)
+        .map(|i| json!({"event": {"regarding": {"apiVersion": "v1", "kind": "ConfigMap", "namespace": "$NS", "name": "$NAME"},
+                                  "type": "Normal", "reason": "Noise", "message": format!("event {i}")}}))
+        .collect();
+    cms.create(&pp, &data_configmap("noisy", json!({"actions": Value::Array(noise).to_string()}))).await?;
+    let dropped = eventually("Events over the budget dropped", WAIT, || {
+        let n = host.metrics.actions("hostile", "event", "dropped");
+        async move { Ok((n >= 980).then_some(n)) }
+    })
+    .await?;
+    let sent = host.metrics.actions("hostile", "event", "ok") + host.metrics.actions("hostile", "event", "error");
+    println!("1000 Events in one outcome: {sent} sent, {dropped} dropped");
+    assert!(sent <= 12, "{sent} Events sent under a burst of 10");
 
     // 30 creates in one outcome against a 10 qps / burst 5 budget take at least 2.5 s.
     let many: Vec<Value> = (0..30).map(|i| json!({"create": cm(&format!("burst-{i}"), Some("$NS"))})).collect();

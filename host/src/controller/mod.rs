@@ -75,6 +75,9 @@ pub struct ControllerConfig {
     pub min_requeue_after: Duration,
     /// The controller's client-side API budget for the actions it sends.
     pub api: ApiBudget,
+    /// Events a controller may record: one token per Event; Events over it are dropped and
+    /// counted (`result="dropped"`), not queued. Default 5 per second, burst 50.
+    pub events: ApiBudget,
 }
 
 /// Actions per second a controller may send, with a burst (a token bucket, as client-go's
@@ -116,6 +119,7 @@ impl Default for ControllerConfig {
             sync_timeout: Duration::from_secs(120),
             min_requeue_after: Duration::from_secs(1),
             api: ApiBudget::default(),
+            events: ApiBudget { qps: 5.0, burst: 50 },
         }
     }
 }
@@ -140,6 +144,8 @@ struct Inner {
     requeues: TokenBucket,
     /// The API budget: one token per action sent.
     api: TokenBucket,
+    /// The Event budget: Events over it are dropped.
+    events: TokenBucket,
     /// Swapped atomically on hot reload; each reconcile clones the current one.
     /// `None` before the first wiring and after shutdown.
     current: RwLock<Option<Current>>,
@@ -178,6 +184,7 @@ impl Controller {
             reasons: Mutex::new(HashMap::new()),
             requeues: TokenBucket::new(config.rate_limits.qps, config.rate_limits.burst),
             api: TokenBucket::new(config.api.qps, config.api.burst),
+            events: TokenBucket::new(config.events.qps, config.events.burst),
             config,
             current: RwLock::new(None),
         });
@@ -441,6 +448,11 @@ impl Inner {
             return Err(ReconcileError::Permanent(message));
         }
         for action in &outcome.actions {
+            if matches!(action, Action::Event { .. }) && !RateLimiter::<()>::when(&self.events, &()).is_zero() {
+                // An Event flood is dropped, not queued (Events are best-effort by nature).
+                self.metrics.action_executed(&self.name, action.verb(), "dropped");
+                continue;
+            }
             self.api_token().await;
             match self.executor.execute(&self.name, action).await {
                 Ok(_) => self.metrics.action_executed(&self.name, action.verb(), "ok"),

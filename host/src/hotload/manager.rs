@@ -496,6 +496,7 @@ impl Loaded {
             && a.rate_limits == b.rate_limits
             && a.min_requeue_after == b.min_requeue_after
             && a.api == b.api
+            && a.events == b.events
     }
 }
 

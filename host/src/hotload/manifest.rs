@@ -16,6 +16,7 @@
 //! namespace: shop                   # watch only this namespace (default: all)
 //! minRequeueAfter: 1s               # floor of requeue-after (default 1s)
 //! api: {qps: 50, burst: 100}        # actions per second this plugin may send (default 50/100)
+//! events: {qps: 5, burst: 50}       # Events per second it may record; the rest are dropped
 //! ```
 
 use std::time::Duration;
@@ -54,6 +55,7 @@ struct Raw {
     namespace: Option<String>,
     min_requeue_after: Option<String>,
     api: Option<ApiBudget>,
+    events: Option<ApiBudget>,
 }
 
 /// A parsed, validated `plugin.yaml`.
@@ -107,6 +109,8 @@ impl PluginManifest {
         };
         let api = raw.api.unwrap_or_default();
         api.validate().map_err(Error::Invalid)?;
+        let events = raw.events.unwrap_or(ControllerConfig::default().events);
+        events.validate().map_err(|e| Error::Invalid(e.replace("api.", "events.")))?;
         Ok(Self {
             grants: Grants::new(name.clone(), raw.grants),
             name,
@@ -120,6 +124,7 @@ impl PluginManifest {
                 rate_limits: raw.queue,
                 min_requeue_after,
                 api,
+                events,
                 ..ControllerConfig::default()
             },
         })

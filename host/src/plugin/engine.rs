@@ -64,8 +64,14 @@ struct Inner {
     engine: Engine,
     linker: Linker<HostState>,
     limits: EngineLimits,
+    /// Instance slots for reconciles: all but [`LOAD_SLOTS`], handed out first come, first
+    /// served, so loading a plugin (`metadata()`) always finds an instance.
+    reconcile_slots: Arc<tokio::sync::Semaphore>,
     _ticker: Ticker,
 }
+
+/// Instance slots kept for loading plugins.
+pub const LOAD_SLOTS: u32 = 2;
 
 impl fmt::Debug for PluginEngine {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -88,7 +94,9 @@ impl PluginEngine {
         Controller::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |s| s)
             .map_err(|e| Error::Engine(format!("wasmloop imports: {e:#}")))?;
         let ticker = Ticker::start(engine.clone(), limits.epoch_tick)?;
-        Ok(Self { inner: Arc::new(Inner { engine, linker, limits, _ticker: ticker }) })
+        let slots = limits.instances.saturating_sub(LOAD_SLOTS).max(1) as usize;
+        let reconcile_slots = Arc::new(tokio::sync::Semaphore::new(slots));
+        Ok(Self { inner: Arc::new(Inner { engine, linker, limits, reconcile_slots, _ticker: ticker }) })
     }
 
     pub fn engine(&self) -> &Engine {
@@ -101,6 +109,11 @@ impl PluginEngine {
 
     pub fn limits(&self) -> &EngineLimits {
         &self.inner.limits
+    }
+
+    /// The slots reconciles take an instance from (see [`LOAD_SLOTS`]).
+    pub(crate) fn reconcile_slots(&self) -> &Arc<tokio::sync::Semaphore> {
+        &self.inner.reconcile_slots
     }
 
     /// The epoch tick (granularity of timeouts).

@@ -321,6 +321,9 @@ impl WasmPlugin {
     fn call(&self, request: &Request, cache: &'static dyn CacheRead) -> Result<Outcome, ReconcileError> {
         let c = &self.counters;
         bump(&c.calls);
+        // An instance slot first (waiting for one is not the plugin's time): every call ends by
+        // its deadline, so no slot is held longer than that, and loading keeps slots of its own.
+        let _slot = block_on(self.engine.reconcile_slots().clone().acquire_owned());
         let started = Instant::now();
         let key = request.key.to_string();
         let mut store =
@@ -707,11 +710,15 @@ fn call_metadata(
 /// the future, and with it the Store and its instance slot. Uses the current Tokio runtime (the
 /// controller's blocking threads), or a small one of its own when there is none (offline runs).
 fn within_deadline<F: Future>(deadline: Duration, call: F) -> Option<F::Output> {
-    let timed = async move { tokio::time::timeout(deadline, call).await.ok() };
+    block_on(async move { tokio::time::timeout(deadline, call).await.ok() })
+}
+
+/// Drive `f` to completion on this (blocking) thread.
+fn block_on<F: Future>(f: F) -> F::Output {
     match tokio::runtime::Handle::try_current() {
-        Ok(handle) => handle.block_on(timed),
+        Ok(handle) => handle.block_on(f),
         Err(_) => match tokio::runtime::Builder::new_current_thread().enable_all().build() {
-            Ok(rt) => rt.block_on(timed),
+            Ok(rt) => rt.block_on(f),
             Err(e) => panic!("cannot start a runtime for a guest call: {e}"),
         },
     }
