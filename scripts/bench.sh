@@ -38,8 +38,9 @@ say() { echo "== bench.sh [$(( $(date +%s) - t_start ))s] $*" >&2; }
 say "setting up toolchain and control plane (cached after the first run)"
 ./scripts/setup.sh >/dev/null
 
-say "building the replicaset plugin"
+say "building the replicaset plugin and the attack plugins"
 ./scripts/build-plugins.sh replicaset >/dev/null
+./scripts/build-test-plugins.sh hostile spin-loop >/dev/null
 target_dir=${CARGO_TARGET_DIR:-$(cargo metadata --format-version 1 --no-deps | sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')}
 plugin=$target_dir/wasm32-wasip2/plugin/replicaset.wasm
 manifest=$root/deploy/plugins/replicaset.plugin.yaml
@@ -126,6 +127,7 @@ say "4. work queue"
 
 say "5. latency: event → reconcile, hot reload"
 "$bench_bin" latency --kubeconfig "$kubeconfig" --out "$results/latency.json" "${lat[@]}"
+"$bench_bin" latency --kubeconfig "$kubeconfig" --attack "$(dirname "$plugin")" --out "$results/latency_attack.json" "${lat[@]}"
 "$bench_bin" reload --kubeconfig "$kubeconfig" --plugin "$plugin" --manifest "$manifest" --out "$results/reload.json" "${rel[@]}"
 
 echo "| load average at end | $(cut -d' ' -f1-3 /proc/loadavg) |" >>"$results/machine.md"

@@ -52,12 +52,20 @@ pub struct Args {
     /// Most PATCHes in flight (the generator waits beyond that: the achieved rate is reported).
     #[arg(long, default_value_t = 256)]
     pub inflight: usize,
+    /// Run hostile plugins beside the probe (the `hostile` and `spin-loop` test components in
+    /// this directory): guests sleeping past their deadline, requeue, log and Event floods, a
+    /// spinning guest. The probe's latency is then the well-behaved plugin's under attack.
+    #[arg(long)]
+    pub attack: Option<PathBuf>,
     #[arg(long)]
     pub out: PathBuf,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Results {
+    /// Whether hostile plugins ran beside the probe.
+    #[serde(default)]
+    pub under_attack: bool,
     pub target_rate: u32,
     pub seconds: u64,
     pub keys: usize,
@@ -153,9 +161,13 @@ pub async fn run(args: Args) -> Result<Results> {
         samples: Mutex::new(Vec::new()),
     });
     let config = ControllerConfig { namespace: Some(ns.clone()), workers: args.workers, ..Default::default() };
-    let controller = Controller::start(probe.clone(), config, Arc::new(Grants::all()), registry.clone(), executor, ControllerMetrics::unregistered())
+    let controller = Controller::start(probe.clone(), config, Arc::new(Grants::all()), registry.clone(), executor.clone(), ControllerMetrics::unregistered())
         .await
         .context("starting the probe controller")?;
+    let attackers = match &args.attack {
+        Some(dir) => Some(attack::start(&client, &registry, &executor, dir).await.context("starting the attack")?),
+        None => None,
+    };
     // Let the initial reconciles of every key pass, then start from a clean slate.
     tokio::time::sleep(Duration::from_secs(1)).await;
     pending.lock().clear();
@@ -203,6 +215,9 @@ pub async fn run(args: Args) -> Result<Results> {
     .await?;
     let load_time = start.elapsed();
     controller.shutdown(Duration::from_secs(5)).await;
+    if let Some(attackers) = attackers {
+        attackers.stop(&client).await;
+    }
 
     let delivered = std::mem::take(&mut *delivered.lock());
     let sends = sends.lock();
@@ -216,6 +231,7 @@ pub async fn run(args: Args) -> Result<Results> {
     let samples = std::mem::take(&mut *probe.samples.lock());
     let _ = kube_util::delete_namespace(&client, &ns).await;
     let results = Results {
+        under_attack: args.attack.is_some(),
         target_rate: args.rate,
         seconds: args.seconds,
         keys: args.keys,
@@ -229,9 +245,91 @@ pub async fn run(args: Args) -> Result<Results> {
         write_to_event_ms: Summary::of(&write_to_event).context("no event matched a write")?,
     };
     eprintln!(
-        "latency: {} writes at {:.0}/s, {} events, event→reconcile p50 {:.0} µs p99 {:.0} µs, write→event p50 {:.1} ms",
+        "latency{}: {} writes at {:.0}/s, {} events, event→reconcile p50 {:.0} µs p99 {:.0} µs, write→event p50 {:.1} ms",
+        if results.under_attack { " under attack" } else { "" },
         results.writes, results.write_rate, results.events, results.event_to_reconcile_us.median, results.event_to_reconcile_us.p99,
         results.write_to_event_ms.median
     );
     Ok(results)
+}
+
+/// Hostile plugins in namespaces of their own, in the same host as the probe.
+mod attack {
+    use std::path::Path;
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use anyhow::{Context, Result};
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::api::{Api, PostParams};
+    use serde_json::{Value, json};
+    use wasmloop::actions::Executor;
+    use wasmloop::controller::{Controller, ControllerMetrics};
+    use wasmloop::hotload::PluginManifest;
+    use wasmloop::informer::InformerRegistry;
+    use wasmloop::plugin::{PluginEngine, WasmPlugin};
+
+    use crate::kube_util::{self, ensure_namespace};
+
+    pub struct Attackers {
+        controllers: Vec<Controller>,
+        namespaces: Vec<String>,
+    }
+
+    impl Attackers {
+        pub async fn stop(self, client: &kube::Client) {
+            for c in self.controllers {
+                c.shutdown(Duration::from_secs(5)).await;
+            }
+            for ns in self.namespaces {
+                let _ = kube_util::delete_namespace(client, &ns).await;
+            }
+        }
+    }
+
+    async fn plugin(engine: &PluginEngine, wasm: &Path, manifest: &PluginManifest) -> Result<Arc<WasmPlugin>> {
+        let bytes = std::fs::read(wasm).with_context(|| format!("reading {}", wasm.display()))?;
+        let (engine, limits, grants) = (engine.clone(), manifest.limits.clone(), manifest.grants.clone());
+        Ok(Arc::new(tokio::task::spawn_blocking(move || WasmPlugin::load(&engine, &bytes, limits, grants)).await??))
+    }
+
+    pub async fn start(client: &kube::Client, registry: &InformerRegistry, executor: &Executor, dir: &Path) -> Result<Attackers> {
+        let engine = tokio::task::spawn_blocking(PluginEngine::new).await??;
+        let pid = std::process::id();
+        let (hostile_ns, spin_ns) = (format!("bench-attack-{pid}"), format!("bench-spin-{pid}"));
+        let mut controllers = Vec::new();
+        for ns in [&hostile_ns, &spin_ns] {
+            ensure_namespace(client, ns).await?;
+        }
+        let grants = "grants:\n  - kinds: [v1/ConfigMap]\n    verbs: [read, create, update-status, event]\n";
+        let hostile = PluginManifest::parse(&format!("name: hostile\nnamespace: {hostile_ns}\nconcurrency: 4\n{grants}"), "hostile")?;
+        let spin = PluginManifest::parse(&format!("name: spin-loop\nnamespace: {spin_ns}\n{grants}"), "spin-loop")?;
+        for (file, manifest) in [("hostile.wasm", &hostile), ("spin_loop.wasm", &spin)] {
+            let p = plugin(&engine, &dir.join(file), manifest).await?;
+            let c = Controller::start(p.clone(), manifest.controller.clone(), p.grants().clone(), registry.clone(), executor.clone(), ControllerMetrics::unregistered())
+                .await?;
+            controllers.push(c);
+        }
+        let noise: Vec<Value> = (0..1000)
+            .map(|i| json!({"event": {"regarding": {"apiVersion": "v1", "kind": "ConfigMap", "namespace": "$NS", "name": "$NAME"},
+                                      "type": "Normal", "reason": "Noise", "message": format!("event {i}")}}))
+            .collect();
+        let cases = [
+            ("sleepy-1", json!({"sleepMs": "60000"})),
+            ("sleepy-2", json!({"sleepMs": "60000"})),
+            ("spinner", json!({"requeueAfterMs": "0"})),
+            ("chatty", json!({"logLines": "5000", "requeueAfterMs": "0"})),
+            ("noisy", json!({"actions": Value::Array(noise).to_string(), "requeueAfterMs": "0"})),
+        ];
+        let cms = Api::<ConfigMap>::namespaced(client.clone(), &hostile_ns);
+        for (name, data) in cases {
+            let cm: ConfigMap = serde_json::from_value(json!({"metadata": {"name": name, "labels": {"wasmloop.dev/hostile-test": "true"}}, "data": data}))?;
+            cms.create(&PostParams::default(), &cm).await?;
+        }
+        let spin_cm: ConfigMap = serde_json::from_value(json!({"metadata": {"name": "spin"}}))?;
+        Api::<ConfigMap>::namespaced(client.clone(), &spin_ns).create(&PostParams::default(), &spin_cm).await?;
+        // Let the attack get going before the measurement starts.
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        Ok(Attackers { controllers, namespaces: vec![hostile_ns, spin_ns] })
+    }
 }

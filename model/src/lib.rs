@@ -7,4 +7,4 @@
 
 pub mod target;
 
-pub use target::{Naming, Target, TargetError, TargetName};
+pub use target::{Naming, Target, TargetError, TargetName, json_type};

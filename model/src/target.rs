@@ -156,7 +156,8 @@ impl fmt::Display for Target {
     }
 }
 
-fn json_type(v: &Value) -> &'static str {
+/// "an object", "a string", …: what a JSON value is, for messages.
+pub fn json_type(v: &Value) -> &'static str {
     match v {
         Value::Null => "null",
         Value::Bool(_) => "a boolean",

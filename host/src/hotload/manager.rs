@@ -388,7 +388,9 @@ impl Inner {
         });
         let budget = self.config.compile_budget;
         match tokio::time::timeout(budget, work).await {
-            Ok(joined) => joined.map_err(|e| format!("loading panicked: {e}"))?,
+            Ok(joined) => joined.map_err(|e| {
+                if e.is_cancelled() { "loading was cancelled: the host is shutting down".to_string() } else { format!("loading panicked: {e}") }
+            })?,
             Err(_) => Err(format!("compiling and validating took longer than the {} budget; refused", crate::duration::format(budget))),
         }
     }

@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use wasmloop_model::{Naming, Target};
+use wasmloop_model::{Naming, Target, json_type};
 use wasmtime::component::Component;
 use wasmtime::{Store, Trap};
 
@@ -616,17 +616,6 @@ fn object_json(i: usize, verb: &'static str, json: &str) -> Result<Value, String
     Ok(value)
 }
 
-fn kind_of(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
-    }
-}
-
 fn checked_key(i: usize, verb: &str, k: wit::ObjectKey) -> Result<ObjectKey, String> {
     Target::of_key(&k.api_version, &k.kind, k.namespace.as_deref(), &k.name).map_err(|e| format!("action {i} ({verb}): {e}"))?;
     Ok(ObjectKey::new(KindRef::new(k.api_version, k.kind), k.namespace.filter(|n| !n.is_empty()), k.name))
@@ -648,7 +637,7 @@ pub(crate) fn to_outcome(o: wit::Outcome, limits: &Limits) -> Result<Outcome, St
                 let status: Value = serde_json::from_str(&u.status)
                     .map_err(|e| format!("action {i} (update-status): invalid status JSON: {e}"))?;
                 if !status.is_object() {
-                    return Err(format!("action {i} (update-status): status must be a JSON object, got {}", kind_of(&status)));
+                    return Err(format!("action {i} (update-status): status must be a JSON object, got {}", json_type(&status)));
                 }
                 Action::UpdateStatus { key, status }
             }
