@@ -174,6 +174,19 @@ fn a_sleeping_guest_times_out_at_its_deadline() {
     assert!(sleeper.reconcile(&request("default", "calm"), &calm).expect("a short sleep is fine").actions.is_empty());
 }
 
+/// What the host copies out of the cache for one call is bounded: past the budget, reads fail
+/// and the reconcile fails whatever the guest does with the error.
+#[test]
+fn cache_reads_are_bounded_per_call() {
+    let limits = Limits { reads_per_call: Some(ByteSize(64)), ..Limits::default() };
+    let reader = load("hostile", limits);
+    let cache = cache_of(vec![config_map("default", "big", json!({"padding": "x".repeat(1000)}))]);
+    let msg = transient(reader.reconcile(&request("default", "big"), &cache));
+    assert!(msg.contains("read more object JSON from the cache than its per-call budget (64) allows"), "{msg}");
+    let roomy = load("hostile", Limits::default());
+    assert!(roomy.reconcile(&request("default", "big"), &cache).is_ok(), "the default budget is 4 × memory");
+}
+
 #[test]
 fn a_plugin_runs_only_under_its_own_name() {
     let err = load_with("echo", Limits::default(), config_map_grants("impostor")).unwrap_err().to_string();

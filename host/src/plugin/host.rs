@@ -23,6 +23,9 @@ use crate::cache::{self, CacheRead, CachedObject};
 use crate::grants::{Grants, ReadScope};
 use crate::kinds::KindRef;
 
+/// Most random bytes one WASI `get-random-bytes` call may ask for.
+const RANDOM_BYTES_PER_REQUEST: u64 = 64 * 1024;
+
 /// Store data of one plugin call.
 pub struct HostState {
     plugin: Arc<str>,
@@ -33,6 +36,10 @@ pub struct HostState {
     pub(crate) output: GuestOutput,
     cache: Option<&'static dyn CacheRead>,
     grants: Arc<Grants>,
+    /// Bytes of object JSON this call may still copy out of the cache.
+    read_budget: usize,
+    /// Set when a read went over the budget: the call fails whatever the guest returns.
+    pub(crate) reads_exhausted: Option<usize>,
 }
 
 impl HostState {
@@ -57,6 +64,8 @@ impl HostState {
             .allow_udp(false)
             .allow_ip_name_lookup(false)
             .socket_addr_check(|_, _| Box::pin(async { false }))
+            // Random bytes are allocated by the host: a larger request traps.
+            .max_random_size(RANDOM_BYTES_PER_REQUEST)
             .build();
         Self {
             plugin,
@@ -67,7 +76,30 @@ impl HostState {
             output,
             cache,
             grants,
+            read_budget: limits.read_budget().as_usize(),
+            reads_exhausted: None,
         }
+    }
+
+    /// Charge `objects` to the read budget before copying them; past it, the read fails.
+    fn charge(&mut self, objects: &[&Arc<CachedObject>]) -> Result<(), wit_cache::CacheError> {
+        let bytes: usize = objects.iter().map(|o| o.json().len()).sum();
+        if self.reads_exhausted.is_some() || bytes > self.read_budget {
+            let budget = self.read_budget;
+            self.reads_exhausted.get_or_insert(budget);
+            return Err(wit_cache::CacheError::Invalid(format!(
+                "this call read more object JSON than its budget allows ({budget} bytes left); the reconcile fails"
+            )));
+        }
+        self.read_budget -= bytes;
+        Ok(())
+    }
+
+    /// The JSON of `objects` the plugin may see, charged to the budget.
+    fn jsons(&mut self, objects: Vec<Arc<CachedObject>>, scope: &ReadScope) -> Result<Vec<String>, wit_cache::CacheError> {
+        let visible: Vec<&Arc<CachedObject>> = objects.iter().filter(|o| scope.allows(o.namespace())).collect();
+        self.charge(&visible)?;
+        Ok(visible.into_iter().map(|o| o.json().to_owned()).collect())
     }
 
     fn read_scope(&self, kind: &KindRef) -> ReadScope {
@@ -108,9 +140,6 @@ fn cache_error(e: cache::Error) -> wit_cache::CacheError {
     }
 }
 
-fn jsons(objects: Vec<Arc<CachedObject>>, scope: &ReadScope) -> Vec<String> {
-    objects.into_iter().filter(|o| scope.allows(o.namespace())).map(|o| o.json().to_owned()).collect()
-}
 
 impl wit::Host for HostState {}
 
@@ -126,6 +155,9 @@ impl wit_cache::Host for HostState {
             return Err(self.not_granted(&kind, namespace.as_deref()));
         }
         let found = self.cache()?.get(&kind, namespace.as_deref(), &name).map_err(cache_error)?;
+        if let Some(o) = &found {
+            self.charge(&[o])?;
+        }
         Ok(found.map(|o| o.json().to_owned()))
     }
 
@@ -149,7 +181,7 @@ impl wit_cache::Host for HostState {
             .cache()?
             .list(&kind, namespace.as_deref(), selector.as_deref())
             .map_err(cache_error)?;
-        Ok(jsons(found, &scope))
+        self.jsons(found, &scope)
     }
 
     fn by_index(
@@ -164,7 +196,7 @@ impl wit_cache::Host for HostState {
             return Err(self.not_granted(&kind, None));
         }
         let found = self.cache()?.by_index(&kind, &index, &value).map_err(cache_error)?;
-        Ok(jsons(found, &scope))
+        self.jsons(found, &scope)
     }
 }
 

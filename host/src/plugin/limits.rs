@@ -128,6 +128,9 @@ pub struct Limits {
     pub output: ByteSize,
     /// Output one plugin may send to the log per minute, all calls together (default 1Mi).
     pub output_per_minute: ByteSize,
+    /// Cache data (object JSON) one call may read, all reads together; past it reads fail and
+    /// so does the reconcile (default: 4 × `memory`).
+    pub reads_per_call: Option<ByteSize>,
     /// Most actions one reconcile may return (default 1000).
     pub max_actions: u32,
     /// Table elements per instance (default 20000).
@@ -141,6 +144,7 @@ impl Default for Limits {
             timeout: Duration::from_secs(1),
             output: ByteSize(16 * KI),
             output_per_minute: ByteSize(KI * KI),
+            reads_per_call: None,
             max_actions: 1000,
             table_elements: 20_000,
         }
@@ -148,6 +152,11 @@ impl Default for Limits {
 }
 
 impl Limits {
+    /// The per-call read budget: `reads_per_call`, else 4 × `memory`.
+    pub fn read_budget(&self) -> ByteSize {
+        self.reads_per_call.unwrap_or(ByteSize(self.memory.0.saturating_mul(4)))
+    }
+
     /// Check these limits against what the engine can host.
     pub fn validate(&self, engine: &EngineLimits) -> Result<()> {
         if self.memory.0 < WASM_PAGE {

@@ -353,7 +353,19 @@ impl WasmPlugin {
                 self.count_failure(&failure, true);
                 Err(ReconcileError::Transient(failure.describe(&self.name, "instantiation")))
             }
-            Some((Ok(result), store)) => self.outcome(result, store.data()),
+            Some((Ok(result), store)) => match store.data().reads_exhausted {
+                // The host copied out all it allowed; whatever the guest made of it, the call failed.
+                Some(_) => {
+                    bump(&c.errors);
+                    Err(ReconcileError::Transient(format!(
+                        "plugin {} read more object JSON from the cache than its per-call budget ({}) allows; \
+                         the reconcile failed (raise limits.readsPerCall, or read less: by index, by namespace)",
+                        self.name,
+                        limits::ByteSize(self.limits.read_budget().bytes())
+                    )))
+                }
+                None => self.outcome(result, store.data()),
+            },
         };
         c.busy_nanos.fetch_add(nanos(started.elapsed()), Ordering::Relaxed);
         result
