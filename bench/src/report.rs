@@ -232,8 +232,8 @@ pub fn run(args: Args) -> Result<()> {
     writeln!(
         w,
         "- **ours**: the `wasmloop run` binary ({} build; the release profile is not LTO) with the `replicaset` plugin packed into a \
-         ConfigMap, manifest `deploy/plugins/replicaset.plugin.yaml` ({} workers, queue qps/burst 1000/1000 for retries). kube-rs has no \
-         client-side rate limit, so \"same client limits\" means KCM at 1000/1000 and wasmloop unthrottled.\n",
+         ConfigMap, manifest `deploy/plugins/replicaset.plugin.yaml` ({} workers, queue qps/burst 1000/1000 for retries, API budget \
+         `api: {{qps: 1000, burst: 1000}}`): the same client-side limits as KCM's.\n",
         conv.host_profile, workers
     )?;
     writeln!(w, "| | kube-controller-manager | wasmloop | ratio |")?;

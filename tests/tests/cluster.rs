@@ -32,7 +32,7 @@ use kube::core::{ApiResource, GroupVersionKind};
 use kube::Client;
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use wasmloop_tests::{TestNamespace, apply_plugin, client, eventually, init_tracing, kubeconfig, plugin_path, sa_kubeconfig, workspace_root};
+use wasmloop_tests::{TestNamespace, apply_plugin, ensure_podset_crd, client, eventually, init_tracing, kubeconfig, plugin_path, sa_kubeconfig, workspace_root};
 
 /// The deploy's namespace and ServiceAccount (deploy/serviceaccount.yaml).
 const DEPLOY_NS: &str = "wasmloop";
@@ -751,6 +751,81 @@ async fn readyz_waits_for_plugins_and_metrics_move() -> Result<()> {
     assert!(m.sum("wasmloop_plugin_calls_total", &[("plugin", "podset")]) >= after, "every reconcile is a plugin call");
     assert!(m.0.trim_end().ends_with("# EOF"), "not OpenMetrics");
     drop(host);
+    ns.cleanup().await
+}
+
+/// The host stays healthy while a hostile plugin sleeps past its deadlines, spins, requeues at
+/// 0 ms and floods the log and Events: `/healthz` answers within 1 s at p99, the Lease keeps
+/// being renewed, and a well-behaved plugin beside it keeps converging.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_host_stays_healthy_under_attack() -> Result<()> {
+    init_tracing();
+    let (admin, _) = client().await?;
+    ensure_podset_crd(&admin).await?;
+    let ns = TestNamespace::create(&admin, "cluster-attack").await?;
+    // The attack runs in a namespace of its own (ConfigMaps in the plugin namespace are protected).
+    let work = TestNamespace::create(&admin, "cluster-attack-work").await?;
+    let dir = tempfile::tempdir()?;
+    let cms = Api::<ConfigMap>::namespaced(admin.clone(), &work.name);
+    let hostile_manifest = format!(
+        "name: hostile\nnamespace: {}\nconcurrency: 4\ngrants:\n  - kinds: [v1/ConfigMap]\n    verbs: [read, create, event]\n",
+        work.name
+    );
+    apply_plugin(&admin, &ns.name, "hostile", &std::fs::read(plugin_path("hostile")?)?, &hostile_manifest).await?;
+    install_podset_plugin(&admin, &ns.name).await?;
+    let noise: Vec<Value> = (0..1000)
+        .map(|i| json!({"event": {"regarding": {"apiVersion": "v1", "kind": "ConfigMap", "namespace": "$NS", "name": "$NAME"},
+                                  "type": "Normal", "reason": "Noise", "message": format!("event {i}")}}))
+        .collect();
+    for (name, data) in [
+        ("sleepy-1", json!({"sleepMs": "60000"})),
+        ("sleepy-2", json!({"sleepMs": "60000"})),
+        ("sleepy-3", json!({"sleepMs": "60000"})),
+        ("spinner", json!({"requeueAfterMs": "0"})),
+        ("chatty", json!({"logLines": "5000", "requeueAfterMs": "0"})),
+        ("noisy", json!({"actions": Value::Array(noise).to_string(), "requeueAfterMs": "0"})),
+    ] {
+        let cm: ConfigMap = serde_json::from_value(json!({"metadata": {"name": name, "labels": {"wasmloop.dev/hostile-test": "true"}}, "data": data}))?;
+        cms.create(&PostParams::default(), &cm).await?;
+    }
+    let kc = kubeconfig()?;
+    let args = ["--plugin-namespace", ns.name.as_str(), "--leader-elect", "--lease-duration", "4", "--lease-grace", "2"];
+    let host = HostProcess::start(&format!("attacked-{}", ns.name), &kc, dir.path(), &args).await?;
+    eventually("both plugins loaded", WAIT, || async {
+        Ok((host.metrics().await?.sum("wasmloop_plugin_info", &[]) >= 2.0).then_some(()))
+    })
+    .await?;
+    let leases = Api::<Lease>::namespaced(admin.clone(), &ns.name);
+    let renewed = |l: &Lease| l.spec.as_ref().and_then(|s| s.renew_time.clone()).map(|t| t.0);
+    let first_renewal = renewed(&leases.get("wasmloop").await?);
+
+    // Ten seconds of attack, with the well-behaved plugin working and /healthz polled.
+    create_podset(&admin, &ns.name, "calm", 3).await?;
+    let mut health = Vec::new();
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_secs(10) {
+        let t = Instant::now();
+        let (code, _) = host.get("/healthz").await?;
+        health.push(t.elapsed());
+        assert_eq!(code, 200, "/healthz answered {code} under attack");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    health.sort();
+    let p99 = health[(health.len() * 99 / 100).min(health.len() - 1)];
+    let m = host.metrics().await?;
+    eprintln!(
+        "under attack: /healthz p99 {p99:?} over {} probes, max {:?}; hostile timeouts {}, Events dropped {}",
+        health.len(),
+        health.last().copied().unwrap_or_default(),
+        m.sum("wasmloop_plugin_timeouts_total", &[("plugin", "hostile")]),
+        m.sum("wasmloop_actions_total", &[("controller", "hostile"), ("result", "dropped")])
+    );
+    assert!(p99 < Duration::from_secs(1), "/healthz p99 {p99:?} under attack");
+    assert!(renewed(&leases.get("wasmloop").await?) > first_renewal, "the Lease was not renewed during the attack");
+    assert_eq!(holder(&admin, &ns.name).await?.as_deref(), Some(host.name.as_str()), "the host lost its Lease under attack");
+    converged(&admin, &ns.name, &BTreeMap::from([("calm".to_string(), 3)])).await?;
+    drop(host);
+    work.cleanup().await?;
     ns.cleanup().await
 }
 

@@ -74,36 +74,36 @@ pub struct ControllerConfig {
     #[serde(with = "crate::duration::serde")]
     pub min_requeue_after: Duration,
     /// The controller's client-side API budget for the actions it sends.
-    pub api: ApiBudget,
+    pub api: RateBudget,
     /// Events a controller may record: one token per Event; Events over it are dropped and
     /// counted (`result="dropped"`), not queued. Default 5 per second, burst 50.
-    pub events: ApiBudget,
+    pub events: RateBudget,
 }
 
-/// Actions per second a controller may send, with a burst (a token bucket, as client-go's
-/// client-side limiter): one plugin cannot use up the host's API Priority and Fairness share
-/// or delay its Lease renewals. Default 50 qps, burst 100.
+/// A rate with a burst (a token bucket, as client-go's client-side limiter): the actions a
+/// controller may send (so one plugin cannot use up the host's API Priority and Fairness share
+/// or delay its Lease renewals; default 50 qps, burst 100), or the Events it may record.
 #[derive(Clone, Copy, Debug, PartialEq, Deserialize)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
-pub struct ApiBudget {
+pub struct RateBudget {
     pub qps: f64,
     pub burst: u32,
 }
 
-impl Default for ApiBudget {
+impl Default for RateBudget {
     fn default() -> Self {
         Self { qps: 50.0, burst: 100 }
     }
 }
 
-impl ApiBudget {
-    /// `qps` must be positive and `burst` at least 1.
-    pub fn validate(&self) -> std::result::Result<(), String> {
+impl RateBudget {
+    /// `qps` must be positive and `burst` at least 1; errors name `field` (e.g. `api`).
+    pub fn validate(&self, field: &str) -> std::result::Result<(), String> {
         if self.qps.is_nan() || self.qps <= 0.0 {
-            return Err(format!("api.qps must be positive, got {}", self.qps));
+            return Err(format!("{field}.qps must be positive, got {}", self.qps));
         }
         if self.burst == 0 {
-            return Err("api.burst must be at least 1".into());
+            return Err(format!("{field}.burst must be at least 1"));
         }
         Ok(())
     }
@@ -118,8 +118,8 @@ impl Default for ControllerConfig {
             rate_limits: RateLimitConfig::default(),
             sync_timeout: Duration::from_secs(120),
             min_requeue_after: Duration::from_secs(1),
-            api: ApiBudget::default(),
-            events: ApiBudget { qps: 5.0, burst: 50 },
+            api: RateBudget::default(),
+            events: RateBudget { qps: 5.0, burst: 50 },
         }
     }
 }

@@ -23,7 +23,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use crate::controller::{ApiBudget, ControllerConfig};
+use crate::controller::{RateBudget, ControllerConfig};
 use crate::grants::{Grant, Grants};
 use crate::plugin::Limits;
 use crate::queue::RateLimitConfig;
@@ -54,8 +54,8 @@ struct Raw {
     resync: Option<String>,
     namespace: Option<String>,
     min_requeue_after: Option<String>,
-    api: Option<ApiBudget>,
-    events: Option<ApiBudget>,
+    api: Option<RateBudget>,
+    events: Option<RateBudget>,
 }
 
 /// A parsed, validated `plugin.yaml`.
@@ -108,9 +108,9 @@ impl PluginManifest {
             Some(text) => crate::duration::parse(text.trim()).map_err(|e| Error::Invalid(format!("minRequeueAfter: {e}")))?,
         };
         let api = raw.api.unwrap_or_default();
-        api.validate().map_err(Error::Invalid)?;
+        api.validate("api").map_err(Error::Invalid)?;
         let events = raw.events.unwrap_or(ControllerConfig::default().events);
-        events.validate().map_err(|e| Error::Invalid(e.replace("api.", "events.")))?;
+        events.validate("events").map_err(Error::Invalid)?;
         Ok(Self {
             grants: Grants::new(name.clone(), raw.grants),
             name,
@@ -177,7 +177,7 @@ namespace: shop
         assert_eq!(m.controller.workers, 1);
         assert_eq!(m.controller.resync, Some(Duration::from_secs(36000)));
         assert_eq!(m.controller.min_requeue_after, Duration::from_secs(1));
-        assert_eq!(m.controller.api, ApiBudget { qps: 50.0, burst: 100 });
+        assert_eq!(m.controller.api, RateBudget { qps: 50.0, burst: 100 });
         let m = PluginManifest::parse("resync: never", "p").unwrap();
         assert_eq!(m.controller.resync, None);
     }
@@ -194,6 +194,7 @@ namespace: shop
             ("api: {qps: 0}", "api.qps"),
             ("api: {burst: 0}", "api.burst"),
             ("api: {qsp: 5}", "qsp"),
+            ("events: {burst: 0}", "events.burst"),
             ("minRequeueAfter: soon", "minRequeueAfter"),
             ("limits: {memory: lots}", "memory"),
             ("grants: [{kinds: [v1/Pod], verbs: [fly]}]", "fly"),
