@@ -203,18 +203,24 @@ async fn victims(targets: &[(Api<DynamicObject>, String)]) -> Result<BTreeMap<St
     Ok(out)
 }
 
-async fn start_hostile(host: &Host, executor: wasmloop::actions::Executor, manifest: &str, namespace: Option<String>) -> Result<Controller> {
+/// Load the hostile plugin with `manifest` and start its controller on `executor`, watching
+/// `namespace` (`None`: as the manifest says).
+async fn start_hostile(
+    host: &Host,
+    executor: wasmloop::actions::Executor,
+    manifest: &str,
+    namespace: Option<String>,
+) -> Result<(Controller, Arc<WasmPlugin>)> {
     let m = PluginManifest::parse(manifest, "hostile")?;
     let bytes = std::fs::read(plugin_path("hostile")?)?;
     let (limits, grants) = (m.limits.clone(), m.grants.clone());
-    let plugin = tokio::task::spawn_blocking(move || -> Result<WasmPlugin> {
-        let engine = PluginEngine::new()?;
-        Ok(WasmPlugin::load(&engine, &bytes, limits, grants)?)
-    })
-    .await??;
+    let plugin = tokio::task::spawn_blocking(move || -> Result<WasmPlugin> { Ok(WasmPlugin::load(&PluginEngine::new()?, &bytes, limits, grants)?) })
+        .await??;
     let plugin = Arc::new(plugin);
-    let config = ControllerConfig { namespace, ..m.controller.clone() };
-    Ok(Controller::start(plugin.clone(), config, plugin.grants().clone(), host.registry.clone(), executor, host.metrics.clone()).await?)
+    let config = ControllerConfig { namespace: namespace.or(m.controller.namespace.clone()), ..m.controller.clone() };
+    let controller =
+        Controller::start(plugin.clone(), config, plugin.grants().clone(), host.registry.clone(), executor, host.metrics.clone()).await?;
+    Ok((controller, plugin))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -269,8 +275,8 @@ async fn a_hostile_plugin_stays_inside_its_grants() -> Result<()> {
     );
     let all_manifest = "name: hostile\nqueue: {baseDelay: 50ms}\ngrants:\n  - kinds: [\"*\"]\n    verbs: [\"*\"]\n";
     // The team plugin runs cluster-wide, but its reads are granted in one namespace only.
-    let team_ctl = start_hostile(&host, executor.clone(), &team_manifest, None).await?;
-    let all_ctl = start_hostile(&host, executor.clone(), all_manifest, Some(all_ns.name.clone())).await?;
+    let (team_ctl, _) = start_hostile(&host, executor.clone(), &team_manifest, None).await?;
+    let (all_ctl, _) = start_hostile(&host, executor.clone(), all_manifest, Some(all_ns.name.clone())).await?;
 
     // Namespace-restricted reads scope the watches: no cluster-wide ConfigMap informer.
     let running = host.registry.running();
@@ -519,7 +525,7 @@ async fn namespace_restricted_reads_work_under_namespace_rbac() -> Result<()> {
         team = team.name
     );
     // Cluster-wide controller, namespace-scoped grants: the informers follow the grants.
-    let controller = tokio::time::timeout(WAIT, start_hostile(&limited, limited.executor.clone(), &manifest, None))
+    let (controller, _) = tokio::time::timeout(WAIT, start_hostile(&limited, limited.executor.clone(), &manifest, None))
         .await
         .context("the controller did not start under namespace RBAC")??;
     let child = json!([{"create": cm("child", Some("$NS"))}]);
@@ -533,20 +539,6 @@ async fn namespace_restricted_reads_work_under_namespace_rbac() -> Result<()> {
     controller.shutdown(Duration::from_secs(5)).await;
     team.cleanup().await?;
     Ok(())
-}
-
-/// Start the hostile plugin in `ns` and keep a handle on it (for its call counters).
-async fn start_hostile_plugin(host: &Host, manifest: &str) -> Result<(Controller, Arc<WasmPlugin>)> {
-    let m = PluginManifest::parse(manifest, "hostile")?;
-    let bytes = std::fs::read(plugin_path("hostile")?)?;
-    let (limits, grants) = (m.limits.clone(), m.grants.clone());
-    let plugin = Arc::new(
-        tokio::task::spawn_blocking(move || -> Result<WasmPlugin> { Ok(WasmPlugin::load(&PluginEngine::new()?, &bytes, limits, grants)?) })
-            .await??,
-    );
-    let controller = Controller::start(plugin.clone(), m.controller.clone(), plugin.grants().clone(), host.registry.clone(), host.executor.clone(), host.metrics.clone())
-        .await?;
-    Ok((controller, plugin))
 }
 
 fn data_configmap(name: &str, data: Value) -> ConfigMap {
@@ -565,7 +557,7 @@ async fn a_plugin_cannot_stall_or_flood_the_host() -> Result<()> {
          grants:\n  - kinds: [\"v1/ConfigMap\"]\n    verbs: [read, create, event]\n",
         ns.name
     );
-    let (controller, plugin) = start_hostile_plugin(&host, &manifest).await?;
+    let (controller, plugin) = start_hostile(&host, host.executor.clone(), &manifest, None).await?;
     let cms = Api::<ConfigMap>::namespaced(host.client.clone(), &ns.name);
     let pp = PostParams::default();
 
