@@ -187,6 +187,19 @@ fn cache_reads_are_bounded_per_call() {
     assert!(roomy.reconcile(&request("default", "big"), &cache).is_ok(), "the default budget is 4 × memory");
 }
 
+/// Host resources a guest creates (pollables, streams) are capped per call: past the cap the
+/// call traps instead of growing the host's table.
+#[test]
+fn wasi_resources_are_capped_per_call() {
+    let plugin = load("hostile", Limits::default());
+    let few = cache_of(vec![config_map("default", "few", json!({"pollables": "100"}))]);
+    assert!(plugin.reconcile(&request("default", "few"), &few).is_ok(), "100 pollables are fine");
+    let many = cache_of(vec![config_map("default", "many", json!({"pollables": "1000000"}))]);
+    let msg = transient(plugin.reconcile(&request("default", "many"), &many));
+    assert!(msg.contains("plugin hostile: reconcile failed") && msg.contains("resource table has no free keys"), "{msg}");
+    assert_eq!(plugin.stats().traps, 1);
+}
+
 #[test]
 fn a_plugin_runs_only_under_its_own_name() {
     let err = load_with("echo", Limits::default(), config_map_grants("impostor")).unwrap_err().to_string();

@@ -26,6 +26,9 @@ use crate::kinds::KindRef;
 /// Most random bytes one WASI `get-random-bytes` call may ask for.
 const RANDOM_BYTES_PER_REQUEST: u64 = 64 * 1024;
 
+/// Most WASI resources (streams, pollables) one call may hold at once; creating more traps.
+pub const RESOURCES_PER_CALL: usize = 1024;
+
 /// Store data of one plugin call.
 pub struct HostState {
     plugin: Arc<str>,
@@ -71,7 +74,11 @@ impl HostState {
             plugin,
             key,
             wasi,
-            table: ResourceTable::new(),
+            table: {
+                let mut table = ResourceTable::new();
+                table.set_max_capacity(RESOURCES_PER_CALL);
+                table
+            },
             limiter: MemoryLimiter::new(limits),
             output,
             cache,

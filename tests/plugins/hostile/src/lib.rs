@@ -32,7 +32,8 @@
 //! the host (all optional, numbers as strings):
 //! - `data.sleepMs`: sleep that long first (WASI `poll` on a monotonic-clock deadline);
 //! - `data.requeueAfterMs`: return `requeue-after-ms` with that value;
-//! - `data.logLines`: log that many 1 KiB lines through the `log` import.
+//! - `data.logLines`: log that many 1 KiB lines through the `log` import;
+//! - `data.pollables`: create that many WASI pollables and keep them (host resources).
 //!
 //! A missing `data.actions` means no actions; an unparsable one, a malformed element or an
 //! unknown action key yields `permanent(<what was wrong>)`; a cache error yields `transient(..)`.
@@ -228,6 +229,10 @@ impl Guest for Plugin {
         if let Some(ms) = number("sleepMs")? {
             std::thread::sleep(std::time::Duration::from_millis(ms));
         }
+        let pollables: Vec<_> = (0..number("pollables")?.unwrap_or(0))
+            .map(|_| wasi::clocks::monotonic_clock::subscribe_duration(1_000_000_000))
+            .collect();
+        drop(pollables);
         for i in 0..number("logLines")?.unwrap_or(0) {
             let line = format!("{i:08} {}", "x".repeat(1015));
             wasmloop::controller::log::log(wasmloop::controller::log::Level::Info, &line);
