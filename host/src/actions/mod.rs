@@ -30,6 +30,7 @@ use serde_json::{Value, json};
 
 use crate::admission::{Admission, Protected, Scopes};
 use crate::fence::Fence;
+use wasmloop_model::{Naming, Target};
 use crate::kinds::{self, KindRef, KindResolver, ObjectKey};
 
 /// Errors executing an action.
@@ -173,7 +174,7 @@ impl Executor {
     }
 
     async fn create(&self, object: &Value) -> Result<Executed> {
-        let target = Action::Create { object: object.clone() }.target();
+        let target = Target::of_object(object, Naming::NameOrGenerate);
         let key = target_key("create", object, target.map(|t| t.display_name()))?;
         let api = self.api("create", &key).await?;
         let obj: DynamicObject = parse_object("create", &key, object)?;
@@ -190,7 +191,7 @@ impl Executor {
     }
 
     async fn apply(&self, manager: &str, object: &Value) -> Result<Executed> {
-        let target = Action::Apply { object: object.clone() }.target();
+        let target = Target::of_object(object, Naming::NameOnly("apply"));
         let key = target_key("apply", object, target.map(|t| t.display_name()))?;
         let api = self.api("apply", &key).await?;
         let params = PatchParams::apply(manager).force();
