@@ -156,7 +156,7 @@ pub fn scenario(shape: Shape, pods: usize) -> Result<Scenario> {
     objects.extend((0..10).map(|n| owned_pod("other", "1c2d3e4f-aaaa-bbbb-cccc-000000000002", n)));
     let cache = CacheView::from_objects(objects).context("building the cache")?;
     let name = if shape == Shape::Missing { "no-such-replicaset" } else { "web" };
-    let request = Request { key: ObjectKey::new(rs_kind(), Some("shop".into()), name), reason: Reason::Event };
+    let request = Request::new(ObjectKey::new(rs_kind(), Some("shop".into()), name), Reason::Event);
     Ok(Scenario { name: shape.name(), pods, cache, request })
 }
 

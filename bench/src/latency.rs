@@ -156,6 +156,7 @@ pub async fn run(args: Args) -> Result<Results> {
             selector: None,
             watches: vec![],
             indexes: vec![],
+            fields: vec![],
         },
         pending: pending.clone(),
         samples: Mutex::new(Vec::new()),

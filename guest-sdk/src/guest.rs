@@ -6,6 +6,7 @@ use std::time::Duration;
 use crate::cache::Error as CacheError;
 use crate::log::Level;
 use crate::outcome::{Action, EventType, Outcome};
+use crate::patch::{PatchType, Preconditions};
 use crate::types::{KindRef, Mapping, Metadata, ObjectKey, Reason, Request};
 use crate::{Error, Reconciler};
 
@@ -116,6 +117,7 @@ pub fn metadata<R: Reconciler>() -> wit::PluginMetadata {
                 path: i.path,
             })
             .collect(),
+        fields: vec![],
     }
 }
 
@@ -135,7 +137,8 @@ pub fn reconcile<R: Reconciler>(
         wit::Reason::Requeue => Reason::Requeue,
         wit::Reason::Retry(n) => Reason::Retry(n),
     };
-    let outcome = R::reconcile(Request { key, reason })
+    let last_error = request.last_error;
+    let outcome = R::reconcile(Request { key, reason, last_error })
         .and_then(Outcome::into_result)
         .and_then(wit_outcome);
     outcome.map_err(|e| {
@@ -147,13 +150,33 @@ pub fn reconcile<R: Reconciler>(
     })
 }
 
+fn wit_preconditions(p: Preconditions) -> wit::Preconditions {
+    wit::Preconditions {
+        uid: p.uid,
+        resource_version: p.resource_version,
+    }
+}
+
 fn wit_outcome(outcome: Outcome) -> Result<wit::Outcome, Error> {
     let mut actions = Vec::with_capacity(outcome.actions.len());
     for a in outcome.actions {
         actions.push(match a {
             Action::Create(v) => wit::Action::Create(serde_json::to_string(&v)?),
             Action::Apply(v) => wit::Action::Apply(serde_json::to_string(&v)?),
-            Action::Delete(k) => wit::Action::Delete(wit_key(k)),
+            Action::Delete(k) => wit::Action::Delete(wit::Deletion {
+                key: wit_key(k),
+                preconditions: wit_preconditions(Default::default()),
+            }),
+            Action::Patch(p) => wit::Action::Patch(wit::Patch {
+                key: wit_key(p.key),
+                status: p.status,
+                patch_type: match p.patch_type {
+                    PatchType::Merge => wit::PatchType::Merge,
+                    PatchType::Json => wit::PatchType::Json,
+                },
+                body: serde_json::to_string(&p.body)?,
+                preconditions: wit_preconditions(p.preconditions),
+            }),
             Action::UpdateStatus { key, status } => wit::Action::UpdateStatus(wit::StatusUpdate {
                 key: wit_key(key),
                 status: serde_json::to_string(&status)?,

@@ -42,6 +42,7 @@ mod error;
 pub mod log;
 pub mod object;
 mod outcome;
+pub mod patch;
 mod types;
 
 #[cfg(target_arch = "wasm32")]
@@ -63,6 +64,7 @@ pub use k8s_openapi as k8s;
 
 pub use error::{Error, ErrorKind, ResultExt};
 pub use outcome::{Action, Event, EventType, Outcome};
+pub use patch::{Patch, PatchType, Preconditions};
 pub use serde_json;
 pub use types::{Index, KindRef, Mapping, Metadata, ObjectKey, Reason, Request, Watch, kinds};
 

@@ -51,6 +51,8 @@ pub enum Action {
     },
     /// Record an Event.
     Event(Event),
+    /// Patch an object or its status (see [`crate::patch`]).
+    Patch(crate::patch::Patch),
 }
 
 /// The result of a successful reconcile, built by chaining:
@@ -279,6 +281,10 @@ impl Outcome {
             Some(problem) => Err(Error::permanent(format!("invalid action: {problem}"))),
             None => Ok(self),
         }
+    }
+
+    pub(crate) fn with_problem(self, problem: String) -> Self {
+        self.invalid(problem)
     }
 
     fn invalid(mut self, problem: impl Into<String>) -> Self {

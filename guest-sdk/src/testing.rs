@@ -273,8 +273,20 @@ impl FakeCache {
                     self.insert(merged);
                 }
                 Action::Delete(key) => {
-                    self.remove(key);
+                    // As the API server: an object with finalizers is only marked for deletion.
+                    match self.get(key) {
+                        Some(mut obj) if has_finalizers(&obj) => {
+                            if obj.pointer("/metadata/deletionTimestamp").is_none() {
+                                obj["metadata"]["deletionTimestamp"] = "1970-01-01T00:00:00Z".into();
+                                self.insert(obj);
+                            }
+                        }
+                        _ => {
+                            self.remove(key);
+                        }
+                    }
                 }
+                Action::Patch(p) => self.apply_patch(p),
                 Action::UpdateStatus { key, status } => {
                     // The host's status write of a missing object fails with NotFound; nothing to do here.
                     if let Some(mut current) = self.get(key) {
@@ -290,6 +302,52 @@ impl FakeCache {
                 }
                 Action::Event(e) => self.inner.events.borrow_mut().push(e.clone()),
             }
+        }
+    }
+
+    /// A patch as the API server applies it: nothing if the object is missing or a
+    /// precondition (or a `test` operation) fails, which the host treats as a conflict; a
+    /// deleting object whose last finalizer is removed goes away.
+    fn apply_patch(&self, p: &crate::patch::Patch) {
+        let Some(mut current) = self.get(&p.key) else { return };
+        let meta = |obj: &Value, f: &str| obj.pointer(&format!("/metadata/{f}")).and_then(Value::as_str).map(str::to_owned);
+        let pre = &p.preconditions;
+        if pre.uid.is_some() && pre.uid != meta(&current, "uid") {
+            return;
+        }
+        if pre.resource_version.is_some() && pre.resource_version != meta(&current, "resourceVersion") {
+            return;
+        }
+        let mut patched = current.clone();
+        match p.patch_type {
+            crate::patch::PatchType::Merge => merge_patch(&mut patched, &p.body),
+            crate::patch::PatchType::Json => {
+                let Ok(ops) = serde_json::from_value::<json_patch::Patch>(p.body.clone()) else {
+                    panic!("FakeCache: patch of {}: not a JSON patch: {}", p.key, p.body)
+                };
+                if json_patch::patch(&mut patched, &ops).is_err() {
+                    return;
+                }
+            }
+        }
+        // A status patch changes only the status; an object patch everything but the status.
+        if p.status {
+            current["status"] = patched.get("status").cloned().unwrap_or(Value::Null);
+        } else {
+            let status = current.get("status").cloned();
+            current = patched;
+            match status {
+                Some(st) => current["status"] = st,
+                None => drop(current.as_object_mut().map(|m| m.remove("status"))),
+            }
+        }
+        if let Some(rv) = meta(&current, "resourceVersion").and_then(|rv| rv.parse::<u64>().ok()) {
+            current["metadata"]["resourceVersion"] = (rv + 1).to_string().into();
+        }
+        if current.pointer("/metadata/deletionTimestamp").is_some() && !has_finalizers(&current) {
+            self.remove(&p.key);
+        } else {
+            self.insert(current);
         }
     }
 
@@ -822,6 +880,10 @@ mod selector {
             }
         }
     }
+}
+
+fn has_finalizers(obj: &Value) -> bool {
+    obj.pointer("/metadata/finalizers").and_then(Value::as_array).is_some_and(|f| !f.is_empty())
 }
 
 #[cfg(test)]

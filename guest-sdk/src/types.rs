@@ -111,6 +111,9 @@ pub struct Request {
     pub key: ObjectKey,
     /// Why it was queued; reconcile should not depend on it for correctness.
     pub reason: Reason,
+    /// Why the previous reconcile of this key failed, while it keeps failing (an action the
+    /// API server refused, say): report it in the object's status, as KCM's `ReplicaFailure`.
+    pub last_error: Option<String>,
 }
 
 impl Request {
@@ -119,6 +122,7 @@ impl Request {
         Self {
             key,
             reason: Reason::Event,
+            last_error: None,
         }
     }
 }

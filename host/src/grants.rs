@@ -42,7 +42,7 @@ pub enum Error {
     Action { index: usize, source: Box<Error> },
     #[error("invalid kind {0:?} in grants: expected \"<apiVersion>/<Kind>\" (e.g. \"v1/Pod\", \"apps/v1/ReplicaSet\") or \"*\"")]
     InvalidKind(String),
-    #[error("invalid verb {0:?} in grants: expected one of read, create, apply, delete, update-status, event, *")]
+    #[error("invalid verb {0:?} in grants: expected one of read, create, apply, patch, delete, update-status, event, *")]
     InvalidVerb(String),
     #[error("invalid grants YAML: {0}")]
     Yaml(String),
@@ -58,6 +58,8 @@ pub enum Verb {
     Create,
     /// Server-side apply.
     Apply,
+    /// JSON merge patch or JSON patch of objects (not their status: that is `update-status`).
+    Patch,
     Delete,
     UpdateStatus,
     /// Record Events about objects of the kind.
@@ -72,6 +74,7 @@ impl Verb {
             Verb::Read => "read",
             Verb::Create => "create",
             Verb::Apply => "apply",
+            Verb::Patch => "patch",
             Verb::Delete => "delete",
             Verb::UpdateStatus => "update-status",
             Verb::Event => "event",
@@ -87,6 +90,8 @@ impl Verb {
             Action::Delete { .. } => Verb::Delete,
             Action::UpdateStatus { .. } => Verb::UpdateStatus,
             Action::Event { .. } => Verb::Event,
+            Action::Patch { status: true, .. } => Verb::UpdateStatus,
+            Action::Patch { .. } => Verb::Patch,
         }
     }
 
@@ -108,6 +113,7 @@ impl FromStr for Verb {
             "read" => Verb::Read,
             "create" => Verb::Create,
             "apply" => Verb::Apply,
+            "patch" => Verb::Patch,
             "delete" => Verb::Delete,
             "update-status" => Verb::UpdateStatus,
             "event" => Verb::Event,
@@ -469,7 +475,7 @@ grants:
     #[test]
     fn actions_outside_grants_are_refused_with_a_clear_message() {
         let g = grants();
-        let delete = |ns: &str| Action::Delete { key: ObjectKey::new(pod(), Some(ns.into()), "web-1") };
+        let delete = |ns: &str| Action::delete(ObjectKey::new(pod(), Some(ns.into()), "web-1"));
         assert!(g.check_action(&delete("shop")).is_ok());
         let err = g.check_action(&delete("kube-system")).unwrap_err().to_string();
         assert_eq!(
@@ -482,7 +488,7 @@ grants:
         };
         let err = g.check_action(&apply).unwrap_err().to_string();
         assert_eq!(err, "plugin podset may not apply v1/Pod p in namespace shop: no grant for verb apply");
-        let secret = Action::Delete { key: ObjectKey::new(KindRef::new("v1", "Secret"), Some("shop".into()), "s") };
+        let secret = Action::delete(ObjectKey::new(KindRef::new("v1", "Secret"), Some("shop".into()), "s"));
         let err = g.check_action(&secret).unwrap_err().to_string();
         assert!(err.contains("may not delete v1/Secret s in namespace shop: no grant covers kind v1/Secret"), "{err}");
 
@@ -510,8 +516,8 @@ grants:
         let err = g.check_action(&no_name).unwrap_err().to_string();
         assert!(err.contains("the object has no metadata.name"), "{err}");
         let actions = vec![
-            Action::Delete { key: ObjectKey::new(pod(), Some("shop".into()), "ok") },
-            Action::Delete { key: ObjectKey::new(pod(), None, "cluster") },
+            Action::delete(ObjectKey::new(pod(), Some("shop".into()), "ok")),
+            Action::delete(ObjectKey::new(pod(), None, "cluster")),
         ];
         let err = g.check_actions(&actions).unwrap_err().to_string();
         assert!(err.starts_with("action 1: plugin podset may not delete v1/Pod cluster (cluster-scoped)"), "{err}");
@@ -521,12 +527,12 @@ grants:
     fn wildcards_and_all() {
         let all = Grants::all();
         let key = ObjectKey::new(KindRef::new("v1", "Secret"), None, "s");
-        assert!(all.check_action(&Action::Delete { key }).is_ok());
+        assert!(all.check_action(&Action::delete(key)).is_ok());
         assert!(all.allows_read(&pod(), None));
         let star = Grants::from_yaml("x", "grants:\n  - kinds: ['*']\n    verbs: [read]\n").unwrap();
         assert!(star.allows_read(&pod(), None));
         assert!(!star.allows(Verb::Create, &pod(), None));
-        assert!(Grants::none("x").check_action(&Action::Delete { key: ObjectKey::new(pod(), None, "p") }).is_err());
+        assert!(Grants::none("x").check_action(&Action::delete(ObjectKey::new(pod(), None, "p"))).is_err());
     }
 
     #[test]
@@ -539,6 +545,7 @@ grants:
             selector: None,
             watches: vec![WatchSpec { kind: pod(), mapping: Mapping::Owner, selector: None }],
             indexes: vec![],
+            fields: vec![],
         };
         assert!(g.check_spec(&spec).is_ok());
         spec.watches.push(WatchSpec { kind: KindRef::new("v1", "ConfigMap"), mapping: Mapping::SameName, selector: None });

@@ -46,7 +46,7 @@ struct Recorder {
 impl Recorder {
     fn new(kind: KindRef, watches: Vec<WatchSpec>) -> Arc<Self> {
         Arc::new(Self {
-            spec: ReconcilerSpec { name: "recorder".into(), version: "1".into(), reconciles: kind, selector: None, watches, indexes: vec![] },
+            spec: ReconcilerSpec { name: "recorder".into(), version: "1".into(), reconciles: kind, selector: None, watches, indexes: vec![], fields: vec![] },
             calls: Mutex::new(Vec::new()),
             fail_first: Mutex::new(Default::default()),
             hold: Mutex::new(None),

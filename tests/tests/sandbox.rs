@@ -70,7 +70,7 @@ fn cache_of(objects: Vec<Value>) -> CacheView {
 }
 
 fn request(ns: &str, name: &str) -> Request {
-    Request { key: ObjectKey::new(KindRef::new("v1", "ConfigMap"), Some(ns.into()), name), reason: Reason::Event }
+    Request::new(ObjectKey::new(KindRef::new("v1", "ConfigMap"), Some(ns.into()), name), Reason::Event)
 }
 
 fn status_of(outcome: &Outcome) -> &Value {
@@ -106,7 +106,7 @@ fn permanent(r: Result<Outcome, ReconcileError>) -> String {
 fn echo_gets_a_fresh_instance_for_every_reconcile() {
     let echo = load("echo", Limits::default());
     assert_eq!(echo.name(), "echo");
-    assert_eq!(echo.contract_version(), "0.1.0");
+    assert_eq!(echo.contract_version(), "0.2.0");
     assert!(echo.digest().starts_with("sha256:") && echo.size() > 1000);
     let cache = cache_of(vec![config_map("default", "web", json!({"k": "v"}))]);
     for _ in 0..3 {
@@ -330,7 +330,7 @@ fn writes_outside_the_grants_are_rejected_before_anything_is_sent() {
 fn a_plugin_for_another_contract_version_is_refused_at_load() {
     let err = load_with("wrong-version", Limits::default(), Grants::all()).unwrap_err().to_string();
     assert!(
-        err.contains("targets wasmloop:controller@0.2.0") && err.contains("this host speaks wasmloop:controller@0.1.0"),
+        err.contains("targets wasmloop:controller@0.9.0") && err.contains("this host speaks wasmloop:controller@0.2.0"),
         "{err}"
     );
 }
@@ -435,17 +435,17 @@ fn sha256(bytes: &[u8]) -> Vec<u8> {
 fn inspect_describes_plugins() {
     let info = inspect(engine(), &plugin_bytes("echo")).unwrap();
     assert_eq!(info.name.as_deref(), Some("echo"));
-    assert_eq!(info.wit_package_version.as_deref(), Some("0.1.0"));
+    assert_eq!(info.wit_package_version.as_deref(), Some("0.2.0"));
     assert!(info.compatible);
-    assert!(info.exports.iter().any(|e| e == "wasmloop:controller/plugin@0.1.0: metadata, reconcile"), "{:?}", info.exports);
-    assert!(info.imports.iter().any(|i| i.starts_with("wasmloop:controller/cache@0.1.0")), "{:?}", info.imports);
+    assert!(info.exports.iter().any(|e| e == "wasmloop:controller/plugin@0.2.0: metadata, reconcile"), "{:?}", info.exports);
+    assert!(info.imports.iter().any(|i| i.starts_with("wasmloop:controller/cache@0.2.0")), "{:?}", info.imports);
     let text = info.to_string();
     assert!(text.contains("plugin:     echo 0.1.0") && text.contains("reconciles: v1/ConfigMap"), "{text}");
 
     let info = inspect(engine(), &plugin_bytes("wrong-version")).unwrap();
     assert!(!info.compatible);
-    assert_eq!(info.wit_package_version.as_deref(), Some("0.2.0"));
-    assert!(info.metadata_error.as_deref().unwrap_or_default().contains("wasmloop:controller@0.2.0"), "{info:?}");
+    assert_eq!(info.wit_package_version.as_deref(), Some("0.9.0"));
+    assert!(info.metadata_error.as_deref().unwrap_or_default().contains("wasmloop:controller@0.9.0"), "{info:?}");
     assert!(info.to_string().contains("NOT compatible"), "{info}");
 }
 

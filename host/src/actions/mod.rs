@@ -3,7 +3,11 @@
 //! Every action's object comes from [`Action::target`], the same rule admission checked.
 //!
 //! - create: AlreadyExists counts as done; `metadata.generateName` lets the server name it;
-//! - delete: NotFound counts as done;
+//! - delete: NotFound counts as done; preconditions (uid, resourceVersion) are sent as the API
+//!   server's delete preconditions;
+//! - patch: JSON merge patch or JSON patch of an object or its `/status`; preconditions become
+//!   `metadata.uid`/`metadata.resourceVersion` in a merge patch (the server's optimistic
+//!   concurrency) or leading `test` operations of a JSON patch;
 //! - apply: server-side apply, forced, field manager = the controller's name;
 //! - update-status: JSON merge patch of `.status` on the `/status` subresource (fields set to
 //!   null are removed; others are kept);
@@ -11,11 +15,13 @@
 //!
 //! Conflicts, 429 and 5xx answers and connection failures are retried here with a short
 //! exponential backoff; what still fails is returned, naming the action and the object, and the
-//! controller retries the whole key with its rate limiter.
+//! controller retries the whole key with its rate limiter. A failed precondition is not retried
+//! here: it is an [`Error::Conflict`] (the plugin's view was stale), and the controller
+//! reconciles the key again.
 
 mod action;
 
-pub use action::{Action, EventType};
+pub use action::{Action, EventType, PatchType, Preconditions};
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -42,6 +48,9 @@ pub enum Error {
     Kind { verb: &'static str, object: String, source: kinds::Error },
     #[error("{verb} {object}: {}", describe(.source))]
     Api { verb: &'static str, object: String, source: kube::Error },
+    /// A precondition failed: the object changed (or was re-created) since the plugin read it.
+    #[error("{verb} {object}: conflict: {message}")]
+    Conflict { verb: &'static str, object: String, message: String },
     /// Leader election is on and this replica may not write now.
     #[error("{verb} {object}: {source}")]
     Fenced { verb: &'static str, object: String, source: crate::fence::Error },
@@ -56,8 +65,13 @@ impl Error {
             Error::InvalidObject { .. } => true,
             Error::Kind { .. } => false,
             Error::Api { source: kube::Error::Api(s), .. } => matches!(s.code, 400 | 422),
-            Error::Api { .. } | Error::Fenced { .. } => false,
+            Error::Api { .. } | Error::Fenced { .. } | Error::Conflict { .. } => false,
         }
+    }
+
+    /// Whether a precondition failed (not an error of the plugin or the server).
+    pub fn is_conflict(&self) -> bool {
+        matches!(self, Error::Conflict { .. })
     }
 
     /// Whether the write was held back by the leader-election fence.
@@ -133,7 +147,10 @@ impl Executor {
         match action {
             Action::Create { object } => self.create(object).await,
             Action::Apply { object } => self.apply(manager, object).await,
-            Action::Delete { key } => self.delete(key).await,
+            Action::Delete { key, preconditions } => self.delete(key, preconditions).await,
+            Action::Patch { key, status, patch_type, body, preconditions } => {
+                self.patch(key, *status, *patch_type, body, preconditions).await
+            }
             Action::UpdateStatus { key, status } => self.update_status(key, status).await,
             Action::Event { regarding, event_type, reason, message } => {
                 self.event(manager, regarding, *event_type, reason, message).await
@@ -202,13 +219,61 @@ impl Executor {
         Ok(Executed::Object(to_value(applied)))
     }
 
-    async fn delete(&self, key: &ObjectKey) -> Result<Executed> {
+    async fn delete(&self, key: &ObjectKey, preconditions: &Preconditions) -> Result<Executed> {
         let api = self.api("delete", key).await?;
-        let params = DeleteParams::background();
-        match self.retrying("delete", key, || api.delete(&key.name, &params)).await {
+        let mut params = DeleteParams::background();
+        if !preconditions.is_empty() {
+            params.preconditions = Some(kube::api::Preconditions {
+                uid: preconditions.uid.clone(),
+                resource_version: preconditions.resource_version.clone(),
+            });
+        }
+        let res = if preconditions.is_empty() {
+            self.retrying("delete", key, || api.delete(&key.name, &params)).await
+        } else {
+            self.once("delete", key, api.delete(&key.name, &params)).await
+        };
+        match res {
             Ok(_) => Ok(Executed::Done),
             Err(Error::Api { source: kube::Error::Api(s), .. }) if s.is_not_found() => Ok(Executed::AlreadyDone),
             Err(e) => Err(e),
+        }
+    }
+
+    async fn patch(
+        &self,
+        key: &ObjectKey,
+        status: bool,
+        patch_type: PatchType,
+        body: &Value,
+        preconditions: &Preconditions,
+    ) -> Result<Executed> {
+        let verb = if status { "update-status" } else { "patch" };
+        let api = self.api(verb, key).await?;
+        let patch = with_preconditions(patch_type, body, preconditions)
+            .map_err(|reason| Error::InvalidObject { verb, object: key.to_string(), reason })?;
+        let params = PatchParams::default();
+        let call = || async {
+            if status { api.patch_status(&key.name, &params, &patch).await } else { api.patch(&key.name, &params, &patch).await }
+        };
+        let res = if preconditions.is_empty() { self.retrying(verb, key, call).await } else { self.once(verb, key, call()).await };
+        match res {
+            Ok(patched) => Ok(Executed::Object(to_value(patched))),
+            Err(Error::Api { source: kube::Error::Api(s), .. }) if is_failed_test(patch_type, &s) => {
+                Err(Error::Conflict { verb, object: key.to_string(), message: s.message.clone() })
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// One call whose conflict is the plugin's precondition failing: retried only on 429/5xx.
+    async fn once<T>(&self, verb: &'static str, key: &ObjectKey, call: impl Future<Output = kube::Result<T>>) -> Result<T> {
+        match call.await {
+            Ok(v) => Ok(v),
+            Err(kube::Error::Api(s)) if s.is_conflict() && !s.is_already_exists() => {
+                Err(Error::Conflict { verb, object: key.to_string(), message: s.message.clone() })
+            }
+            Err(source) => Err(Error::Api { verb, object: key.to_string(), source }),
         }
     }
 
@@ -270,6 +335,47 @@ fn is_retryable(e: &kube::Error) -> bool {
         kube::Error::HyperError(_) | kube::Error::Service(_) => true,
         _ => false,
     }
+}
+
+/// The patch to send: preconditions folded into the document.
+fn with_preconditions(patch_type: PatchType, body: &Value, pre: &Preconditions) -> std::result::Result<Patch<Value>, String> {
+    match patch_type {
+        PatchType::Merge => {
+            let mut body = body.clone();
+            if !pre.is_empty() {
+                let Some(obj) = body.as_object_mut() else {
+                    return Err("a merge patch with preconditions must be a JSON object".into());
+                };
+                let meta = obj.entry("metadata").or_insert_with(|| json!({}));
+                let Some(meta) = meta.as_object_mut() else { return Err("metadata must be a JSON object".into()) };
+                if let Some(uid) = &pre.uid {
+                    meta.insert("uid".into(), json!(uid));
+                }
+                if let Some(rv) = &pre.resource_version {
+                    meta.insert("resourceVersion".into(), json!(rv));
+                }
+            }
+            Ok(Patch::Merge(body))
+        }
+        PatchType::Json => {
+            let mut ops = Vec::new();
+            if let Some(uid) = &pre.uid {
+                ops.push(json!({"op": "test", "path": "/metadata/uid", "value": uid}));
+            }
+            if let Some(rv) = &pre.resource_version {
+                ops.push(json!({"op": "test", "path": "/metadata/resourceVersion", "value": rv}));
+            }
+            let given = body.as_array().ok_or("a JSON patch must be a list of operations")?;
+            ops.extend(given.iter().cloned());
+            let patch: json_patch::Patch = serde_json::from_value(Value::Array(ops)).map_err(|e| format!("invalid JSON patch: {e}"))?;
+            Ok(Patch::Json(patch))
+        }
+    }
+}
+
+/// A JSON patch whose `test` operation failed: the server answers 422 naming the test.
+fn is_failed_test(patch_type: PatchType, s: &kube::core::Status) -> bool {
+    patch_type == PatchType::Json && s.code == 422 && s.message.contains("test")
 }
 
 fn to_value(obj: DynamicObject) -> Value {

@@ -126,6 +126,11 @@ impl Admission {
         self.protected.check(action, target).await?;
         match action {
             Action::Create { object } | Action::Apply { object } => self.check_owners(grants, target, object, cache).await,
+            // What a patch writes is checked as a body: the owner references it adds.
+            Action::Patch { .. } => match action.written() {
+                Some(written) => self.check_owners(grants, target, written.as_ref(), cache).await,
+                None => Ok(()),
+            },
             Action::Event { .. } => check_regarding(grants, target),
             Action::Delete { .. } | Action::UpdateStatus { .. } => Ok(()),
         }
@@ -133,7 +138,8 @@ impl Admission {
 
     /// Every owner reference must name an object the plugin may read, with its cached uid.
     async fn check_owners(&self, grants: &Grants, target: &Target, object: &Value, cache: &dyn CacheRead) -> Result<(), Reason> {
-        let Some(refs) = object.pointer("/metadata/ownerReferences") else { return Ok(()) };
+        // Absent, or null in a merge patch (removing them all), adds no owner.
+        let Some(refs) = object.pointer("/metadata/ownerReferences").filter(|r| !r.is_null()) else { return Ok(()) };
         let Some(refs) = refs.as_array() else {
             return Err(Reason::OwnerReference { index: 0, why: "ownerReferences must be a list".into() });
         };
@@ -188,6 +194,8 @@ fn describe_unchecked(action: &Action) -> String {
             let s = |p: &str| object.pointer(p).and_then(Value::as_str).unwrap_or("?");
             format!("{}/{} {}", s("/apiVersion"), s("/kind"), s("/metadata/name"))
         }
-        Action::Delete { key } | Action::UpdateStatus { key, .. } | Action::Event { regarding: key, .. } => key.to_string(),
+        Action::Delete { key, .. } | Action::UpdateStatus { key, .. } | Action::Event { regarding: key, .. } | Action::Patch { key, .. } => {
+            key.to_string()
+        }
     }
 }

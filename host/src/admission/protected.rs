@@ -151,10 +151,8 @@ impl Protected {
 
     /// Refuse `action` on `target` if it touches a protected object.
     pub async fn check(&self, action: &Action, target: &Target) -> Result<(), Rule> {
-        let body = match action {
-            Action::Create { object } | Action::Apply { object } => Some(object),
-            _ => None,
-        };
+        let written = action.written();
+        let body = written.as_deref();
         self.check_namespace_object(target)?;
         self.check_plugin_configmap(target)?;
         if let Some(body) = body {
@@ -254,7 +252,7 @@ impl Protected {
                     }
                 }
                 // The existing binding (delete, or an apply that changes its role) must not be one of the host's.
-                if matches!(action, Action::Apply { .. } | Action::Delete { .. } | Action::UpdateStatus { .. }) {
+                if !matches!(action, Action::Create { .. } | Action::Event { .. }) {
                     let current = self.live_binding(target).await?;
                     if current.as_ref().is_some_and(|b| binds(b, sa_ns, sa)) {
                         return Err(Rule::HostRbacBinding(format!("{target} binds the host's ServiceAccount {sa_ns}/{sa}")));
@@ -412,7 +410,7 @@ mod tests {
     }
 
     fn delete(api_version: &str, kind: &str, ns: Option<&str>, name: &str) -> Action {
-        Action::Delete { key: ObjectKey::new(KindRef::new(api_version, kind), ns.map(str::to_owned), name) }
+        Action::delete(ObjectKey::new(KindRef::new(api_version, kind), ns.map(str::to_owned), name))
     }
 
     #[tokio::test]

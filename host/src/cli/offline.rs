@@ -56,7 +56,7 @@ pub fn run(args: ReconcileArgs) -> anyhow::Result<ExitCode> {
     if key.kind != spec.reconciles {
         bail!("--key {}: the plugin reconciles {}, not {}", args.key, spec.reconciles, key.kind);
     }
-    let request = Request { key: key.clone(), reason: Reason::Event };
+    let request = Request::new(key.clone(), Reason::Event);
     let outcome = plugin.reconcile(&request, &view);
     let mut out = json!({"plugin": spec.name, "version": spec.version, "key": args.key});
     let code = match outcome {

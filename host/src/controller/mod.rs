@@ -6,18 +6,23 @@
 //! - N workers take keys from a rate-limited [`WorkQueue`] (one key is never processed twice at
 //!   once; bursts fold into one reconcile), run the reconciler on a blocking thread against a
 //!   read-only [`CacheView`], check every action against the [`Grants`], then execute them;
-//! - failures are retried with per-key exponential backoff, `requeue_after` is honoured, and a
-//!   periodic resync replays the cache into the queue without any API call;
+//! - failures are retried with per-key exponential backoff (the next request carries the last
+//!   error), a failed precondition (conflict) requeues the key, `requeue_after` is honoured, and
+//!   a periodic resync replays the cache into the queue without any API call;
+//! - after creates and deletes, a key is not reconciled again until the cache shows them
+//!   ([`expectations`]), so a reconciler never acts twice on a stale view of its own writes;
 //! - [`Controller::replace_reconciler`] swaps in a new version without losing queued keys:
 //!   running reconciles finish on the old one, the next one runs the new one.
 
+pub mod expectations;
 mod mapping;
 mod metrics;
 pub mod reconciler;
 
+pub use expectations::Expectations;
 pub use metrics::ControllerMetrics;
 pub use reconciler::{
-    IndexDecl, Mapping, Outcome, ReconcileError, Reconciler, ReconcilerSpec, Reason, Request, WatchSpec,
+    FieldDecl, IndexDecl, Mapping, Outcome, ReconcileError, Reconciler, ReconcilerSpec, Reason, Request, WatchSpec,
 };
 
 use std::collections::HashMap;
@@ -30,8 +35,9 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tracing::{Instrument, debug, info, info_span, warn};
 
-use crate::actions::{self, Action, EventType, Executor};
-use crate::cache::{self, CacheView, IndexSpec};
+use crate::actions::{self, Action, EventType, Executed, Executor};
+use crate::cache::{self, CacheRead, CacheView, IndexSpec, Selector};
+use expectations::{Expected, ExpectedChange, Wait};
 use crate::grants::{Grants, ReadScope};
 use crate::informer::{self, Informer, InformerKey, InformerRegistry, Subscription};
 use crate::kinds::{KindRef, ObjectKey};
@@ -78,6 +84,10 @@ pub struct ControllerConfig {
     /// Events a controller may record: one token per Event; Events over it are dropped and
     /// counted (`result="dropped"`), not queued. Default 5 per second, burst 50.
     pub events: RateBudget,
+    /// How long a key waits at most for the cache to show its creates and deletes
+    /// ([`expectations`]). Default 5 min (KCM's `ExpectationsTimeout`).
+    #[serde(with = "crate::duration::serde")]
+    pub expectations_timeout: Duration,
 }
 
 /// A rate with a burst (a token bucket, as client-go's client-side limiter): the actions a
@@ -120,6 +130,7 @@ impl Default for ControllerConfig {
             min_requeue_after: Duration::from_secs(1),
             api: RateBudget::default(),
             events: RateBudget { qps: 5.0, burst: 50 },
+            expectations_timeout: Duration::from_secs(300),
         }
     }
 }
@@ -146,6 +157,10 @@ struct Inner {
     api: TokenBucket,
     /// The Event budget: Events over it are dropped.
     events: TokenBucket,
+    /// What each key waits to see in the cache before its next reconcile.
+    expectations: Expectations,
+    /// The last error of keys whose reconciles keep failing (sent with the next request).
+    failures: Mutex<HashMap<ObjectKey, String>>,
     /// Swapped atomically on hot reload; each reconcile clones the current one.
     /// `None` before the first wiring and after shutdown.
     current: RwLock<Option<Current>>,
@@ -185,6 +200,8 @@ impl Controller {
             requeues: TokenBucket::new(config.rate_limits.qps, config.rate_limits.burst),
             api: TokenBucket::new(config.api.qps, config.api.burst),
             events: TokenBucket::new(config.events.qps, config.events.burst),
+            expectations: Expectations::new(config.expectations_timeout),
+            failures: Mutex::new(HashMap::new()),
             config,
             current: RwLock::new(None),
         });
@@ -270,9 +287,11 @@ impl Inner {
         for inf in &primary {
             let me = Arc::downgrade(self);
             let m = mapper.clone();
+            let kind = spec.reconciles.clone();
             subscriptions.push(inf.subscribe(Arc::new(move |change| {
                 if let Some(inner) = me.upgrade() {
                     m.for_primary(change).into_iter().for_each(|k| inner.enqueue(k, Reason::Event));
+                    inner.wake_waiting(&kind, change);
                 }
             })));
             view.insert(inf.store().clone());
@@ -284,10 +303,11 @@ impl Inner {
             let serves_reads = view.stores(&watch.kind).is_empty();
             for inf in watched {
                 let me = Arc::downgrade(self);
-                let (m, mapping) = (mapper.clone(), watch.mapping.clone());
+                let (m, mapping, kind) = (mapper.clone(), watch.mapping.clone(), watch.kind.clone());
                 subscriptions.push(inf.subscribe(Arc::new(move |change| {
                     if let Some(inner) = me.upgrade() {
                         m.for_watched(&mapping, change).into_iter().for_each(|k| inner.enqueue(k, Reason::Event));
+                        inner.wake_waiting(&kind, change);
                     }
                 })));
                 if serves_reads {
@@ -301,7 +321,12 @@ impl Inner {
                 // An index on a kind that is read but not watched for events.
                 for inf in self.acquire(&grants, &idx.kind, None).await? {
                     view.insert(inf.store().clone());
-                    subscriptions.push(inf.subscribe(Arc::new(|_| {})));
+                    let (me, kind) = (Arc::downgrade(self), idx.kind.clone());
+                    subscriptions.push(inf.subscribe(Arc::new(move |change| {
+                        if let Some(inner) = me.upgrade() {
+                            inner.wake_waiting(&kind, change);
+                        }
+                    })));
                     informers.push(inf);
                 }
             }
@@ -360,6 +385,15 @@ impl Inner {
         }
     }
 
+    /// Queue the keys that wait for the object of `change` ([`expectations`]).
+    fn wake_waiting(&self, kind: &KindRef, change: &cache::Change) {
+        let o = change.object();
+        let object = expectations::object_key(kind, o.namespace(), o.name());
+        for key in self.expectations.waiting_for(&object) {
+            self.enqueue(key, Reason::Event);
+        }
+    }
+
     fn enqueue(&self, key: ObjectKey, reason: Reason) {
         self.reasons.lock().entry(key.clone()).or_insert(reason);
         self.queue.add(key);
@@ -394,9 +428,16 @@ impl Inner {
     }
 
     async fn process(&self, key: &ObjectKey) {
-        let reason = self.reasons.lock().remove(key).unwrap_or(Reason::Event);
         let Some(current) = self.current.read().clone() else { return };
-        let request = Request { key: key.clone(), reason };
+        if let Wait::Until(deadline) = self.expectations.check(key, current.view.as_ref()) {
+            // Parked: an event on an expected object (or the deadline) brings it back.
+            debug!(key = %key, "waiting for the cache to show this key's creates and deletes");
+            self.queue.add_after(key.clone(), deadline.saturating_duration_since(Instant::now()));
+            return;
+        }
+        let reason = self.reasons.lock().remove(key).unwrap_or(Reason::Event);
+        let last_error = self.failures.lock().get(key).cloned();
+        let request = Request { key: key.clone(), reason, last_error };
         let started = Instant::now();
         self.metrics.worker_started(&self.name);
         let reconciler = current.reconciler.clone();
@@ -408,11 +449,16 @@ impl Inner {
             Ok(outcome) => self.execute(key, &current, outcome).await,
             Err(ReconcileError::Permanent(msg)) => {
                 self.report(key, "ReconcileFailed", &format!("{}: {msg}", self.name)).await;
-                Err(ReconcileError::Permanent(msg))
+                Err(Failed::Permanent(msg))
             }
-            Err(e) => Err(e),
+            Err(ReconcileError::Transient(msg)) => Err(Failed::Transient(msg)),
         };
         self.metrics.worker_finished(&self.name, started.elapsed(), result_label(&result));
+        match &result {
+            Ok(_) => drop(self.failures.lock().remove(key)),
+            Err(Failed::Transient(msg) | Failed::Permanent(msg)) => drop(self.failures.lock().insert(key.clone(), msg.clone())),
+            Err(Failed::Conflict(_)) => {}
+        }
         match result {
             Ok(requeue_after) => {
                 self.queue.forget(key);
@@ -423,13 +469,19 @@ impl Inner {
                     self.queue.add_after(key.clone(), after);
                 }
             }
-            Err(ReconcileError::Transient(msg)) => {
+            Err(Failed::Conflict(msg)) => {
+                // The plugin acted on a stale view: not an error; reconcile again from the cache.
+                debug!(error = %msg, "precondition failed; reconciling again");
+                self.reasons.lock().entry(key.clone()).or_insert(Reason::Event);
+                self.queue.add_rate_limited(key.clone());
+            }
+            Err(Failed::Transient(msg)) => {
                 let attempt = self.queue.num_requeues(key) + 1;
                 warn!(attempt, error = %msg, "reconcile failed; retrying with backoff");
                 self.reasons.lock().entry(key.clone()).or_insert(Reason::Retry(attempt));
                 self.queue.add_rate_limited(key.clone());
             }
-            Err(ReconcileError::Permanent(msg)) => {
+            Err(Failed::Permanent(msg)) => {
                 warn!(error = %msg, "reconcile failed permanently; not retried until the object changes");
                 self.queue.forget(key);
             }
@@ -438,15 +490,23 @@ impl Inner {
 
     /// Admit every action first (target, scope, grants, protected objects, bodies: nothing is
     /// sent if one is refused), then execute them in order.
-    async fn execute(&self, key: &ObjectKey, current: &Current, outcome: Outcome) -> Result<Option<Duration>, ReconcileError> {
+    async fn execute(&self, key: &ObjectKey, current: &Current, outcome: Outcome) -> Result<Option<Duration>, Failed> {
         let admission = self.executor.admission();
         if let Err(refusal) = admission.check(&current.grants, &outcome.actions, current.view.as_ref()).await {
             self.api_token().await;
             self.metrics.action_executed(&self.name, refusal.verb, "refused");
             let message = format!("plugin {}: {refusal}", self.name);
             self.report(key, "ActionRefused", &message).await;
-            return Err(ReconcileError::Permanent(message));
+            return Err(Failed::Permanent(message));
         }
+        let mut expected = Vec::new();
+        let result = self.execute_admitted(key, current, &outcome, &mut expected).await;
+        self.expectations.expect(key, expected);
+        result.map(|()| outcome.requeue_after)
+    }
+
+    /// Send admitted actions in order, noting what the cache must show afterwards.
+    async fn execute_admitted(&self, key: &ObjectKey, current: &Current, outcome: &Outcome, expected: &mut Vec<Expected>) -> Result<(), Failed> {
         for action in &outcome.actions {
             if matches!(action, Action::Event { .. }) && !RateLimiter::<()>::when(&self.events, &()).is_zero() {
                 // An Event flood is dropped, not queued (Events are best-effort by nature).
@@ -455,16 +515,19 @@ impl Inner {
             }
             self.api_token().await;
             match self.executor.execute(&self.name, action).await {
-                Ok(_) => self.metrics.action_executed(&self.name, action.verb(), "ok"),
+                Ok(done) => {
+                    self.metrics.action_executed(&self.name, action.verb(), "ok");
+                    expected.extend(expectation(current, action, &done));
+                }
                 Err(e) => {
-                    let result = if e.is_fenced() { "fenced" } else { "error" };
+                    let result = if e.is_fenced() { "fenced" } else if e.is_conflict() { "conflict" } else { "error" };
                     self.metrics.action_executed(&self.name, action.verb(), result);
                     debug!(key = %key, error = %e, "action failed");
-                    return Err(to_reconcile_error(e));
+                    return Err(to_failed(e));
                 }
             }
         }
-        Ok(outcome.requeue_after)
+        Ok(())
     }
 
     /// Wait for a token of the API budget.
@@ -497,15 +560,72 @@ impl Inner {
 /// The Event reporter for what the host itself says about objects.
 pub const HOST_REPORTER: &str = "wasmloop";
 
-fn to_reconcile_error(e: actions::Error) -> ReconcileError {
-    if e.is_permanent() { ReconcileError::Permanent(e.to_string()) } else { ReconcileError::Transient(e.to_string()) }
+/// How a reconcile failed, as the controller handles it.
+enum Failed {
+    /// Retried with backoff; the next request carries the message.
+    Transient(String),
+    /// Not retried until something changes.
+    Permanent(String),
+    /// A precondition failed: reconciled again, not an error.
+    Conflict(String),
 }
 
-fn result_label(r: &Result<Option<Duration>, ReconcileError>) -> &'static str {
+fn to_failed(e: actions::Error) -> Failed {
+    if e.is_conflict() {
+        Failed::Conflict(e.to_string())
+    } else if e.is_permanent() {
+        Failed::Permanent(e.to_string())
+    } else {
+        Failed::Transient(e.to_string())
+    }
+}
+
+fn result_label(r: &Result<Option<Duration>, Failed>) -> &'static str {
     match r {
         Ok(Some(_)) => "requeue_after",
         Ok(None) => "success",
-        Err(ReconcileError::Transient(_)) => "error",
-        Err(ReconcileError::Permanent(_)) => "permanent_error",
+        Err(Failed::Transient(_)) => "error",
+        Err(Failed::Permanent(_)) => "permanent_error",
+        Err(Failed::Conflict(_)) => "conflict",
     }
+}
+
+/// What the cache must show after `action` was executed: a created object (if the reconciler
+/// caches objects like it: its kind is read and the object matches the watch's selector), or a
+/// deleted one gone.
+fn expectation(current: &Current, action: &Action, done: &Executed) -> Option<Expected> {
+    let view: &CacheView = current.view.as_ref();
+    match (action, done) {
+        (Action::Create { object }, Executed::Object(created)) => expect_added(current, created).or_else(|| expect_added(current, object)),
+        (Action::Create { object }, _) => expect_added(current, object),
+        (Action::Delete { key, .. }, _) => {
+            let cached = view.get(&key.kind, key.namespace.as_deref(), &key.name).ok()??;
+            Some(Expected { object: key.clone(), change: ExpectedChange::Deleted { uid: cached.uid().to_owned() } })
+        }
+        _ => None,
+    }
+}
+
+fn expect_added(current: &Current, object: &serde_json::Value) -> Option<Expected> {
+    let field = |p: &str| object.pointer(p).and_then(serde_json::Value::as_str);
+    let kind = KindRef::new(field("/apiVersion")?, field("/kind")?);
+    let name = field("/metadata/name").filter(|n| !n.is_empty())?;
+    if current.view.stores(&kind).is_empty() {
+        return None;
+    }
+    let spec = current.reconciler.spec();
+    let selector = if kind == spec.reconciles {
+        spec.selector.as_deref()
+    } else {
+        spec.watches.iter().find(|w| w.kind == kind).and_then(|w| w.selector.as_deref())
+    };
+    if let Some(selector) = selector {
+        let labels = object.pointer("/metadata/labels");
+        let label = |k: &str| labels.and_then(|l| l.get(k)).and_then(serde_json::Value::as_str);
+        if !Selector::parse(selector).is_ok_and(|s| s.matches_with(label)) {
+            return None;
+        }
+    }
+    let object = expectations::object_key(&kind, field("/metadata/namespace").filter(|n| !n.is_empty()), name);
+    Some(Expected { object, change: ExpectedChange::Added })
 }

@@ -21,6 +21,15 @@ pub enum Reason {
 pub struct Request {
     pub key: ObjectKey,
     pub reason: Reason,
+    /// Why the previous reconcile of this key failed, while it keeps failing.
+    pub last_error: Option<String>,
+}
+
+impl Request {
+    /// A request for `key` with no failure before it.
+    pub fn new(key: ObjectKey, reason: Reason) -> Self {
+        Self { key, reason, last_error: None }
+    }
 }
 
 /// What a successful reconcile returns.
@@ -70,6 +79,14 @@ pub struct IndexDecl {
     pub path: String,
 }
 
+/// A field a plugin reads through metadata reads (contract 0.2 `plugin-metadata.fields`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FieldDecl {
+    pub kind: KindRef,
+    /// Dotted path, e.g. `status.phase`.
+    pub path: String,
+}
+
 /// What a reconciler says about itself: what it reconciles, watches and indexes.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ReconcilerSpec {
@@ -79,6 +96,7 @@ pub struct ReconcilerSpec {
     pub selector: Option<String>,
     pub watches: Vec<WatchSpec>,
     pub indexes: Vec<IndexDecl>,
+    pub fields: Vec<FieldDecl>,
 }
 
 impl ReconcilerSpec {

@@ -165,7 +165,7 @@ namespace: shop
         assert_eq!(m.controller.namespace.as_deref(), Some("shop"));
         assert_eq!(m.controller.rate_limits.base_delay, Duration::from_millis(10));
         assert_eq!(m.limits.timeout, Duration::from_millis(500));
-        let pod = |ns: &str| Action::Delete { key: ObjectKey::new(KindRef::new("v1", "Pod"), Some(ns.into()), "p") };
+        let pod = |ns: &str| Action::delete(ObjectKey::new(KindRef::new("v1", "Pod"), Some(ns.into()), "p"));
         assert!(m.grants.check_action(&pod("shop")).is_ok());
         assert!(m.grants.check_action(&pod("kube-system")).is_err());
     }

@@ -16,6 +16,7 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use futures::StreamExt;
+use futures::stream::BoxStream;
 use kube::api::{Api, DynamicObject};
 use kube::runtime::watcher::{self, watcher};
 use kube::runtime::WatchStreamExt;
@@ -172,11 +173,20 @@ impl Drop for Subscription {
 pub struct InformerRegistry {
     resolver: KindResolver,
     informers: Arc<Mutex<HashMap<InformerKey, Weak<Informer>>>>,
+    /// Fault injection for tests: every watch event reaches the cache this much later.
+    event_delay: Duration,
 }
 
 impl InformerRegistry {
     pub fn new(resolver: KindResolver) -> Self {
-        Self { resolver, informers: Default::default() }
+        Self { resolver, informers: Default::default(), event_delay: Duration::ZERO }
+    }
+
+    /// The same registry whose informers see every watch event `delay` late, as over a slow or
+    /// congested watch (fault injection for tests: the real API server cannot be made slow).
+    pub fn with_event_delay(mut self, delay: Duration) -> Self {
+        self.event_delay = delay;
+        self
     }
 
     pub fn resolver(&self) -> &KindResolver {
@@ -225,6 +235,7 @@ impl InformerRegistry {
             key.clone(),
             api,
             config,
+            self.event_delay,
             store.clone(),
             handlers.clone(),
             synced_tx,
@@ -238,12 +249,14 @@ async fn run_watch(
     key: InformerKey,
     api: Api<DynamicObject>,
     config: watcher::Config,
+    delay: Duration,
     store: Arc<IndexedStore>,
     handlers: Arc<Handlers>,
     synced: watch::Sender<bool>,
     last_error: Arc<Mutex<String>>,
 ) {
-    let mut stream = watcher(api, config).default_backoff().boxed();
+    let stream = watcher(api, config).default_backoff().boxed();
+    let mut stream = if delay.is_zero() { stream } else { delayed(stream, delay) };
     let mut buffer: Vec<serde_json::Value> = Vec::new();
     while let Some(event) = stream.next().await {
         let event = match event {
@@ -284,6 +297,31 @@ async fn run_watch(
             }
         }
     }
+}
+
+/// `stream`'s items, each `delay` after it arrived (a forwarding task stamps them on arrival,
+/// so the delay is constant, not cumulative). Dropping the result stops the forwarder.
+fn delayed<T: Send + 'static>(mut stream: BoxStream<'static, T>, delay: Duration) -> BoxStream<'static, T> {
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    let forwarder = tokio::spawn(async move {
+        while let Some(item) = stream.next().await {
+            if tx.send((tokio::time::Instant::now() + delay, item)).is_err() {
+                break;
+            }
+        }
+    });
+    struct AbortOnDrop(tokio::task::JoinHandle<()>);
+    impl Drop for AbortOnDrop {
+        fn drop(&mut self) {
+            self.0.abort();
+        }
+    }
+    futures::stream::unfold((rx, AbortOnDrop(forwarder)), |(mut rx, guard)| async move {
+        let (due, item) = rx.recv().await?;
+        tokio::time::sleep_until(due).await;
+        Some((item, (rx, guard)))
+    })
+    .boxed()
 }
 
 fn to_value(obj: DynamicObject) -> serde_json::Result<serde_json::Value> {

@@ -25,6 +25,7 @@ impl ReplicaSetReconciler {
                 selector: None,
                 watches: vec![WatchSpec { kind: pod_kind(), mapping: Mapping::Owner, selector: None }],
                 indexes: vec![],
+                fields: vec![],
             },
         }
     }
@@ -69,8 +70,8 @@ impl Reconciler for ReplicaSetReconciler {
             let mut by_ordinal: Vec<_> = pods.iter().map(|p| (ordinal(rs.name(), p.name()), p)).collect();
             // Pods without an ordinal name first, then the highest ordinals.
             by_ordinal.sort_by(|a, b| b.0.map(|x| x as i64).unwrap_or(i64::MAX).cmp(&a.0.map(|x| x as i64).unwrap_or(i64::MAX)));
-            actions.extend(by_ordinal.iter().take(pods.len() - desired).map(|(_, p)| Action::Delete {
-                key: ObjectKey::new(pod_kind(), p.namespace().map(str::to_string), p.name()),
+            actions.extend(by_ordinal.iter().take(pods.len() - desired).map(|(_, p)| {
+                Action::delete(ObjectKey::new(pod_kind(), p.namespace().map(str::to_string), p.name()))
             }));
         }
         let labelled = pods.iter().filter(|p| template_labels_match(&rs_value, p)).count();
@@ -146,7 +147,7 @@ mod tests {
         let mut objects = objects;
         objects.push(json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "other", "namespace": "shop", "resourceVersion": "1"}}));
         let cache = CacheView::from_objects(objects).unwrap();
-        let req = Request { key: ObjectKey::new(rs_kind(), Some("shop".into()), "web"), reason: Reason::Event };
+        let req = Request::new(ObjectKey::new(rs_kind(), Some("shop".into()), "web"), Reason::Event);
         ReplicaSetReconciler::new("rs").reconcile(&req, &cache).unwrap()
     }
 
@@ -167,7 +168,7 @@ mod tests {
     fn deletes_the_highest_ordinals_first() {
         let out = run(vec![rs(1, json!({})), pod(0), pod(1), pod(2)]);
         let deleted: Vec<_> = out.actions.iter().filter_map(|a| match a {
-            Action::Delete { key } => Some(key.name.clone()),
+            Action::Delete { key, .. } => Some(key.name.clone()),
             _ => None,
         }).collect();
         assert_eq!(deleted, vec!["web-2", "web-1"]);

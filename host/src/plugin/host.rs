@@ -19,7 +19,9 @@ use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
 use super::bindings::{cache as wit_cache, log as wit_log, types as wit};
 use super::limits::Limits;
+use super::meta;
 use crate::cache::{self, CacheRead, CachedObject};
+use crate::controller::FieldDecl;
 use crate::grants::{Grants, ReadScope};
 use crate::kinds::KindRef;
 
@@ -43,6 +45,8 @@ pub struct HostState {
     read_budget: usize,
     /// Set when a read went over the budget: the call fails whatever the guest returns.
     pub(crate) reads_exhausted: Option<usize>,
+    /// Fields the plugin declared for metadata reads.
+    fields: Arc<[FieldDecl]>,
 }
 
 impl HostState {
@@ -85,12 +89,21 @@ impl HostState {
             grants,
             read_budget: limits.read_budget().as_usize(),
             reads_exhausted: None,
+            fields: Arc::from([]),
         }
+    }
+
+    /// The fields metadata reads return (from the plugin's metadata).
+    pub(crate) fn declare_fields(&mut self, fields: Arc<[FieldDecl]>) {
+        self.fields = fields;
     }
 
     /// Charge `objects` to the read budget before copying them; past it, the read fails.
     fn charge(&mut self, objects: &[&Arc<CachedObject>]) -> Result<(), wit_cache::CacheError> {
-        let bytes: usize = objects.iter().map(|o| o.json().len()).sum();
+        self.charge_bytes(objects.iter().map(|o| o.json().len()).sum())
+    }
+
+    fn charge_bytes(&mut self, bytes: usize) -> Result<(), wit_cache::CacheError> {
         if self.reads_exhausted.is_some() || bytes > self.read_budget {
             let budget = self.read_budget;
             self.reads_exhausted.get_or_insert(budget);
@@ -107,6 +120,26 @@ impl HostState {
         let visible: Vec<&Arc<CachedObject>> = objects.iter().filter(|o| scope.allows(o.namespace())).collect();
         self.charge(&visible)?;
         Ok(visible.into_iter().map(|o| o.json().to_owned()).collect())
+    }
+
+    /// The metadata of `objects` the plugin may see, charged to the budget.
+    fn metas(&mut self, kind: &KindRef, objects: Vec<Arc<CachedObject>>, scope: &ReadScope) -> Result<Vec<wit::ObjectMeta>, wit_cache::CacheError> {
+        let paths: Vec<&str> = self.fields.iter().filter(|f| &f.kind == kind).map(|f| f.path.as_str()).collect();
+        let metas: Vec<wit::ObjectMeta> =
+            objects.iter().filter(|o| scope.allows(o.namespace())).map(|o| meta::object_meta(o, &paths)).collect();
+        self.charge_bytes(metas.iter().map(meta::size).sum())?;
+        Ok(metas)
+    }
+
+    /// Check a read of `kind` (in `namespace`, or all granted namespaces) against the grants.
+    fn check_list(&self, kind: &KindRef, namespace: Option<&str>) -> Result<ReadScope, wit_cache::CacheError> {
+        let scope = self.read_scope(kind);
+        // One namespace must be granted; all namespaces are filtered down to the granted ones.
+        let refused = match namespace {
+            Some(ns) => !scope.allows(Some(ns)),
+            None => scope == ReadScope::None,
+        };
+        if refused { Err(self.not_granted(kind, namespace)) } else { Ok(scope) }
     }
 
     fn read_scope(&self, kind: &KindRef) -> ReadScope {
@@ -175,15 +208,7 @@ impl wit_cache::Host for HostState {
         selector: Option<String>,
     ) -> Result<Vec<String>, wit_cache::CacheError> {
         let kind = kind_ref(kind);
-        let scope = self.read_scope(&kind);
-        // One namespace must be granted; all namespaces are filtered down to the granted ones.
-        let refused = match namespace.as_deref() {
-            Some(ns) => !scope.allows(Some(ns)),
-            None => scope == ReadScope::None,
-        };
-        if refused {
-            return Err(self.not_granted(&kind, namespace.as_deref()));
-        }
+        let scope = self.check_list(&kind, namespace.as_deref())?;
         let found = self
             .cache()?
             .list(&kind, namespace.as_deref(), selector.as_deref())
@@ -204,6 +229,48 @@ impl wit_cache::Host for HostState {
         }
         let found = self.cache()?.by_index(&kind, &index, &value).map_err(cache_error)?;
         self.jsons(found, &scope)
+    }
+
+    fn get_meta(
+        &mut self,
+        kind: wit::KindRef,
+        namespace: Option<String>,
+        name: String,
+    ) -> Result<Option<wit::ObjectMeta>, wit_cache::CacheError> {
+        let kind = kind_ref(kind);
+        let scope = self.read_scope(&kind);
+        if !scope.allows(namespace.as_deref()) {
+            return Err(self.not_granted(&kind, namespace.as_deref()));
+        }
+        let found = self.cache()?.get(&kind, namespace.as_deref(), &name).map_err(cache_error)?;
+        Ok(self.metas(&kind, found.into_iter().collect(), &scope)?.pop())
+    }
+
+    fn list_meta(
+        &mut self,
+        kind: wit::KindRef,
+        namespace: Option<String>,
+        selector: Option<String>,
+    ) -> Result<Vec<wit::ObjectMeta>, wit_cache::CacheError> {
+        let kind = kind_ref(kind);
+        let scope = self.check_list(&kind, namespace.as_deref())?;
+        let found = self.cache()?.list(&kind, namespace.as_deref(), selector.as_deref()).map_err(cache_error)?;
+        self.metas(&kind, found, &scope)
+    }
+
+    fn by_index_meta(
+        &mut self,
+        kind: wit::KindRef,
+        index: String,
+        value: String,
+    ) -> Result<Vec<wit::ObjectMeta>, wit_cache::CacheError> {
+        let kind = kind_ref(kind);
+        let scope = self.read_scope(&kind);
+        if scope == ReadScope::None {
+            return Err(self.not_granted(&kind, None));
+        }
+        let found = self.cache()?.by_index(&kind, &index, &value).map_err(cache_error)?;
+        self.metas(&kind, found, &scope)
     }
 }
 

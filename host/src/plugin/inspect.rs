@@ -64,7 +64,7 @@ pub fn inspect(engine: &PluginEngine, bytes: &[u8]) -> Result<Inspection> {
     let compatible = checked.is_ok();
     let (metadata, metadata_error) = match checked
         .and_then(|_| runtime::instantiate_for_metadata(engine, &compiled.component, &Limits::default()))
-        .and_then(|m| runtime::spec_from_metadata(m).map_err(runtime::Error::InvalidMetadata))
+        .and_then(|m| super::convert::spec_from_metadata(m).map_err(runtime::Error::InvalidMetadata))
     {
         Ok(spec) => (Some(spec), None),
         Err(e) => (None, Some(e.to_string())),

@@ -6,11 +6,16 @@
 //!   on-disk [`PrecompiledCache`];
 //! - [`host`]: the per-call Store data: zero-capability WASI, memory limiter, the `cache` and
 //!   `log` imports (reads checked against the plugin's grants);
+//! - [`bindings`], `convert`, `compat`: the contract's WIT (0.2, and 0.1 still loaded) and the
+//!   conversions between its types and the host's;
 //! - [`runtime`]: [`WasmPlugin`], loading + validation and `impl Reconciler` (fresh Store per
 //!   reconcile, traps/timeouts/OOM as transient errors, counted in [`PluginStats`]);
 //! - [`inspect`]: describe a plugin file for `wasmloop inspect`.
 
 pub mod bindings;
+mod compat;
+mod convert;
+mod meta;
 pub mod engine;
 pub mod host;
 pub mod inspect;

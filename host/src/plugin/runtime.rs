@@ -13,22 +13,19 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use serde_json::Value;
-use wasmloop_model::{Naming, Target, json_type};
 use wasmtime::component::Component;
 use wasmtime::{Store, Trap};
 
-use super::bindings::{self, ControllerPre, types as wit};
+use super::bindings::{self, ControllerPre, types as wit, v0_1};
+use super::compat;
+use super::convert::{spec_from_metadata, to_outcome, to_wit_request};
 use super::engine::{self, Compiled, PluginEngine};
 use super::host::{HostState, OutputRate};
 use super::limits::{self, Limits};
-use crate::actions::{Action, EventType};
+use crate::actions::Action;
 use crate::cache::CacheRead;
-use crate::controller::{
-    IndexDecl, Mapping, Outcome, Reason, ReconcileError, Reconciler, ReconcilerSpec, Request, WatchSpec,
-};
+use crate::controller::{FieldDecl, Outcome, ReconcileError, Reconciler, ReconcilerSpec, Request};
 use crate::grants::{self, Grants};
-use crate::kinds::{KindRef, ObjectKey};
 
 /// Why a plugin was not loaded.
 #[derive(Debug, thiserror::Error)]
@@ -179,8 +176,10 @@ pub struct WasmPlugin {
     digest: String,
     size: usize,
     contract_version: String,
-    pre: ControllerPre<HostState>,
+    pre: Pre,
     spec: ReconcilerSpec,
+    /// The fields metadata reads return (shared with every call's Store).
+    fields: Arc<[FieldDecl]>,
     limits: Limits,
     grants: Arc<Grants>,
     counters: Counters,
@@ -224,8 +223,7 @@ impl WasmPlugin {
         limits.validate(engine.limits())?;
         let component = &compiled.component;
         let contract_version = check_contract(engine, component)?;
-        let pre = engine.linker().instantiate_pre(component).map_err(|e| Error::Link(format!("{e:#}")))?;
-        let pre = ControllerPre::new(pre).map_err(|e| Error::Link(format!("{e:#}")))?;
+        let pre = Pre::new(engine, component, &contract_version)?;
 
         let label: Arc<str> = Arc::from(if grants.plugin().is_empty() { "(loading)" } else { grants.plugin() });
         let grants = Arc::new(grants);
@@ -254,6 +252,7 @@ impl WasmPlugin {
             size: compiled.size,
             contract_version,
             pre,
+            fields: spec.fields.clone().into(),
             spec,
             output_rate: Arc::new(OutputRate::new(limits.output_per_minute.as_usize())),
             limits,
@@ -291,7 +290,7 @@ impl WasmPlugin {
 
     /// The compiled component (e.g. to serialise it).
     pub fn component(&self) -> &Component {
-        self.pre.instance_pre().component()
+        self.pre.component()
     }
 
     /// A snapshot of the call counters.
@@ -330,16 +329,13 @@ impl WasmPlugin {
         };
         let started = Instant::now();
         let key = request.key.to_string();
-        let mut store =
-            new_store(&self.engine, self.name.clone(), Some(key), &self.limits, self.grants.clone(), Some(cache), self.output_rate.clone());
+        let mut store = new_store(&self.engine, self.name.clone(), Some(key), &self.limits, self.grants.clone(), Some(cache), self.output_rate.clone());
+        store.data_mut().declare_fields(self.fields.clone());
         let output = store.data().output.clone();
         let wit_request = to_wit_request(request);
         let pre = &self.pre;
         let run = async move {
-            let result = match pre.instantiate_async(&mut store).await {
-                Ok(instance) => Ok(instance.wasmloop_controller_plugin().call_reconcile(&mut store, &wit_request).await),
-                Err(e) => Err(e),
-            };
+            let result = pre.reconcile(&mut store, &wit_request).await;
             (result, store)
         };
         let finished = within_deadline(self.limits.timeout, run);
@@ -484,6 +480,58 @@ fn new_store(
     store
 }
 
+/// A component linked for instantiation, under the contract version it was built against.
+enum Pre {
+    V0_2(ControllerPre<HostState>),
+    V0_1(v0_1::ControllerPre<HostState>),
+}
+
+type Called<T> = wasmtime::Result<wasmtime::Result<T>>;
+
+impl Pre {
+    fn new(engine: &PluginEngine, component: &Component, contract_version: &str) -> Result<Self> {
+        let link = |e: wasmtime::Error| Error::Link(format!("{e:#}"));
+        let pre = engine.linker().instantiate_pre(component).map_err(link)?;
+        Ok(if compatible(contract_version, v0_1::VERSION) {
+            Pre::V0_1(v0_1::ControllerPre::new(pre).map_err(link)?)
+        } else {
+            Pre::V0_2(ControllerPre::new(pre).map_err(link)?)
+        })
+    }
+
+    fn component(&self) -> &Component {
+        match self {
+            Pre::V0_2(p) => p.instance_pre().component(),
+            Pre::V0_1(p) => p.instance_pre().component(),
+        }
+    }
+
+    /// Instantiate (outer error) and call `metadata()` (inner error: a trap).
+    async fn metadata(&self, store: &mut Store<HostState>) -> Called<wit::PluginMetadata> {
+        Ok(match self {
+            Pre::V0_2(pre) => pre.instantiate_async(&mut *store).await?.wasmloop_controller_plugin().call_metadata(store).await,
+            Pre::V0_1(pre) => {
+                let plugin = pre.instantiate_async(&mut *store).await?;
+                plugin.wasmloop_controller_plugin().call_metadata(store).await.map(compat::metadata)
+            }
+        })
+    }
+
+    /// Instantiate (outer error) and call `reconcile()` (inner error: a trap).
+    async fn reconcile(&self, store: &mut Store<HostState>, request: &wit::Request) -> Called<Result<wit::Outcome, wit::ReconcileError>> {
+        Ok(match self {
+            Pre::V0_2(pre) => {
+                pre.instantiate_async(&mut *store).await?.wasmloop_controller_plugin().call_reconcile(store, request).await
+            }
+            Pre::V0_1(pre) => {
+                let plugin = pre.instantiate_async(&mut *store).await?;
+                let answer = plugin.wasmloop_controller_plugin().call_reconcile(store, &compat::request(request)).await;
+                answer.map(|r| r.map(compat::outcome).map_err(compat::error))
+            }
+        })
+    }
+}
+
 /// `(major, minor, patch)` of a `x.y.z[-pre]` version.
 fn parse_version(v: &str) -> Option<(u64, u64, u64)> {
     let core = v.split(['-', '+']).next()?;
@@ -520,12 +568,12 @@ pub fn check_export_names<'a>(names: impl IntoIterator<Item = &'a str>) -> Resul
         _ => None,
     });
     match found {
-        Some(Some(version)) if compatible(version, bindings::VERSION) => Ok(version.to_owned()),
+        Some(Some(version)) if bindings::SUPPORTED.iter().any(|host| compatible(version, host)) => Ok(version.to_owned()),
         Some(found) => Err(Error::WrongVersion {
             package: bindings::PACKAGE,
             found: found.unwrap_or("(no version)").to_owned(),
             expected: bindings::VERSION,
-            compatible: compatible_range(bindings::VERSION),
+            compatible: bindings::SUPPORTED.iter().map(|v| compatible_range(v)).collect::<Vec<_>>().join(", "),
         }),
         None => Err(Error::NoPluginExport {
             expected: prefix,
@@ -542,144 +590,10 @@ pub fn check_contract(engine: &PluginEngine, component: &Component) -> Result<St
     check_export_names(names)
 }
 
-fn to_wit_key(k: &ObjectKey) -> wit::ObjectKey {
-    wit::ObjectKey {
-        api_version: k.kind.api_version.clone(),
-        kind: k.kind.kind.clone(),
-        namespace: k.namespace.clone(),
-        name: k.name.clone(),
-    }
-}
-
-fn to_wit_request(r: &Request) -> wit::Request {
-    wit::Request {
-        key: to_wit_key(&r.key),
-        reason: match r.reason {
-            Reason::Event => wit::Reason::Event,
-            Reason::Resync => wit::Reason::Resync,
-            Reason::Requeue => wit::Reason::Requeue,
-            Reason::Retry(n) => wit::Reason::Retry(n),
-        },
-    }
-}
-
-fn from_wit_kind(k: wit::KindRef) -> KindRef {
-    KindRef::new(k.api_version, k.kind)
-}
-
-fn checked_kind(k: wit::KindRef, what: &str) -> Result<KindRef, String> {
-    let kind = from_wit_kind(k);
-    if kind.kind.is_empty() || kind.group_version().is_err() {
-        return Err(format!("{what}: invalid kind {:?} / {:?}", kind.api_version, kind.kind));
-    }
-    Ok(kind)
-}
-
-/// Convert and validate `metadata()`'s answer.
-pub(crate) fn spec_from_metadata(m: wit::PluginMetadata) -> Result<ReconcilerSpec, String> {
-    let name = m.name.trim().to_owned();
-    let name_ok = !name.is_empty()
-        && name.len() <= 63
-        && name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
-        && !name.starts_with('-')
-        && !name.ends_with('-');
-    if !name_ok {
-        return Err(format!("name {:?} must be a DNS label (lowercase letters, digits, '-', at most 63)", m.name));
-    }
-    if let Err(e) = semver::Version::parse(&m.version) {
-        let shown: String = m.version.chars().take(64).collect();
-        return Err(format!("version {shown:?} is not a semantic version (e.g. 1.2.3): {e}"));
-    }
-    let reconciles = checked_kind(m.reconciles, "reconciles")?;
-    let watches = m
-        .watches
-        .into_iter()
-        .enumerate()
-        .map(|(i, w)| {
-            Ok(WatchSpec {
-                kind: checked_kind(w.kind, &format!("watches[{i}]"))?,
-                mapping: match w.mapping {
-                    wit::Mapping::Owner => Mapping::Owner,
-                    wit::Mapping::Label(l) => Mapping::Label(l),
-                    wit::Mapping::SameName => Mapping::SameName,
-                    wit::Mapping::Namespace => Mapping::Namespace,
-                },
-                selector: w.selector,
-            })
-        })
-        .collect::<Result<Vec<_>, String>>()?;
-    let indexes = m
-        .indexes
-        .into_iter()
-        .enumerate()
-        .map(|(i, x)| {
-            if x.name.is_empty() || x.path.is_empty() {
-                return Err(format!("indexes[{i}]: name and path are required"));
-            }
-            Ok(IndexDecl { kind: checked_kind(x.kind, &format!("indexes[{i}]"))?, name: x.name, path: x.path })
-        })
-        .collect::<Result<Vec<_>, String>>()?;
-    Ok(ReconcilerSpec { name, version: m.version, reconciles, selector: m.selector, watches, indexes })
-}
-
-/// Parse an object action's JSON and check its target with the one rule
-/// ([`wasmloop_model::Target`]): apiVersion, kind, metadata.name (or generateName for create).
-fn object_json(i: usize, verb: &'static str, json: &str) -> Result<Value, String> {
-    let value: Value =
-        serde_json::from_str(json).map_err(|e| format!("action {i} ({verb}): invalid JSON: {e}"))?;
-    let naming = if verb == "create" { Naming::NameOrGenerate } else { Naming::NameOnly(verb) };
-    Target::of_object(&value, naming).map_err(|e| format!("action {i} ({verb}): {e}"))?;
-    Ok(value)
-}
-
-fn checked_key(i: usize, verb: &str, k: wit::ObjectKey) -> Result<ObjectKey, String> {
-    Target::of_key(&k.api_version, &k.kind, k.namespace.as_deref(), &k.name).map_err(|e| format!("action {i} ({verb}): {e}"))?;
-    Ok(ObjectKey::new(KindRef::new(k.api_version, k.kind), k.namespace.filter(|n| !n.is_empty()), k.name))
-}
-
-/// Convert the guest's outcome, naming the first bad action.
-pub(crate) fn to_outcome(o: wit::Outcome, limits: &Limits) -> Result<Outcome, String> {
-    if o.actions.len() > limits.max_actions as usize {
-        return Err(format!("{} actions, more than limits.maxActions {}", o.actions.len(), limits.max_actions));
-    }
-    let mut actions = Vec::with_capacity(o.actions.len());
-    for (i, a) in o.actions.into_iter().enumerate() {
-        actions.push(match a {
-            wit::Action::Create(json) => Action::Create { object: object_json(i, "create", &json)? },
-            wit::Action::Apply(json) => Action::Apply { object: object_json(i, "apply", &json)? },
-            wit::Action::Delete(key) => Action::Delete { key: checked_key(i, "delete", key)? },
-            wit::Action::UpdateStatus(u) => {
-                let key = checked_key(i, "update-status", u.key)?;
-                let status: Value = serde_json::from_str(&u.status)
-                    .map_err(|e| format!("action {i} (update-status): invalid status JSON: {e}"))?;
-                if !status.is_object() {
-                    return Err(format!("action {i} (update-status): status must be a JSON object, got {}", json_type(&status)));
-                }
-                Action::UpdateStatus { key, status }
-            }
-            wit::Action::Event(e) => {
-                if e.reason.is_empty() {
-                    return Err(format!("action {i} (event): reason is required"));
-                }
-                Action::Event {
-                    regarding: checked_key(i, "event", e.regarding)?,
-                    event_type: match e.event_type {
-                        wit::EventType::Normal => EventType::Normal,
-                        wit::EventType::Warning => EventType::Warning,
-                    },
-                    reason: e.reason,
-                    message: e.message,
-                }
-            }
-        });
-    }
-    Ok(Outcome { actions, requeue_after: o.requeue_after_ms.map(Duration::from_millis) })
-}
-
 /// Instantiate in a fresh Store (no cache) and call `metadata()`, within the call deadline.
 fn call_metadata(
     engine: &PluginEngine,
-    pre: &ControllerPre<HostState>,
+    pre: &Pre,
     label: &Arc<str>,
     limits: &Limits,
     grants: Arc<Grants>,
@@ -688,10 +602,7 @@ fn call_metadata(
     let mut store = new_store(engine, label.clone(), None, limits, grants, None, rate);
     let output = store.data().output.clone();
     let run = async move {
-        let result = match pre.instantiate_async(&mut store).await {
-            Ok(instance) => Ok(instance.wasmloop_controller_plugin().call_metadata(&mut store).await),
-            Err(e) => Err(e),
-        };
+        let result = pre.metadata(&mut store).await;
         (result, store)
     };
     let finished = within_deadline(limits.timeout, run);
@@ -735,8 +646,7 @@ pub(crate) fn instantiate_for_metadata(
     component: &Component,
     limits: &Limits,
 ) -> Result<wit::PluginMetadata> {
-    let pre = engine.linker().instantiate_pre(component).map_err(|e| Error::Link(format!("{e:#}")))?;
-    let pre = ControllerPre::new(pre).map_err(|e| Error::Link(format!("{e:#}")))?;
+    let pre = Pre::new(engine, component, &check_contract(engine, component)?)?;
     let label: Arc<str> = Arc::from("(inspect)");
     no_panic(|| call_metadata(engine, &pre, &label, limits, Arc::new(Grants::none("(inspect)"))))
         .map_err(|what| Error::Metadata(format!("the host panicked while calling metadata(): {what}")))?
@@ -761,18 +671,18 @@ mod tests {
 
     #[test]
     fn export_names_are_checked() {
-        let ok = check_export_names(["wasmloop:controller/plugin@0.1.2"]).unwrap();
-        assert_eq!(ok, "0.1.2");
-        let err = check_export_names(["wasmloop:controller/plugin@0.2.0"]).unwrap_err().to_string();
+        assert_eq!(check_export_names(["wasmloop:controller/plugin@0.1.2"]).unwrap(), "0.1.2");
+        assert_eq!(check_export_names(["wasmloop:controller/plugin@0.2.0"]).unwrap(), "0.2.0");
+        let err = check_export_names(["wasmloop:controller/plugin@0.3.0"]).unwrap_err().to_string();
         assert_eq!(
             err,
-            "the plugin targets wasmloop:controller@0.2.0 but this host speaks wasmloop:controller@0.1.0 \
-             (compatible: 0.1.x); rebuild it against a matching SDK"
+            "the plugin targets wasmloop:controller@0.3.0 but this host speaks wasmloop:controller@0.2.0 \
+             (compatible: 0.2.x, 0.1.x); rebuild it against a matching SDK"
         );
         let err = check_export_names(["wasmloop:controller/plugin"]).unwrap_err().to_string();
         assert!(err.contains("targets wasmloop:controller@(no version)"), "{err}");
         let err = check_export_names(["wasi:http/incoming-handler@0.2.0"]).unwrap_err().to_string();
-        assert!(err.contains("does not export wasmloop:controller/plugin@0.1.0 (it exports: wasi:http/incoming-handler@0.2.0)"), "{err}");
+        assert!(err.contains("does not export wasmloop:controller/plugin@0.2.0 (it exports: wasi:http/incoming-handler@0.2.0)"), "{err}");
         let err = check_export_names([]).unwrap_err().to_string();
         assert!(err.contains("it exports: nothing"), "{err}");
     }
@@ -784,74 +694,4 @@ mod tests {
         assert!(wit.contains(&expected), "bindings::VERSION is out of date with wit/controller.wit ({expected})");
     }
 
-    fn key(name: &str) -> wit::ObjectKey {
-        wit::ObjectKey { api_version: "v1".into(), kind: "Pod".into(), namespace: Some("ns".into()), name: name.into() }
-    }
-
-    #[test]
-    fn outcomes_convert_and_bad_actions_are_named() {
-        let limits = Limits::default();
-        let good = wit::Outcome {
-            actions: vec![
-                wit::Action::Create(json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"generateName": "p-"}}).to_string()),
-                wit::Action::Delete(key("a")),
-                wit::Action::UpdateStatus(wit::StatusUpdate { key: key("b"), status: r#"{"ready":1}"#.into() }),
-                wit::Action::Event(wit::Event {
-                    regarding: key("c"),
-                    event_type: wit::EventType::Warning,
-                    reason: "Boom".into(),
-                    message: "m".into(),
-                }),
-            ],
-            requeue_after_ms: Some(1500),
-        };
-        let o = to_outcome(good, &limits).unwrap();
-        assert_eq!(o.actions.len(), 4);
-        assert_eq!(o.requeue_after, Some(Duration::from_millis(1500)));
-        assert!(matches!(&o.actions[3], Action::Event { event_type: EventType::Warning, .. }));
-
-        let bad = |a: wit::Action| to_outcome(wit::Outcome { actions: vec![a], requeue_after_ms: None }, &limits).unwrap_err();
-        let err = bad(wit::Action::Create("{not json".into()));
-        assert!(err.starts_with("action 0 (create): invalid JSON: key must be a string"), "{err}");
-        let err = bad(wit::Action::Apply(r#"{"apiVersion":"v1","kind":"Pod","metadata":{}}"#.into()));
-        assert_eq!(err, "action 0 (apply): the object has no metadata.name");
-        let err = bad(wit::Action::Create("[1]".into()));
-        assert_eq!(err, "action 0 (create): expected a JSON object, got an array");
-        let err = bad(wit::Action::Create(r#"{"metadata":{"name":"x"}}"#.into()));
-        assert_eq!(err, "action 0 (create): the object has no apiVersion");
-        let err = bad(wit::Action::UpdateStatus(wit::StatusUpdate { key: key("b"), status: "3".into() }));
-        assert!(err.contains("status must be a JSON object, got a number"), "{err}");
-        let err = bad(wit::Action::Delete(key("")));
-        assert_eq!(err, "action 0 (delete): the object has no name");
-        let err = bad(wit::Action::Delete(wit::ObjectKey { name: "p/status".into(), ..key("a") }));
-        assert!(err.contains("subresources are not action targets"), "{err}");
-
-        let many = wit::Outcome { actions: vec![wit::Action::Delete(key("a")); 3], requeue_after_ms: None };
-        let err = to_outcome(many, &Limits { max_actions: 2, ..Limits::default() }).unwrap_err();
-        assert_eq!(err, "3 actions, more than limits.maxActions 2");
-    }
-
-    #[test]
-    fn metadata_is_validated() {
-        let kind = |a: &str, k: &str| wit::KindRef { api_version: a.into(), kind: k.into() };
-        let meta = |name: &str, reconciles: wit::KindRef| wit::PluginMetadata {
-            name: name.into(),
-            version: "1.0.0".into(),
-            reconciles,
-            selector: None,
-            watches: vec![wit::Watch { kind: kind("v1", "Pod"), mapping: wit::Mapping::Owner, selector: None }],
-            indexes: vec![],
-        };
-        let spec = spec_from_metadata(meta("podset", kind("wasmloop.dev/v1alpha1", "PodSet"))).unwrap();
-        assert_eq!(spec.reconciles, KindRef::new("wasmloop.dev/v1alpha1", "PodSet"));
-        assert_eq!(spec.watches[0].mapping, Mapping::Owner);
-        let err = spec_from_metadata(meta("Pod Set", kind("v1", "Pod"))).unwrap_err();
-        assert!(err.contains("must be a DNS label"), "{err}");
-        let mut bad_version = meta("podset", kind("v1", "Pod"));
-        bad_version.version = "1.0\"} evil=\"1".into();
-        let err = spec_from_metadata(bad_version).unwrap_err();
-        assert!(err.contains("is not a semantic version"), "{err}");
-        let err = spec_from_metadata(meta("x", kind("a/b/c", "Pod"))).unwrap_err();
-        assert!(err.starts_with("reconciles: invalid kind"), "{err}");
-    }
 }

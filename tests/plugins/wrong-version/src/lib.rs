@@ -1,4 +1,4 @@
-//! Test plugin `wrong-version`: built against `wasmloop:controller@0.2.0` (a copy of the WIT in
+//! Test plugin `wrong-version`: built against `wasmloop:controller@0.9.0` (a copy of the WIT in
 //! this crate's `wit/`), which this host (0.1.x) must refuse to load, naming both versions.
 #![cfg(target_arch = "wasm32")]
 

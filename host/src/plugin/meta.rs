@@ -1,0 +1,131 @@
+//! Metadata reads (`cache.get-meta`, `list-meta`, `by-index-meta`): an object's metadata and the
+//! plugin's declared fields, handed to the guest as WIT records so it parses no JSON.
+
+use serde_json::Value;
+
+use super::bindings::types as wit;
+use crate::cache::CachedObject;
+
+/// The metadata of `o` with the values of `paths` (declared fields of its kind).
+pub(crate) fn object_meta(o: &CachedObject, paths: &[&str]) -> wit::ObjectMeta {
+    let value: Value = serde_json::from_str(o.json()).unwrap_or(Value::Null);
+    let meta = &value["metadata"];
+    let text = |v: &Value| v.as_str().map(str::to_owned);
+    let pairs = |field: &str| -> Vec<(String, String)> {
+        meta.get(field)
+            .and_then(Value::as_object)
+            .map(|m| m.iter().filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_owned()))).collect())
+            .unwrap_or_default()
+    };
+    let owner_references = meta
+        .get("ownerReferences")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .map(|r| {
+            let s = |f: &str| r.get(f).and_then(Value::as_str).unwrap_or_default().to_owned();
+            let b = |f: &str| r.get(f).and_then(Value::as_bool).unwrap_or(false);
+            wit::OwnerReference {
+                api_version: s("apiVersion"),
+                kind: s("kind"),
+                name: s("name"),
+                uid: s("uid"),
+                controller: b("controller"),
+                block_owner_deletion: b("blockOwnerDeletion"),
+            }
+        })
+        .collect();
+    wit::ObjectMeta {
+        namespace: o.namespace().map(str::to_owned),
+        name: o.name().to_owned(),
+        uid: o.uid().to_owned(),
+        resource_version: o.resource_version().to_owned(),
+        generation: o.generation(),
+        creation_timestamp: text(&meta["creationTimestamp"]),
+        deletion_timestamp: text(&meta["deletionTimestamp"]),
+        labels: o.labels().map(|(k, v)| (k.to_owned(), v.to_owned())).collect(),
+        annotations: pairs("annotations"),
+        owner_references,
+        finalizers: meta
+            .get("finalizers")
+            .and_then(Value::as_array)
+            .map(|f| f.iter().filter_map(text).collect())
+            .unwrap_or_default(),
+        fields: paths.iter().map(|p| field(&value, p).map(|v| v.to_string())).collect(),
+    }
+}
+
+/// The value at a dotted path: `metadata.labels.<key>` and `metadata.annotations.<key>` take the
+/// rest as one key; a numeric segment indexes a list. Null counts as absent.
+pub(crate) fn field<'a>(value: &'a Value, path: &str) -> Option<&'a Value> {
+    for prefix in ["metadata.labels.", "metadata.annotations.", "labels."] {
+        if let Some(key) = path.strip_prefix(prefix) {
+            let map = if prefix == "metadata.annotations." { "annotations" } else { "labels" };
+            return value.get("metadata")?.get(map)?.get(key).filter(|v| !v.is_null());
+        }
+    }
+    let mut at = value;
+    for segment in path.split('.') {
+        at = match at {
+            Value::Array(items) => items.get(segment.parse::<usize>().ok()?)?,
+            other => other.get(segment)?,
+        };
+    }
+    (!at.is_null()).then_some(at)
+}
+
+/// Bytes a metadata record copies into the guest (charged to the read budget).
+pub(crate) fn size(m: &wit::ObjectMeta) -> usize {
+    let opt = |s: &Option<String>| s.as_ref().map_or(0, String::len);
+    let pairs = |p: &[(String, String)]| p.iter().map(|(k, v)| k.len() + v.len()).sum::<usize>();
+    m.name.len()
+        + opt(&m.namespace)
+        + m.uid.len()
+        + m.resource_version.len()
+        + opt(&m.creation_timestamp)
+        + opt(&m.deletion_timestamp)
+        + pairs(&m.labels)
+        + pairs(&m.annotations)
+        + m.owner_references.iter().map(|r| r.api_version.len() + r.kind.len() + r.name.len() + r.uid.len()).sum::<usize>()
+        + m.finalizers.iter().map(String::len).sum::<usize>()
+        + m.fields.iter().map(opt).sum::<usize>()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn metadata_and_declared_fields_are_read() {
+        let pod = json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {
+                "name": "web-1", "namespace": "shop", "uid": "u1", "resourceVersion": "7",
+                "creationTimestamp": "2026-01-01T00:00:00Z", "deletionTimestamp": "2026-01-02T00:00:00Z",
+                "labels": {"app": "web"}, "annotations": {"a.io/x": "1"}, "finalizers": ["f/x"],
+                "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web", "uid": "rs", "controller": true}],
+            },
+            "spec": {"nodeName": "n1", "containers": [{"image": "nginx"}]},
+            "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]},
+        });
+        let cached = CachedObject::from_value(pod).unwrap();
+        let m = object_meta(&cached, &["status.phase", "spec.containers.0.image", "status.conditions", "spec.missing", "metadata.annotations.a.io/x"]);
+        assert_eq!((m.name.as_str(), m.namespace.as_deref(), m.uid.as_str(), m.resource_version.as_str()), ("web-1", Some("shop"), "u1", "7"));
+        assert_eq!(m.deletion_timestamp.as_deref(), Some("2026-01-02T00:00:00Z"));
+        assert_eq!(m.labels, vec![("app".to_owned(), "web".to_owned())]);
+        assert_eq!(m.finalizers, vec!["f/x".to_owned()]);
+        assert!(m.owner_references[0].controller && !m.owner_references[0].block_owner_deletion);
+        assert_eq!(
+            m.fields,
+            vec![
+                Some("\"Running\"".to_owned()),
+                Some("\"nginx\"".to_owned()),
+                Some(r#"[{"status":"True","type":"Ready"}]"#.to_owned()),
+                None,
+                Some("\"1\"".to_owned()),
+            ]
+        );
+        assert!(size(&m) > 40);
+    }
+}
