@@ -180,7 +180,7 @@ async fn replicaset_plugin_converges_100_replicasets_of_10() -> Result<()> {
     init_tracing();
     let host = Host::new().await?;
     let ns = TestNamespace::create(&host.client, "rs100").await?;
-    let manifest = format!("namespace: {}\nconcurrency: 4\nqueue: {{qps: 1000, burst: 1000}}\napi: {{qps: 1000, burst: 1000}}\ngrants:\n  - kinds: [\"apps/v1/ReplicaSet\"]\n    verbs: [read, update-status]\n  - kinds: [\"v1/Pod\"]\n    verbs: [read, create, delete]\n", ns.name);
+    let manifest = format!("namespace: {}\nconcurrency: 4\nqueue: {{qps: 1000, burst: 1000}}\napi: {{qps: 1000, burst: 1000}}\ngrants:\n  - kinds: [\"apps/v1/ReplicaSet\"]\n    verbs: [read, update-status]\n  - kinds: [\"v1/Pod\"]\n    verbs: [read, create, delete, patch]\n", ns.name);
     let (ctl, wasm) = start_plugin(&host, "replicaset", &manifest).await?;
     let rs_api: Api<ReplicaSet> = Api::namespaced(host.client.clone(), &ns.name);
     let start = Instant::now();
@@ -205,12 +205,15 @@ async fn replicaset_plugin_converges_100_replicasets_of_10() -> Result<()> {
     })
     .await?;
     eprintln!("replicaset: 100 × 10 converged in {:?} ({} reconciles)", start.elapsed(), wasm.stats().calls);
-    // No duplicates: every pod name is <rs>-<0..9>.
+    // No duplicates: every ReplicaSet controls exactly 10 Pods, named from its generateName.
+    let mut per_owner = std::collections::BTreeMap::<String, usize>::new();
     for p in pods.list(&ListParams::default()).await?.items {
-        let name = p.metadata.name.unwrap_or_default();
-        let ordinal: usize = name.rsplit('-').next().and_then(|o| o.parse().ok()).context("pod name without ordinal")?;
-        assert!(ordinal < 10, "unexpected pod {name}");
+        let name = p.metadata.name.clone().unwrap_or_default();
+        let owner = p.metadata.owner_references.unwrap_or_default().into_iter().find(|o| o.controller == Some(true)).context("a Pod without controller")?;
+        assert!(name.starts_with(&format!("{}-", owner.name)), "Pod {name} is not named after its ReplicaSet {}", owner.name);
+        *per_owner.entry(owner.name).or_default() += 1;
     }
+    assert!(per_owner.len() == 100 && per_owner.values().all(|n| *n == 10), "{per_owner:?}");
     ctl.shutdown(Duration::from_secs(5)).await;
     ns.cleanup().await
 }

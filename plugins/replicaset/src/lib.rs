@@ -1,36 +1,47 @@
-//! `replicaset`: the `apps/v1` ReplicaSet controller as a wasmloop plugin.
+//! `replicaset`: the `apps/v1` ReplicaSet controller as a wasmloop plugin, with
+//! kube-controller-manager v1.20's semantics (`pkg/controller/replicaset/`), checked against
+//! KCM itself on the same API server by `tests/tests/kcm_parity.rs`.
 //!
-//! It keeps `spec.replicas` Pods from `spec.template`, owned by the ReplicaSet (controller owner
-//! reference), and reports `status.replicas`, `fullyLabeledReplicas`, `readyReplicas`,
-//! `availableReplicas` (only when `minReadySeconds` is 0) and `observedGeneration`, writing status
-//! only when it changes.
+//! For each ReplicaSet it
+//! - **claims** Pods as KCM's `ClaimPods` does: active Pods (not terminating, not Succeeded or
+//!   Failed) it controls and that match the selector are its own; matching orphans are
+//!   **adopted** (a JSON patch adding the controller reference, guarded by the Pod's uid and
+//!   resourceVersion), never while the ReplicaSet is being deleted; Pods it controls that no longer
+//!   match are **released** (the reference removed, guarded by a `test` of its uid); Pods
+//!   controlled by another owner are neither adopted nor counted;
+//! - keeps `spec.replicas` of them: missing Pods are created from the template with
+//!   `generateName: <replicaset>-` (the host's expectations make sure a stale cache never
+//!   creates twice, see `host/src/controller/expectations.rs`), surplus Pods deleted in KCM's
+//!   order ([`rank`]); at most 500 of either per reconcile (KCM's `burstReplicas`); nothing while
+//!   the ReplicaSet is being deleted;
+//! - writes the status KCM writes, only when it changes: `replicas`, `fullyLabeledReplicas`,
+//!   `readyReplicas`, `availableReplicas` (ready for `minReadySeconds`, rechecked when the next
+//!   Pod becomes available), `observedGeneration`, and the `ReplicaFailure` condition while
+//!   creating or deleting Pods fails (the host passes the failed action's error as
+//!   `request.last_error`), removed once it succeeds.
 //!
-//! Differences from kube-controller-manager's controller:
-//! - Pods are named `<replicaset>-<n>` with the lowest free ordinals, where KCM uses
-//!   `generateName` (random suffixes). A create repeated against a stale cache is then an
-//!   AlreadyExists, which the host counts as done, instead of a surplus Pod.
-//! - Surplus Pods are deleted highest ordinal first (KCM ranks by readiness and age).
-//! - Orphans matching the selector are not adopted, and owned Pods that stop matching are
-//!   ignored rather than released.
-//!
-//! Pods are parsed into small borrowed structs (only name, labels, owner references, deletion
-//! timestamp and the Ready condition), which is several times cheaper than `serde_json::Value`
-//! or `k8s-openapi` types (see the `parse_cost` measurement in `src/tests.rs`).
+//! Where it differs from KCM: the actions of one reconcile run in the order given and stop at
+//! the first failure (KCM creates in slow-start batches that also stop at the first failing
+//! batch: the number of Pods created before a failure is the same); Events about each created or
+//! deleted Pod are not recorded (the host records failures); the co-location rank of the
+//! deletion order counts Pods *controlled* by ReplicaSets of the same controller, where KCM
+//! counts Pods matching their selectors.
 
-use std::borrow::{Borrow, Cow};
+mod model;
+mod rank;
+mod time;
+
 use std::collections::{BTreeMap, BTreeSet};
-use std::fmt;
-use std::time::Duration;
 
-use serde::Deserialize;
-use serde::de::{IgnoredAny, Visitor};
 use serde_json::{Map, Value, json};
 use wasmloop_sdk::{
-    Action, Error, Metadata, Outcome, Reconciler, Request, ResultExt, cache, kinds,
+    Error, Metadata, ObjectKey, Outcome, Patch, Reconciler, Request, ResultExt, cache, kinds,
 };
 
-/// How often a ReplicaSet is looked at even without events.
-pub const RESYNC: Duration = Duration::from_secs(30);
+use model::{Pod, ReplicaSet, RsStatus};
+
+/// Most Pods created or deleted by one reconcile (KCM's `burstReplicas`).
+pub const BURST_REPLICAS: usize = 500;
 
 /// The reconciler.
 pub struct ReplicaSetReconciler;
@@ -47,359 +58,219 @@ impl Reconciler for ReplicaSetReconciler {
             return Ok(Outcome::new()); // Gone: garbage collection removes its Pods.
         };
         let rs: ReplicaSet = serde_json::from_str(&raw).context("parsing the ReplicaSet")?;
-        if rs.metadata.deletion_timestamp.is_some() {
-            return Ok(Outcome::new());
-        }
         let desired = usize::try_from(rs.spec.replicas.unwrap_or(1)).map_err(|_| {
             Error::permanent(format!("spec.replicas is negative: {:?}", rs.spec.replicas))
         })?;
-        let selector = &rs.spec.selector;
-        selector.validate().map_err(Error::permanent)?;
+        rs.spec.selector.validate().map_err(Error::permanent)?;
         let ns = req.key.ns();
-        let name = req.key.name.as_str();
-        let uid = rs.metadata.uid.0.as_ref();
 
-        let raw_pods =
-            cache::by_index_raw(&kinds::POD, cache::OWNER_INDEX, uid).context("listing Pods")?;
-        let mut mine: Vec<PodLite<'_>> = Vec::with_capacity(raw_pods.len());
-        for raw in &raw_pods {
-            let pod: PodLite<'_> = serde_json::from_str(raw).context("parsing a Pod")?;
-            if pod.metadata.is_controlled_by(uid) {
-                mine.push(pod);
+        // Candidates: Pods matching the selector (filtered by the cache) and Pods this
+        // ReplicaSet controls (which may have stopped matching).
+        let matching = cache::list_raw(&kinds::POD, ns, Some(&rs.spec.selector.to_query()))
+            .context("listing matching Pods")?;
+        let owned = cache::by_index_raw(&kinds::POD, cache::OWNER_INDEX, rs.metadata.uid.as_str())
+            .context("listing owned Pods")?;
+        let mut seen = BTreeSet::new();
+        let mut pods: Vec<Pod<'_>> = Vec::with_capacity(matching.len());
+        for raw in matching.iter().chain(&owned) {
+            let pod: Pod<'_> = serde_json::from_str(raw).context("parsing a Pod")?;
+            if seen.insert(pod.metadata.uid.as_str().to_owned()) {
+                pods.push(pod);
             }
         }
-        // Names stay taken while a Pod terminates: creating one would be an AlreadyExists.
-        let taken: BTreeSet<&str> = mine.iter().map(|p| p.metadata.name.0.as_ref()).collect();
-        let mut active: Vec<&PodLite<'_>> = mine
-            .iter()
-            .filter(|p| {
-                p.metadata.deletion_timestamp.is_none() && selector.matches(&p.metadata.labels)
-            })
-            .collect();
-        let template_labels = rs.spec.template.metadata.labels.as_ref();
-        let observed = active.len();
-        let fully_labeled = active
-            .iter()
-            .filter(|p| has_all(&p.metadata.labels, template_labels))
-            .count();
-        let ready = active.iter().filter(|p| p.is_ready()).count();
 
         let mut out = Outcome::new();
-        if observed < desired {
-            let owner = json!([{
-                "apiVersion": "apps/v1", "kind": "ReplicaSet", "name": name, "uid": uid,
-                "controller": true, "blockOwnerDeletion": true,
-            }]);
-            let mut ordinal = 0u32;
-            for _ in observed..desired {
-                let pod_name = loop {
-                    let candidate = format!("{name}-{ordinal}");
-                    ordinal += 1;
-                    if !taken.contains(candidate.as_str())
-                        && cache::get_raw(&kinds::POD, ns, &candidate)?.is_none()
-                    {
-                        break candidate;
-                    }
-                };
-                out.push(Action::Create(new_pod(
-                    &pod_name,
-                    ns,
-                    &rs.spec.template,
-                    &owner,
-                )));
-            }
-        } else if observed > desired {
-            // Pods not named <replicaset>-<n> first, then the highest ordinals.
-            active.sort_by_key(|p| {
-                std::cmp::Reverse(ordinal_of(&p.metadata.name.0, name).map_or(u64::MAX, u64::from))
-            });
-            for p in &active[..observed - desired] {
-                out = out.delete_key(kinds::POD.key(ns, p.metadata.name.0.as_ref()));
-            }
-        }
-
-        let available = (rs.spec.min_ready_seconds.unwrap_or(0) == 0).then_some(ready);
-        let status = Status {
-            replicas: observed,
-            fully_labeled,
-            ready,
-            available,
-            observed_generation: rs.metadata.generation,
-        };
-        if !status.matches(rs.status.as_ref()) {
+        let claimed = claim(&rs, &req.key, &pods, &mut out);
+        let failure = req.last_error.as_deref().filter(|e| is_manage_error(e));
+        let now = time::now();
+        let status = Status::observe(&rs, &claimed, desired, failure, now);
+        if !status.matches(&rs) {
             out = out.status_key(req.key.clone(), status.to_json());
         }
-        Ok(out.requeue_after(RESYNC))
+        if rs.metadata.is_deleting() {
+            return Ok(out);
+        }
+        if claimed.len() < desired {
+            let owner = controller_ref(&rs, &req.key);
+            for _ in 0..(desired - claimed.len()).min(BURST_REPLICAS) {
+                out = out.create(&new_pod(&rs, ns, &owner));
+            }
+        } else if claimed.len() > desired {
+            let surplus = (claimed.len() - desired).min(BURST_REPLICAS);
+            let colocated = colocated(&rs, ns)?;
+            for pod in rank::deletion_order(claimed, &colocated).iter().take(surplus) {
+                out = out.delete_key(kinds::POD.key(ns, pod.metadata.name.as_str()));
+            }
+        }
+        if let Some(after) = status.next_available_in {
+            out = out.requeue_after(after);
+        }
+        Ok(out)
     }
 }
 
 wasmloop_sdk::export_reconciler!(ReplicaSetReconciler);
 
-/// The parts of a ReplicaSet the controller reads.
-#[derive(Deserialize)]
-struct ReplicaSet<'a> {
-    #[serde(borrow)]
-    metadata: Meta<'a>,
-    spec: RsSpec,
-    #[serde(default)]
-    status: Option<RsStatus>,
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct RsSpec {
-    #[serde(default)]
-    replicas: Option<i64>,
-    #[serde(default)]
-    min_ready_seconds: Option<i64>,
-    #[serde(default)]
-    selector: LabelSelector,
-    #[serde(default)]
-    template: Template,
-}
-
-#[derive(Default, Deserialize)]
-struct Template {
-    #[serde(default)]
-    metadata: TemplateMeta,
-    #[serde(default)]
-    spec: Option<Value>,
-}
-
-#[derive(Default, Deserialize)]
-struct TemplateMeta {
-    #[serde(default)]
-    labels: Option<Map<String, Value>>,
-    #[serde(default)]
-    annotations: Option<Map<String, Value>>,
-}
-
-#[derive(Default, Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct RsStatus {
-    #[serde(default)]
-    replicas: Option<i64>,
-    #[serde(default)]
-    fully_labeled_replicas: Option<i64>,
-    #[serde(default)]
-    ready_replicas: Option<i64>,
-    #[serde(default)]
-    available_replicas: Option<i64>,
-    #[serde(default)]
-    observed_generation: Option<i64>,
-}
-
-/// `metav1.LabelSelector`.
-#[derive(Default, Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct LabelSelector {
-    #[serde(default)]
-    match_labels: BTreeMap<String, String>,
-    #[serde(default)]
-    match_expressions: Vec<SelectorRequirement>,
-}
-
-#[derive(Deserialize)]
-struct SelectorRequirement {
-    key: String,
-    operator: String,
-    #[serde(default)]
-    values: Vec<String>,
-}
-
-impl LabelSelector {
-    fn validate(&self) -> Result<(), String> {
-        if self.match_labels.is_empty() && self.match_expressions.is_empty() {
-            return Err("spec.selector is empty: it would select every Pod".into());
+/// KCM's `ClaimPods`: the active Pods this ReplicaSet owns after adopting matching orphans
+/// (patches added to `out`) and releasing owned Pods that stopped matching.
+fn claim<'p, 'a>(rs: &ReplicaSet<'_>, key: &ObjectKey, pods: &'p [Pod<'a>], out: &mut Outcome) -> Vec<&'p Pod<'a>> {
+    let uid = rs.metadata.uid.as_str();
+    let deleting = rs.metadata.is_deleting();
+    let mut claimed = Vec::new();
+    for pod in pods.iter().filter(|p| p.is_active()) {
+        let matches = rs.spec.selector.matches(&pod.metadata.labels);
+        let pod_key = kinds::POD.key(key.ns(), pod.metadata.name.as_str());
+        match pod.metadata.controller_uid() {
+            Some(owner) if owner == uid && matches => claimed.push(pod),
+            Some(owner) if owner == uid && !deleting => {
+                let i = pod.metadata.owner_index(uid).expect("the controller reference is an owner reference");
+                let path = format!("/metadata/ownerReferences/{i}");
+                let ops = json!([{"op": "test", "path": format!("{path}/uid"), "value": uid}, {"op": "remove", "path": path}]);
+                *out = std::mem::take(out).patch(Patch::json(pod_key, ops).if_uid(pod.metadata.uid.as_str()));
+            }
+            Some(_) => {}
+            None if matches && !deleting => {
+                let reference = controller_ref(rs, key);
+                let ops = if pod.metadata.owner_references.is_some() {
+                    json!([{"op": "add", "path": "/metadata/ownerReferences/-", "value": reference}])
+                } else {
+                    json!([{"op": "add", "path": "/metadata/ownerReferences", "value": [reference]}])
+                };
+                let patch = Patch::json(pod_key, ops)
+                    .if_uid(pod.metadata.uid.as_str())
+                    .if_resource_version(pod.metadata.resource_version.as_str());
+                *out = std::mem::take(out).patch(patch);
+                claimed.push(pod);
+            }
+            None => {}
         }
-        for r in &self.match_expressions {
-            match r.operator.as_str() {
-                "In" | "NotIn" if r.values.is_empty() => {
-                    return Err(format!("selector {}: {} needs values", r.key, r.operator));
-                }
-                "In" | "NotIn" | "Exists" | "DoesNotExist" => {}
-                other => return Err(format!("selector {}: unknown operator {other:?}", r.key)),
-            }
-        }
-        Ok(())
     }
-
-    fn matches(&self, labels: &BTreeMap<Str<'_>, Str<'_>>) -> bool {
-        let get = |k: &str| labels.get(k).map(|v| v.0.as_ref());
-        self.match_labels
-            .iter()
-            .all(|(k, v)| get(k) == Some(v.as_str()))
-            && self.match_expressions.iter().all(|r| {
-                let v = get(&r.key);
-                match r.operator.as_str() {
-                    "In" => v.is_some_and(|v| r.values.iter().any(|x| x == v)),
-                    "NotIn" => v.is_none_or(|v| r.values.iter().all(|x| x != v)),
-                    "Exists" => v.is_some(),
-                    "DoesNotExist" => v.is_none(),
-                    _ => false,
-                }
-            })
-    }
+    claimed
 }
 
-/// The parts of object metadata the controller reads, borrowing from the JSON text.
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct Meta<'a> {
-    #[serde(borrow, default)]
-    name: Str<'a>,
-    #[serde(borrow, default)]
-    uid: Str<'a>,
-    #[serde(default)]
-    generation: Option<i64>,
-    #[serde(borrow, default)]
-    labels: BTreeMap<Str<'a>, Str<'a>>,
-    #[serde(borrow, default)]
-    owner_references: Vec<OwnerRef<'a>>,
-    #[serde(default)]
-    deletion_timestamp: Option<IgnoredAny>,
+/// Whether the previous reconcile failed creating or deleting Pods (the host's action errors
+/// start with the verb): what KCM reports as `ReplicaFailure`.
+fn is_manage_error(e: &str) -> bool {
+    e.starts_with("create ") || e.starts_with("delete ")
 }
 
-#[derive(Deserialize)]
-struct OwnerRef<'a> {
-    #[serde(borrow)]
-    uid: Str<'a>,
-    #[serde(default)]
-    controller: Option<bool>,
-}
-
-impl Meta<'_> {
-    fn is_controlled_by(&self, uid: &str) -> bool {
-        self.owner_references
-            .iter()
-            .any(|r| r.controller == Some(true) && r.uid.0 == uid)
-    }
-}
-
-/// The parts of a Pod the controller reads.
-#[derive(Deserialize)]
-struct PodLite<'a> {
-    #[serde(borrow)]
-    metadata: Meta<'a>,
-    #[serde(borrow, default)]
-    status: Option<PodStatusLite<'a>>,
-}
-
-#[derive(Deserialize)]
-struct PodStatusLite<'a> {
-    #[serde(borrow, default)]
-    conditions: Vec<Condition<'a>>,
-}
-
-#[derive(Deserialize)]
-struct Condition<'a> {
-    #[serde(borrow, rename = "type")]
-    type_: Str<'a>,
-    #[serde(borrow)]
-    status: Str<'a>,
-}
-
-impl PodLite<'_> {
-    fn is_ready(&self) -> bool {
-        self.status.as_ref().is_some_and(|s| {
-            s.conditions
-                .iter()
-                .any(|c| c.type_.0 == "Ready" && c.status.0 == "True")
-        })
-    }
-}
-
-/// A string borrowed from the JSON text when it has no escapes (names, UIDs and labels never
-/// do), owned otherwise. Unlike `Cow` inside a map, it borrows wherever it appears.
-#[derive(Default, PartialEq, Eq, PartialOrd, Ord)]
-struct Str<'a>(Cow<'a, str>);
-
-impl Borrow<str> for Str<'_> {
-    fn borrow(&self) -> &str {
-        &self.0
-    }
-}
-
-impl<'de: 'a, 'a> Deserialize<'de> for Str<'a> {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = Str<'de>;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a string")
-            }
-            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Str<'de>, E> {
-                Ok(Str(Cow::Borrowed(v)))
-            }
-            fn visit_str<E>(self, v: &str) -> Result<Str<'de>, E> {
-                Ok(Str(Cow::Owned(v.to_owned())))
-            }
-        }
-        d.deserialize_str(V)
-    }
-}
-
-fn has_all(labels: &BTreeMap<Str<'_>, Str<'_>>, wanted: Option<&Map<String, Value>>) -> bool {
-    wanted.is_none_or(|w| {
-        w.iter()
-            .all(|(k, v)| labels.get(k.as_str()).map(|x| x.0.as_ref()) == v.as_str())
+fn controller_ref(rs: &ReplicaSet<'_>, key: &ObjectKey) -> Value {
+    json!({
+        "apiVersion": "apps/v1", "kind": "ReplicaSet", "name": key.name, "uid": rs.metadata.uid.as_str(),
+        "controller": true, "blockOwnerDeletion": true,
     })
 }
 
-/// `n` for a Pod named `<replicaset>-<n>` (canonical decimal, no leading zeros).
-fn ordinal_of(pod: &str, rs: &str) -> Option<u32> {
-    let suffix = pod.strip_prefix(rs)?.strip_prefix('-')?;
-    let n: u32 = suffix.parse().ok()?;
-    (n.to_string() == suffix).then_some(n)
-}
-
-fn new_pod(name: &str, ns: Option<&str>, template: &Template, owner: &Value) -> Value {
+/// A Pod from the template (KCM's `GetPodFromTemplate`).
+fn new_pod(rs: &ReplicaSet<'_>, ns: Option<&str>, owner: &Value) -> Value {
+    let t = &rs.spec.template;
     let mut meta = Map::new();
-    meta.insert("name".into(), name.into());
+    meta.insert("generateName".into(), format!("{}-", rs.metadata.name.as_str()).into());
     if let Some(ns) = ns {
         meta.insert("namespace".into(), ns.into());
     }
-    if let Some(l) = &template.metadata.labels {
+    if let Some(l) = &t.metadata.labels {
         meta.insert("labels".into(), Value::Object(l.clone()));
     }
-    if let Some(a) = &template.metadata.annotations {
+    if let Some(a) = &t.metadata.annotations {
         meta.insert("annotations".into(), Value::Object(a.clone()));
     }
-    meta.insert("ownerReferences".into(), owner.clone());
-    let mut pod = Map::new();
-    pod.insert("apiVersion".into(), "v1".into());
-    pod.insert("kind".into(), "Pod".into());
-    pod.insert("metadata".into(), Value::Object(meta));
-    pod.insert(
-        "spec".into(),
-        template.spec.clone().unwrap_or_else(|| json!({})),
-    );
-    Value::Object(pod)
+    if let Some(f) = &t.metadata.finalizers {
+        meta.insert("finalizers".into(), Value::Array(f.clone()));
+    }
+    meta.insert("ownerReferences".into(), json!([owner]));
+    json!({"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": t.spec.clone().unwrap_or_else(|| json!({}))})
 }
 
-/// The status this reconcile observed.
+/// Active Pods per node controlled by ReplicaSets with the same controller as `rs` (a
+/// Deployment's), for the deletion rank; empty for a ReplicaSet without a controller.
+fn colocated(rs: &ReplicaSet<'_>, ns: Option<&str>) -> Result<BTreeMap<String, usize>, Error> {
+    let mut on_node = BTreeMap::new();
+    let Some(controller) = rs.metadata.controller_uid() else { return Ok(on_node) };
+    for raw in cache::list_raw(&kinds::REPLICA_SET, ns, None).context("listing ReplicaSets")? {
+        let related: ReplicaSet<'_> = serde_json::from_str(&raw).context("parsing a ReplicaSet")?;
+        if related.metadata.controller_uid() != Some(controller) {
+            continue;
+        }
+        for raw in cache::by_index_raw(&kinds::POD, cache::OWNER_INDEX, related.metadata.uid.as_str())? {
+            let pod: Pod<'_> = serde_json::from_str(&raw).context("parsing a Pod")?;
+            if pod.is_active() {
+                *on_node.entry(pod.node_name().to_owned()).or_insert(0) += 1;
+            }
+        }
+    }
+    Ok(on_node)
+}
+
+/// The status this reconcile observed (KCM's `calculateStatus`).
 struct Status {
     replicas: usize,
     fully_labeled: usize,
     ready: usize,
-    /// `None` when `minReadySeconds` > 0: availability needs a clock, so it is left as it is.
-    available: Option<usize>,
+    available: usize,
     observed_generation: Option<i64>,
+    conditions: Vec<Value>,
+    /// When to look again for a ready Pod becoming available (KCM requeues after
+    /// `minReadySeconds` when all are ready but not all available; this waits only as long as
+    /// the first one needs).
+    next_available_in: Option<std::time::Duration>,
 }
 
 impl Status {
-    fn matches(&self, current: Option<&RsStatus>) -> bool {
+    fn observe(rs: &ReplicaSet<'_>, claimed: &[&Pod<'_>], desired: usize, failure: Option<&str>, now: i64) -> Self {
+        let template_labels = rs.spec.template.metadata.labels.as_ref();
+        let min_ready = rs.spec.min_ready_seconds.unwrap_or(0).max(0);
+        let (mut fully_labeled, mut ready, mut available, mut next) = (0, 0, 0, None::<i64>);
+        for pod in claimed {
+            let labels = &pod.metadata.labels;
+            if template_labels.is_none_or(|t| t.iter().all(|(k, v)| labels.get(k.as_str()).map(|x| x.as_str()) == v.as_str())) {
+                fully_labeled += 1;
+            }
+            if pod.is_ready() {
+                ready += 1;
+                let since = pod.ready_since().and_then(time::parse);
+                match since {
+                    _ if min_ready == 0 => available += 1,
+                    Some(t) if t + min_ready < now => available += 1,
+                    Some(t) => next = Some(next.map_or(t + min_ready - now, |n: i64| n.min(t + min_ready - now))),
+                    None => {}
+                }
+            }
+        }
+        let mut conditions = rs.status.as_ref().map(|s| s.conditions.clone()).unwrap_or_default();
+        let has_failure = conditions.iter().any(|c| c["type"] == "ReplicaFailure");
+        match failure {
+            Some(message) if !has_failure => {
+                let reason = if claimed.len() < desired { "FailedCreate" } else { "FailedDelete" };
+                conditions.push(json!({
+                    "type": "ReplicaFailure", "status": "True", "lastTransitionTime": time::format(now),
+                    "reason": reason, "message": message,
+                }));
+            }
+            None if has_failure => conditions.retain(|c| c["type"] != "ReplicaFailure"),
+            _ => {}
+        }
+        Status {
+            replicas: claimed.len(),
+            fully_labeled,
+            ready,
+            available,
+            observed_generation: rs.metadata.generation,
+            conditions,
+            next_available_in: next.map(|n| std::time::Duration::from_secs(u64::try_from(n.max(1)).unwrap_or(1))),
+        }
+    }
+
+    fn matches(&self, rs: &ReplicaSet<'_>) -> bool {
         let empty = RsStatus::default();
-        let c = current.unwrap_or(&empty);
+        let c = rs.status.as_ref().unwrap_or(&empty);
         let n = |v: Option<i64>| v.unwrap_or(0);
         n(c.replicas) == self.replicas as i64
             && n(c.fully_labeled_replicas) == self.fully_labeled as i64
             && n(c.ready_replicas) == self.ready as i64
-            && self
-                .available
-                .is_none_or(|a| n(c.available_replicas) == a as i64)
-            && (self.observed_generation.is_none()
-                || c.observed_generation == self.observed_generation)
+            && n(c.available_replicas) == self.available as i64
+            && (self.observed_generation.is_none() || c.observed_generation == self.observed_generation)
+            && c.conditions == self.conditions
     }
 
     fn to_json(&self) -> Value {
@@ -407,10 +278,9 @@ impl Status {
             "replicas": self.replicas,
             "fullyLabeledReplicas": self.fully_labeled,
             "readyReplicas": self.ready,
+            "availableReplicas": self.available,
+            "conditions": if self.conditions.is_empty() { Value::Null } else { Value::Array(self.conditions.clone()) },
         });
-        if let Some(a) = self.available {
-            s["availableReplicas"] = a.into();
-        }
         if let Some(g) = self.observed_generation {
             s["observedGeneration"] = g.into();
         }
