@@ -37,7 +37,7 @@ fn podset(name: &str, replicas: u32) -> DynamicObject {
 
 fn manifest(ns: &str) -> String {
     format!(
-        "name: podset\nnamespace: {ns}\nconcurrency: 2\ngrants:\n  - kinds: [\"wasmloop.dev/v1alpha1/PodSet\"]\n    verbs: [read, update-status, event]\n  - kinds: [\"v1/Pod\"]\n    verbs: [read, create, delete]\n"
+        "name: podset\nnamespace: {ns}\nconcurrency: 2\ngrants:\n  - kinds: [\"wasmloop.dev/v1alpha1/PodSet\"]\n    verbs: [read, update-status, event]\n  - kinds: [\"v1/Pod\"]\n    verbs: [read, create, delete, patch]\n"
     )
 }
 

@@ -43,7 +43,7 @@ async fn start_plugin(host: &Host, plugin: &str, manifest: &str) -> Result<(Cont
 }
 
 fn podset_manifest(ns: &str) -> String {
-    format!("namespace: {ns}\nconcurrency: 2\ngrants:\n  - kinds: [\"wasmloop.dev/v1alpha1/PodSet\"]\n    verbs: [read, update-status, event]\n  - kinds: [\"v1/Pod\"]\n    verbs: [read, create, delete]\n")
+    format!("namespace: {ns}\nconcurrency: 2\ngrants:\n  - kinds: [\"wasmloop.dev/v1alpha1/PodSet\"]\n    verbs: [read, update-status, event]\n  - kinds: [\"v1/Pod\"]\n    verbs: [read, create, delete, patch]\n")
 }
 
 fn podsets(client: &kube::Client, ns: &str) -> Api<DynamicObject> {

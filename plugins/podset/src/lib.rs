@@ -7,6 +7,11 @@
 //! reference, so deleting the PodSet garbage-collects them. `status.replicas` and
 //! `status.readyReplicas` are written only when they change.
 //!
+//! The label is the PodSet's selector, with kube-controller-manager's claim rules: an orphan Pod
+//! carrying it is adopted (a patch adding the controller reference, guarded by the Pod's uid and
+//! resourceVersion), a Pod of ours that lost it is released, Pods of other controllers and
+//! terminating Pods are left alone and not counted.
+//!
 //! This plugin shows the SDK's `k8s` feature: Pods and the Pod template are `k8s-openapi` types.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -91,10 +96,35 @@ impl Reconciler for PodSetReconciler {
 
         let pods: Vec<Pod> =
             cache::owned_by(&kinds::POD, &ps.metadata.uid).context("listing the PodSet's Pods")?;
-        let mine: Vec<&Pod> = pods
-            .iter()
-            .filter(|p| is_controlled_by(p, &ps.metadata.uid))
-            .collect();
+        let selector = format!("{PODSET_LABEL}={name}");
+        let labelled: Vec<Pod> =
+            cache::list(&kinds::POD, ns, Some(&selector)).context("listing labelled Pods")?;
+        let mut out = Outcome::new();
+        let uid = ps.metadata.uid.as_str();
+        let mut mine: Vec<&Pod> = Vec::new();
+        for pod in &pods {
+            if !is_controlled_by(pod, uid) {
+                continue;
+            }
+            if has_label(pod, name) || pod.metadata.deletion_timestamp.is_some() {
+                mine.push(pod);
+            } else {
+                out = out.release(uid, pod);
+            }
+        }
+        for pod in &labelled {
+            let orphan = pod
+                .metadata
+                .owner_references
+                .as_deref()
+                .unwrap_or_default()
+                .iter()
+                .all(|r| r.controller != Some(true));
+            if orphan && pod.metadata.deletion_timestamp.is_none() {
+                out = out.adopt(&ps, pod);
+                mine.push(pod);
+            }
+        }
         // Names stay taken while a Pod terminates: creating one would be an AlreadyExists.
         let taken: BTreeSet<&str> = mine
             .iter()
@@ -107,7 +137,6 @@ impl Reconciler for PodSetReconciler {
         let ready = active.iter().filter(|p| is_ready(p)).count();
         let observed = active.len();
 
-        let mut out = Outcome::new();
         if observed < desired {
             let mut ordinal = 0u32;
             for _ in observed..desired {
@@ -161,6 +190,11 @@ fn is_controlled_by(pod: &Pod, uid: &str) -> bool {
     let refs = pod.metadata.owner_references.as_deref().unwrap_or_default();
     refs.iter()
         .any(|r| r.controller == Some(true) && r.uid == uid)
+}
+
+fn has_label(pod: &Pod, podset: &str) -> bool {
+    let labels = pod.metadata.labels.as_ref();
+    labels.and_then(|l| l.get(PODSET_LABEL)).map(String::as_str) == Some(podset)
 }
 
 fn is_ready(pod: &Pod) -> bool {

@@ -113,8 +113,10 @@ fn terminating_pods_hold_their_names_and_do_not_count() {
 
 #[test]
 fn skips_names_taken_by_pods_it_does_not_own() {
+    // Without the PodSet's label: not adopted, but its name is taken.
     let mut stranger = pod("web-0", false, false);
     stranger["metadata"]["ownerReferences"] = json!([]);
+    stranger["metadata"]["labels"] = json!({});
     let f = fake(1, &[stranger]);
     let out = f.reconcile::<PodSetReconciler>(&key()).unwrap();
     assert_eq!(created_names(&out), ["web-1"]);
@@ -123,7 +125,7 @@ fn skips_names_taken_by_pods_it_does_not_own() {
 #[test]
 fn pods_of_another_controller_are_not_counted() {
     let mut other = pod("web-0", false, false);
-    other["metadata"]["ownerReferences"][0]["controller"] = json!(false);
+    other["metadata"]["ownerReferences"][0]["uid"] = json!("someone-else");
     let f = fake(1, &[other]);
     let out = f.reconcile::<PodSetReconciler>(&key()).unwrap();
     assert_eq!(created_names(&out), ["web-1"]);
@@ -285,4 +287,26 @@ fn crd_manifest_matches_the_plugin() {
             "status.{field} missing from the CRD"
         );
     }
+}
+
+#[test]
+fn labelled_orphans_are_adopted_and_pods_that_lose_the_label_released() {
+    let mut orphan = pod("stray", false, false);
+    orphan["metadata"].as_object_mut().unwrap().remove("ownerReferences");
+    orphan["metadata"]["uid"] = json!("stray-uid");
+    orphan["metadata"]["resourceVersion"] = json!("5");
+    let mut moved = pod("web-0", false, false);
+    moved["metadata"]["labels"] = json!({"app": "elsewhere"});
+    moved["metadata"]["uid"] = json!("moved-uid");
+    let f = fake(2, &[orphan, moved, pod("web-1", false, false)]);
+    let out = f.reconcile::<PodSetReconciler>(&key()).unwrap();
+    let patched: Vec<&str> = out.patches().map(|p| p.key.name.as_str()).collect();
+    assert_eq!(patched, ["web-0", "stray"], "release, then adopt");
+    assert!(out.created().next().is_none(), "the adopted Pod counts: {out:?}");
+    f.execute(&out);
+    let adopted = f.get(&kinds::POD.key(Some("prod"), "stray")).unwrap();
+    assert_eq!(adopted["metadata"]["ownerReferences"][0]["uid"], "ps-1");
+    let released = f.get(&kinds::POD.key(Some("prod"), "web-0")).unwrap();
+    assert_eq!(released["metadata"]["ownerReferences"], json!([]));
+    assert!(f.reconcile::<PodSetReconciler>(&key()).unwrap().patches().next().is_none());
 }
