@@ -17,6 +17,7 @@
 //! minRequeueAfter: 1s               # floor of requeue-after (default 1s)
 //! api: {qps: 50, burst: 100}        # actions per second this plugin may send (default 50/100)
 //! events: {qps: 5, burst: 50}       # Events per second it may record; the rest are dropped
+//! expectationsTimeout: 5m           # longest wait for the cache to show a key's creates/deletes
 //! ```
 
 use std::time::Duration;
@@ -56,6 +57,7 @@ struct Raw {
     min_requeue_after: Option<String>,
     api: Option<RateBudget>,
     events: Option<RateBudget>,
+    expectations_timeout: Option<String>,
 }
 
 /// A parsed, validated `plugin.yaml`.
@@ -107,6 +109,13 @@ impl PluginManifest {
             None => ControllerConfig::default().min_requeue_after,
             Some(text) => crate::duration::parse(text.trim()).map_err(|e| Error::Invalid(format!("minRequeueAfter: {e}")))?,
         };
+        let expectations_timeout = match raw.expectations_timeout.as_deref() {
+            None => ControllerConfig::default().expectations_timeout,
+            Some(text) => crate::duration::parse(text.trim()).map_err(|e| Error::Invalid(format!("expectationsTimeout: {e}")))?,
+        };
+        if expectations_timeout > Duration::from_secs(3600) {
+            return Err(Error::Invalid("expectationsTimeout must be at most 1h (a key waits that long at worst)".into()));
+        }
         let api = raw.api.unwrap_or_default();
         api.validate("api").map_err(Error::Invalid)?;
         let events = raw.events.unwrap_or(ControllerConfig::default().events);
@@ -125,6 +134,7 @@ impl PluginManifest {
                 min_requeue_after,
                 api,
                 events,
+                expectations_timeout,
                 ..ControllerConfig::default()
             },
         })
@@ -178,6 +188,7 @@ namespace: shop
         assert_eq!(m.controller.resync, Some(Duration::from_secs(36000)));
         assert_eq!(m.controller.min_requeue_after, Duration::from_secs(1));
         assert_eq!(m.controller.api, RateBudget { qps: 50.0, burst: 100 });
+        assert_eq!(m.controller.expectations_timeout, Duration::from_secs(300));
         let m = PluginManifest::parse("resync: never", "p").unwrap();
         assert_eq!(m.controller.resync, None);
     }
@@ -196,6 +207,8 @@ namespace: shop
             ("api: {qsp: 5}", "qsp"),
             ("events: {burst: 0}", "events.burst"),
             ("minRequeueAfter: soon", "minRequeueAfter"),
+            ("expectationsTimeout: 2h", "expectationsTimeout must be at most 1h"),
+            ("expectationsTimeout: later", "expectationsTimeout"),
             ("limits: {memory: lots}", "memory"),
             ("grants: [{kinds: [v1/Pod], verbs: [fly]}]", "fly"),
             ("name: [", "plugin.yaml"),
