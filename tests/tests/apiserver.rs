@@ -1,4 +1,5 @@
-//! The harness talks to a real kube-apiserver: create, watch, and a 409 on a duplicate create.
+//! The harness talks to a real kube-apiserver: create, watch, and a 409 on a duplicate create;
+//! the executor's patches and preconditions as that server answers them.
 
 use std::time::Duration;
 
@@ -48,5 +49,65 @@ async fn create_watch_and_conflict_against_a_real_apiserver() -> anyhow::Result<
         }
         other => panic!("expected an API error, got {other}"),
     }
+    ns.cleanup().await
+}
+
+/// The executor's patches and preconditions as the real API server answers them: a stale
+/// resourceVersion or uid, and a failed JSON-patch `test`, are conflicts (not errors), for merge
+/// and JSON patches, status patches and deletes alike; matching preconditions write.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn patches_and_deletes_honour_preconditions_and_report_conflicts() -> anyhow::Result<()> {
+    use serde_json::json;
+    use wasmloop::actions::{Action, Executor, PatchType, Preconditions};
+    use wasmloop::kinds::{KindRef, KindResolver, ObjectKey};
+
+    init_tracing();
+    let (client, _) = client().await?;
+    let ns = TestNamespace::create(&client, "patch").await?;
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), &ns.name);
+    let cm = api.create(&PostParams::default(), &config_map("target", "1")).await?;
+    let (uid, rv) = (cm.metadata.uid.clone().unwrap(), cm.metadata.resource_version.clone().unwrap());
+    let executor = Executor::new(KindResolver::new(client.clone()), None);
+    let key = ObjectKey::new(KindRef::new("v1", "ConfigMap"), Some(ns.name.clone()), "target");
+    let pre = |uid: Option<&str>, rv: Option<&str>| Preconditions { uid: uid.map(str::to_owned), resource_version: rv.map(str::to_owned) };
+    let patch = |patch_type, body: serde_json::Value, preconditions| Action::Patch {
+        key: key.clone(),
+        status: false,
+        patch_type,
+        body,
+        preconditions,
+    };
+    let value = || async { api.get("target").await.map(|c| c.data.unwrap_or_default().get("value").cloned().unwrap_or_default()) };
+
+    // Matching preconditions: written.
+    let merge = patch(PatchType::Merge, json!({"data": {"value": "2"}}), pre(Some(&uid), Some(&rv)));
+    executor.execute("test", &merge).await?;
+    assert_eq!(value().await?, "2");
+
+    // A stale resourceVersion (merge), a wrong uid (merge), a stale one in a JSON patch: conflicts.
+    for (what, action) in [
+        ("merge, stale resourceVersion", patch(PatchType::Merge, json!({"data": {"value": "x"}}), pre(None, Some(&rv)))),
+        ("merge, other uid", patch(PatchType::Merge, json!({"data": {"value": "x"}}), pre(Some("not-the-uid"), None))),
+        ("json, stale resourceVersion", patch(PatchType::Json, json!([{"op": "replace", "path": "/data/value", "value": "x"}]), pre(None, Some(&rv)))),
+        ("json, failed test", patch(PatchType::Json, json!([{"op": "test", "path": "/data/value", "value": "1"}, {"op": "replace", "path": "/data/value", "value": "x"}]), pre(None, None))),
+        ("delete, other uid", Action::Delete { key: key.clone(), preconditions: pre(Some("not-the-uid"), None) }),
+    ] {
+        let err = executor.execute("test", &action).await.expect_err(what);
+        assert!(err.is_conflict(), "{what}: expected a conflict, got {err}");
+        assert!(!err.is_permanent(), "{what}");
+        assert_eq!(value().await?, "2", "{what}: nothing was written");
+    }
+
+    // A patch the server finds invalid is the plugin's error, permanent, not a conflict.
+    let invalid = patch(PatchType::Json, json!([{"op": "add", "path": "/metadata/labels", "value": {"bad key!": "x"}}]), pre(None, None));
+    let err = executor.execute("test", &invalid).await.expect_err("an invalid label");
+    assert!(err.is_permanent() && !err.is_conflict(), "{err}");
+
+    // JSON patch with a matching uid test, then a delete with the right uid.
+    let json_ok = patch(PatchType::Json, json!([{"op": "replace", "path": "/data/value", "value": "3"}]), pre(Some(&uid), None));
+    executor.execute("test", &json_ok).await?;
+    assert_eq!(value().await?, "3");
+    executor.execute("test", &Action::Delete { key: key.clone(), preconditions: pre(Some(&uid), None) }).await?;
+    assert!(api.get_opt("target").await?.is_none());
     ns.cleanup().await
 }

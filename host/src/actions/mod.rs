@@ -259,8 +259,8 @@ impl Executor {
         let res = if preconditions.is_empty() { self.retrying(verb, key, call).await } else { self.once(verb, key, call()).await };
         match res {
             Ok(patched) => Ok(Executed::Object(to_value(patched))),
-            Err(Error::Api { source: kube::Error::Api(s), .. }) if is_failed_test(patch_type, &s) => {
-                Err(Error::Conflict { verb, object: key.to_string(), message: s.message.clone() })
+            Err(Error::Api { source: kube::Error::Api(s), .. }) if is_failed_precondition(patch_type, preconditions, &s) => {
+                Err(Error::Conflict { verb, object: key.to_string(), message: status_message(&s) })
             }
             Err(e) => Err(e),
         }
@@ -373,9 +373,22 @@ fn with_preconditions(patch_type: PatchType, body: &Value, pre: &Preconditions) 
     }
 }
 
-/// A JSON patch whose `test` operation failed: the server answers 422 naming the test.
-fn is_failed_test(patch_type: PatchType, s: &kube::core::Status) -> bool {
-    patch_type == PatchType::Json && s.code == 422 && s.message.contains("test")
+/// A precondition the server answers with 422 rather than 409: a JSON patch that does not apply
+/// to the object as it now is (a failed `test`, a path that is gone: the server's generic
+/// "rejected our request" answer, unlike validation errors, which name the field), or (merge
+/// patch) a `metadata.uid` that is not the object's ("field is immutable").
+fn is_failed_precondition(patch_type: PatchType, pre: &Preconditions, s: &kube::core::Status) -> bool {
+    s.code == 422
+        && match patch_type {
+            PatchType::Json => s.message.starts_with("the server rejected our request"),
+            PatchType::Merge => pre.uid.is_some() && s.message.contains("metadata.uid"),
+        }
+}
+
+/// The server's message, with the causes it gives (a JSON patch's failure is only there).
+fn status_message(s: &kube::core::Status) -> String {
+    let causes: Vec<&str> = s.details.iter().flat_map(|d| d.causes.iter()).map(|c| c.message.as_str()).filter(|m| !m.is_empty()).collect();
+    if causes.is_empty() { s.message.clone() } else { format!("{}: {}", s.message, causes.join("; ")) }
 }
 
 fn to_value(obj: DynamicObject) -> Value {
