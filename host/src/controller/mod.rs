@@ -5,7 +5,8 @@
 //!   cache change to keys of the reconciled kind ([`mapping`]);
 //! - N workers take keys from a rate-limited [`WorkQueue`] (one key is never processed twice at
 //!   once; bursts fold into one reconcile), run the reconciler on a blocking thread against a
-//!   read-only [`CacheView`], check every action against the [`Grants`], then execute them;
+//!   read-only [`CacheView`], check every action against the [`Grants`], then execute them in
+//!   order (runs of creates and deletes in slow-start batches of concurrent calls);
 //! - failures are retried with per-key exponential backoff (the next request carries the last
 //!   error), a failed precondition (conflict) requeues the key, `requeue_after` is honoured, and
 //!   a periodic resync replays the cache into the queue without any API call;
@@ -505,29 +506,68 @@ impl Inner {
         result.map(|()| outcome.requeue_after)
     }
 
-    /// Send admitted actions in order, noting what the cache must show afterwards.
+    /// Send admitted actions in order, noting what the cache must show afterwards. A run of
+    /// consecutive creates and deletes (independent objects) goes out in slow-start batches of
+    /// 1, 2, 4, … concurrent calls, as KCM's `slowStartBatch`: a failing batch stops the rest.
     async fn execute_admitted(&self, key: &ObjectKey, current: &Current, outcome: &Outcome, expected: &mut Vec<Expected>) -> Result<(), Failed> {
-        for action in &outcome.actions {
-            if matches!(action, Action::Event { .. }) && !RateLimiter::<()>::when(&self.events, &()).is_zero() {
-                // An Event flood is dropped, not queued (Events are best-effort by nature).
-                self.metrics.action_executed(&self.name, action.verb(), "dropped");
+        let actions = &outcome.actions;
+        let mut i = 0;
+        while i < actions.len() {
+            let run = actions[i..].iter().take_while(|a| a.is_create_or_delete()).count();
+            if run == 0 {
+                self.execute_one(key, current, &actions[i], expected).await?;
+                i += 1;
                 continue;
             }
-            self.api_token().await;
-            match self.executor.execute(&self.name, action).await {
-                Ok(done) => {
-                    self.metrics.action_executed(&self.name, action.verb(), "ok");
-                    expected.extend(expectation(current, action, &done));
+            let mut batch = 1;
+            let end = i + run;
+            while i < end {
+                let this = &actions[i..end.min(i + batch)];
+                let results = futures::future::join_all(this.iter().map(|a| self.execute_one_collecting(key, current, a))).await;
+                let mut first_error = None;
+                for result in results {
+                    match result {
+                        Ok(e) => expected.extend(e),
+                        Err(e) => {
+                            first_error.get_or_insert(e);
+                        }
+                    }
                 }
-                Err(e) => {
-                    let result = if e.is_fenced() { "fenced" } else if e.is_conflict() { "conflict" } else { "error" };
-                    self.metrics.action_executed(&self.name, action.verb(), result);
-                    debug!(key = %key, error = %e, "action failed");
-                    return Err(to_failed(e));
+                if let Some(e) = first_error {
+                    return Err(e);
                 }
+                i += this.len();
+                batch *= 2;
             }
         }
         Ok(())
+    }
+
+    async fn execute_one(&self, key: &ObjectKey, current: &Current, action: &Action, expected: &mut Vec<Expected>) -> Result<(), Failed> {
+        expected.extend(self.execute_one_collecting(key, current, action).await?);
+        Ok(())
+    }
+
+    /// Send one action (within the API and Event budgets); what the cache must then show.
+    async fn execute_one_collecting(&self, key: &ObjectKey, current: &Current, action: &Action) -> Result<Option<Expected>, Failed> {
+        if matches!(action, Action::Event { .. }) && !RateLimiter::<()>::when(&self.events, &()).is_zero() {
+            // An Event flood is dropped, not queued (Events are best-effort by nature).
+            self.metrics.action_executed(&self.name, action.verb(), "dropped");
+            return Ok(None);
+        }
+        self.api_token().await;
+        match self.executor.execute(&self.name, action).await {
+            Ok(done) => {
+                self.metrics.action_executed(&self.name, action.verb(), "ok");
+                Ok(expectation(current, action, &done))
+            }
+            Err(e) => {
+                let result = if e.is_fenced() { "fenced" } else if e.is_conflict() { "conflict" } else { "error" };
+                self.metrics.action_executed(&self.name, action.verb(), result);
+                debug!(key = %key, error = %e, "action failed");
+                Err(to_failed(e))
+            }
+        }
     }
 
     /// Wait for a token of the API budget.
