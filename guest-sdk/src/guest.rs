@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use crate::cache::Error as CacheError;
 use crate::log::Level;
+use crate::meta::{ObjectMeta, OwnerReference};
 use crate::outcome::{Action, EventType, Outcome};
 use crate::patch::{PatchType, Preconditions};
 use crate::types::{KindRef, Mapping, Metadata, ObjectKey, Reason, Request};
@@ -65,6 +66,64 @@ pub(crate) fn cache_by_index(
     cache::by_index(&wit_kind(kind), index, value).map_err(cache_error)
 }
 
+fn object_meta(m: wit::ObjectMeta) -> ObjectMeta {
+    ObjectMeta {
+        namespace: m.namespace,
+        name: m.name,
+        uid: m.uid,
+        resource_version: m.resource_version,
+        generation: m.generation,
+        creation_timestamp: m.creation_timestamp,
+        deletion_timestamp: m.deletion_timestamp,
+        labels: m.labels.into_iter().collect(),
+        annotations: m.annotations.into_iter().collect(),
+        owner_references: m
+            .owner_references
+            .into_iter()
+            .map(|r| OwnerReference {
+                api_version: r.api_version,
+                kind: r.kind,
+                name: r.name,
+                uid: r.uid,
+                controller: r.controller,
+                block_owner_deletion: r.block_owner_deletion,
+            })
+            .collect(),
+        finalizers: m.finalizers,
+        fields: m.fields,
+    }
+}
+
+pub(crate) fn cache_get_meta(
+    kind: &KindRef,
+    namespace: Option<&str>,
+    name: &str,
+) -> Result<Option<ObjectMeta>, CacheError> {
+    cache::get_meta(&wit_kind(kind), namespace, name)
+        .map(|m| m.map(object_meta))
+        .map_err(cache_error)
+}
+
+pub(crate) fn cache_list_meta(
+    kind: &KindRef,
+    namespace: Option<&str>,
+    selector: Option<&str>,
+) -> Result<Vec<ObjectMeta>, CacheError> {
+    cache::list_meta(&wit_kind(kind), namespace, selector)
+        .map(|v| v.into_iter().map(object_meta).collect())
+        .map_err(cache_error)
+}
+
+pub(crate) fn cache_by_index_meta(
+    kind: &KindRef,
+    index: &str,
+    value: &str,
+) -> Result<Vec<ObjectMeta>, CacheError> {
+    cache::by_index_meta(&wit_kind(kind), index, value)
+        .map(|v| v.into_iter().map(object_meta).collect())
+        .map_err(cache_error)
+}
+
 pub(crate) fn log(level: Level, message: &str) {
     let level = match level {
         Level::Trace => wit_log::Level::Trace,
@@ -117,7 +176,14 @@ pub fn metadata<R: Reconciler>() -> wit::PluginMetadata {
                 path: i.path,
             })
             .collect(),
-        fields: vec![],
+        fields: m
+            .fields
+            .into_iter()
+            .map(|f| wit::Field {
+                kind: wit_kind(&f.kind),
+                path: f.path,
+            })
+            .collect(),
     }
 }
 

@@ -40,6 +40,7 @@ extern crate self as wasmloop_sdk;
 pub mod cache;
 mod error;
 pub mod log;
+pub mod meta;
 pub mod object;
 mod outcome;
 pub mod patch;
@@ -66,7 +67,7 @@ pub use error::{Error, ErrorKind, ResultExt};
 pub use outcome::{Action, Event, EventType, Outcome};
 pub use patch::{Patch, PatchType, Preconditions};
 pub use serde_json;
-pub use types::{Index, KindRef, Mapping, Metadata, ObjectKey, Reason, Request, Watch, kinds};
+pub use types::{Field, Index, KindRef, Mapping, Metadata, ObjectKey, Reason, Request, Watch, kinds};
 
 /// Reconcile logic, exported to the host with [`export_reconciler!`].
 ///

@@ -6,6 +6,7 @@ use std::rc::Rc;
 
 use crate::cache::Error;
 use crate::log::Level;
+use crate::meta::ObjectMeta;
 use crate::types::KindRef;
 
 /// What answers cache reads and takes logs on native builds.
@@ -24,6 +25,8 @@ pub(crate) trait Backend {
         selector: Option<&str>,
     ) -> Result<Vec<String>, Error>;
     fn by_index(&self, kind: &KindRef, index: &str, value: &str) -> Result<Vec<String>, Error>;
+    /// Metadata reads, with the fields the plugin declared for `kind`.
+    fn metas(&self, kind: &KindRef, objects: Vec<String>) -> Vec<ObjectMeta>;
     fn log(&self, level: Level, message: &str);
 }
 
@@ -76,6 +79,36 @@ pub(crate) fn cache_by_index(
     value: &str,
 ) -> Result<Vec<String>, Error> {
     current().ok_or(Error::NoHost)?.by_index(kind, index, value)
+}
+
+pub(crate) fn cache_get_meta(
+    kind: &KindRef,
+    namespace: Option<&str>,
+    name: &str,
+) -> Result<Option<ObjectMeta>, Error> {
+    let backend = current().ok_or(Error::NoHost)?;
+    let found = backend.get(kind, namespace, name)?;
+    Ok(backend.metas(kind, found.into_iter().collect()).pop())
+}
+
+pub(crate) fn cache_list_meta(
+    kind: &KindRef,
+    namespace: Option<&str>,
+    selector: Option<&str>,
+) -> Result<Vec<ObjectMeta>, Error> {
+    let backend = current().ok_or(Error::NoHost)?;
+    let found = backend.list(kind, namespace, selector)?;
+    Ok(backend.metas(kind, found))
+}
+
+pub(crate) fn cache_by_index_meta(
+    kind: &KindRef,
+    index: &str,
+    value: &str,
+) -> Result<Vec<ObjectMeta>, Error> {
+    let backend = current().ok_or(Error::NoHost)?;
+    let found = backend.by_index(kind, index, value)?;
+    Ok(backend.metas(kind, found))
 }
 
 pub(crate) fn log(level: Level, message: &str) {

@@ -47,6 +47,7 @@ use wasmloop_model::{Naming, Target, TargetName};
 
 use crate::cache::{self, NAMESPACE_INDEX, OWNER_INDEX};
 use crate::log::Level;
+use crate::meta::{ObjectMeta, OwnerReference};
 use crate::native::{self, Backend};
 use crate::object;
 use crate::outcome::{Action, Event, Outcome};
@@ -90,6 +91,18 @@ impl FakeCache {
             if let Some(s) = &w.selector {
                 selector::parse(s)
                     .unwrap_or_else(|e| panic!("watch of {}: invalid selector {s:?}: {e}", w.kind));
+            }
+        }
+        // As the host refuses at load: fields of kinds the plugin does not read, bad paths.
+        let readable = metadata.readable_kinds();
+        for (i, f) in metadata.fields.iter().enumerate() {
+            assert!(
+                readable.contains(&&f.kind),
+                "fields[{i}]: {} is not a kind the plugin reconciles, watches or indexes",
+                f.kind
+            );
+            if let Err(e) = check_index_path(&f.path) {
+                panic!("fields[{i}] on {}: invalid path {:?}: {e}", f.kind, f.path);
             }
         }
         Self {
@@ -553,9 +566,71 @@ impl Backend for Inner {
         })
     }
 
+    fn metas(&self, kind: &KindRef, objects: Vec<String>) -> Vec<ObjectMeta> {
+        let paths = self.metadata.fields_of(kind);
+        objects
+            .iter()
+            .map(|json| {
+                let v: Value = serde_json::from_str(json).expect("the fake stores JSON");
+                object_meta(&v, &paths)
+            })
+            .collect()
+    }
+
     fn log(&self, level: Level, message: &str) {
         eprintln!("[{level:?}] {message}");
         self.logs.borrow_mut().push((level, message.to_owned()));
+    }
+}
+
+/// An object's metadata as the host's metadata reads give it.
+fn object_meta(v: &Value, paths: &[&str]) -> ObjectMeta {
+    let meta = &v["metadata"];
+    let text = |v: &Value| v.as_str().map(str::to_owned);
+    let pairs = |field: &str| {
+        meta.get(field)
+            .and_then(Value::as_object)
+            .map(|m| m.iter().filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_owned()))).collect())
+            .unwrap_or_default()
+    };
+    let owner_references = meta
+        .get("ownerReferences")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .map(|r| {
+            let s = |f: &str| r.get(f).and_then(Value::as_str).unwrap_or_default().to_owned();
+            let b = |f: &str| r.get(f).and_then(Value::as_bool).unwrap_or(false);
+            OwnerReference {
+                api_version: s("apiVersion"),
+                kind: s("kind"),
+                name: s("name"),
+                uid: s("uid"),
+                controller: b("controller"),
+                block_owner_deletion: b("blockOwnerDeletion"),
+            }
+        })
+        .collect();
+    ObjectMeta {
+        namespace: text(&meta["namespace"]),
+        name: text(&meta["name"]).unwrap_or_default(),
+        uid: text(&meta["uid"]).unwrap_or_default(),
+        resource_version: text(&meta["resourceVersion"]).unwrap_or_default(),
+        generation: meta["generation"].as_i64(),
+        creation_timestamp: text(&meta["creationTimestamp"]),
+        deletion_timestamp: text(&meta["deletionTimestamp"]),
+        labels: pairs("labels"),
+        annotations: pairs("annotations"),
+        owner_references,
+        finalizers: meta
+            .get("finalizers")
+            .and_then(Value::as_array)
+            .map(|f| f.iter().filter_map(text).collect())
+            .unwrap_or_default(),
+        fields: paths
+            .iter()
+            .map(|p| wasmloop_model::field::field(v, p).map(|x| x.to_string()))
+            .collect(),
     }
 }
 
@@ -1213,5 +1288,32 @@ metadata: {name: s, namespace: prod}
     fn fixtures_without_names_are_rejected() {
         FakeCache::for_reconciler::<Probe>()
             .with_json(r#"{"apiVersion": "v1", "kind": "Pod", "metadata": {}}"#);
+    }
+
+    #[test]
+    fn metadata_reads_give_metadata_and_declared_fields() {
+        let meta = Metadata::new("m", "0.1.0")
+            .reconciles(crate::kinds::POD)
+            .field(crate::kinds::POD, "status.phase")
+            .field(crate::kinds::POD, "spec.nodeName");
+        let f = FakeCache::new(meta).with(serde_json::json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "p", "namespace": "ns", "uid": "u", "resourceVersion": "3", "labels": {"app": "web"},
+                         "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "rs", "uid": "rs-1", "controller": true}]},
+            "status": {"phase": "Running"},
+        }));
+        f.enter(|| {
+            let pods = crate::meta::list(&crate::kinds::POD, Some("ns"), Some("app=web")).unwrap();
+            assert_eq!(pods.len(), 1);
+            let p = &pods[0];
+            assert_eq!((p.name.as_str(), p.uid.as_str(), p.resource_version.as_str()), ("p", "u", "3"));
+            assert_eq!(p.controller_uid(), Some("rs-1"));
+            assert_eq!(p.field::<String>(0).as_deref(), Some("Running"));
+            assert_eq!(p.field::<String>(1), None);
+            let owned = crate::meta::owned_by(&crate::kinds::POD, "rs-1").unwrap();
+            assert_eq!(owned, pods);
+            assert_eq!(crate::meta::get(&crate::kinds::POD, Some("ns"), "p").unwrap().as_ref(), Some(p));
+            assert!(crate::meta::get(&crate::kinds::CONFIG_MAP, Some("ns"), "p").is_err());
+        });
     }
 }

@@ -180,6 +180,16 @@ pub struct Index {
     pub path: String,
 }
 
+/// A field of a kind that metadata reads ([`crate::meta`]) return, declared with
+/// [`Metadata::field`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Field {
+    /// The kind (readable by the plugin).
+    pub kind: KindRef,
+    /// A dotted path, e.g. `status.phase` (as index paths).
+    pub path: String,
+}
+
 /// What a plugin says about itself: what it reconciles, watches and indexes.
 ///
 /// ```
@@ -206,6 +216,8 @@ pub struct Metadata {
     pub watches: Vec<Watch>,
     /// Extra indexes for [`crate::cache::by_index`].
     pub indexes: Vec<Index>,
+    /// Fields that metadata reads return ([`crate::meta`]), per kind in declaration order.
+    pub fields: Vec<Field>,
 }
 
 impl Metadata {
@@ -218,6 +230,7 @@ impl Metadata {
             selector: None,
             watches: Vec::new(),
             indexes: Vec::new(),
+            fields: Vec::new(),
         }
     }
 
@@ -264,6 +277,18 @@ impl Metadata {
             path: path.into(),
         });
         self
+    }
+
+    /// Declare a field of `kind` for metadata reads: [`crate::meta::ObjectMeta::field`]`(i)`
+    /// reads the i-th field declared for that kind. The kind must be readable.
+    pub fn field(mut self, kind: KindRef, path: impl Into<String>) -> Self {
+        self.fields.push(Field { kind, path: path.into() });
+        self
+    }
+
+    /// The paths declared for `kind`, in order.
+    pub fn fields_of(&self, kind: &KindRef) -> Vec<&str> {
+        self.fields.iter().filter(|f| &f.kind == kind).map(|f| f.path.as_str()).collect()
     }
 
     /// Every kind the plugin may read: the reconciled kind, watched kinds and indexed kinds,

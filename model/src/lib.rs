@@ -3,8 +3,10 @@
 //! - [`target`]: what object an action touches (kind, scope, namespace, name or generateName),
 //!   with the syntax checks the API server applies to path segments, so a hostile plugin cannot
 //!   smuggle a subresource (`name/status`), a path traversal (`..`) or a `List` body past the
-//!   host's grant checks.
+//!   host's grant checks;
+//! - [`field`]: what a declared field path (`status.phase`) reads from an object.
 
+pub mod field;
 pub mod target;
 
 pub use target::{Naming, Target, TargetError, TargetName, json_type};

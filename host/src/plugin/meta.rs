@@ -2,6 +2,7 @@
 //! plugin's declared fields, handed to the guest as WIT records so it parses no JSON.
 
 use serde_json::Value;
+use wasmloop_model::field::field;
 
 use super::bindings::types as wit;
 use crate::cache::CachedObject;
@@ -53,25 +54,6 @@ pub(crate) fn object_meta(o: &CachedObject, paths: &[&str]) -> wit::ObjectMeta {
             .unwrap_or_default(),
         fields: paths.iter().map(|p| field(&value, p).map(|v| v.to_string())).collect(),
     }
-}
-
-/// The value at a dotted path: `metadata.labels.<key>` and `metadata.annotations.<key>` take the
-/// rest as one key; a numeric segment indexes a list. Null counts as absent.
-pub(crate) fn field<'a>(value: &'a Value, path: &str) -> Option<&'a Value> {
-    for prefix in ["metadata.labels.", "metadata.annotations.", "labels."] {
-        if let Some(key) = path.strip_prefix(prefix) {
-            let map = if prefix == "metadata.annotations." { "annotations" } else { "labels" };
-            return value.get("metadata")?.get(map)?.get(key).filter(|v| !v.is_null());
-        }
-    }
-    let mut at = value;
-    for segment in path.split('.') {
-        at = match at {
-            Value::Array(items) => items.get(segment.parse::<usize>().ok()?)?,
-            other => other.get(segment)?,
-        };
-    }
-    (!at.is_null()).then_some(at)
 }
 
 /// Bytes a metadata record copies into the guest (charged to the read budget).
