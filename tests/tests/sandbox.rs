@@ -115,14 +115,19 @@ fn echo_gets_a_fresh_instance_for_every_reconcile() {
         assert_eq!(status["callsInThisInstance"], 1, "guest state leaked between reconciles: {status}");
         assert_eq!(status["reason"], "event");
         assert!(status["observedBytes"].as_u64().unwrap() > 20, "{status}");
+        // Contract 0.2: the metadata read and the declared field `data.k`.
+        assert_eq!((&status["metaName"], &status["declaredField"]), (&json!("web"), &json!("v")), "{status}");
+        assert_eq!(status["lastError"], Value::Null);
         assert_eq!(outcome.requeue_after, Some(Duration::from_secs(30)));
     }
+    let failing = Request { last_error: Some("create v1/Pod a/b: quota".into()), ..request("default", "web") };
+    assert_eq!(status_of(&echo.reconcile(&failing, &cache).unwrap())["lastError"], "create v1/Pod a/b: quota");
     let missing = echo.reconcile(&request("default", "absent"), &cache).unwrap();
     assert!(missing.actions.is_empty());
     let retry = Request { reason: Reason::Retry(3), ..request("default", "web") };
     assert_eq!(status_of(&echo.reconcile(&retry, &cache).unwrap())["reason"], "retry-3");
     let stats = echo.stats();
-    assert_eq!((stats.calls, stats.ok, stats.traps, stats.timeouts, stats.ooms), (5, 5, 0, 0, 0));
+    assert_eq!((stats.calls, stats.ok, stats.traps, stats.timeouts, stats.ooms), (6, 6, 0, 0, 0));
 
     // Per-reconcile cost with a fresh Store each time.
     let n = 200;

@@ -1,5 +1,6 @@
-//! Test plugin `echo`, the well-behaved one: reads its primary object from the cache and
-//! returns an update-status describing what it saw, plus how many reconciles this instance has
+//! Test plugin `echo`, the well-behaved one: reads its primary object from the cache (as JSON,
+//! and through a metadata read with the declared field `data.k`) and returns an update-status
+//! describing what it saw, the request's last error, and how many reconciles this instance has
 //! served (always 1 when every reconcile gets a fresh instance). Logs one line through the `log`
 //! import and one through stdout.
 #![cfg(target_arch = "wasm32")]
@@ -26,6 +27,7 @@ impl Guest for Plugin {
             selector: None,
             watches: vec![],
             indexes: vec![],
+            fields: vec![Field { kind: KindRef { api_version: "v1".into(), kind: "ConfigMap".into() }, path: "data.k".into() }],
         }
     }
 
@@ -46,9 +48,16 @@ impl Guest for Plugin {
             Reason::Requeue => "requeue".to_string(),
             Reason::Retry(n) => format!("retry-{n}"),
         };
+        let meta = cache::get_meta(&kind, key.namespace.as_deref(), &key.name)
+            .map_err(|e| ReconcileError::Transient(format!("metadata read failed: {e:?}")))?
+            .ok_or_else(|| ReconcileError::Transient("metadata read found nothing".into()))?;
+        let field = meta.fields.first().cloned().flatten().unwrap_or_else(|| "null".into());
+        let last_error = request.last_error.map_or("null".to_string(), |e| format!("{e:?}"));
         let status = format!(
-            r#"{{"observedBytes":{},"callsInThisInstance":{calls},"reason":"{reason}"}}"#,
-            json.len()
+            r#"{{"observedBytes":{},"callsInThisInstance":{calls},"reason":"{reason}","metaName":"{}","metaUidLen":{},"declaredField":{field},"lastError":{last_error}}}"#,
+            json.len(),
+            meta.name,
+            meta.uid.len(),
         );
         Ok(Outcome {
             actions: vec![Action::UpdateStatus(StatusUpdate { key, status })],

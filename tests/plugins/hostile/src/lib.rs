@@ -142,7 +142,25 @@ fn action(index: usize, element: &Value) -> Result<Action, ReconcileError> {
     match name.as_str() {
         "create" => Ok(Action::Create(body.to_string())),
         "apply" => Ok(Action::Apply(body.to_string())),
-        "delete" => Ok(Action::Delete(object_key(body, &what)?)),
+        "delete" => Ok(Action::Delete(Deletion {
+            key: object_key(body, &what)?,
+            preconditions: Preconditions { uid: None, resource_version: None },
+        })),
+        "patch" => {
+            // {"key": {...}, "status": bool, "type": "merge" | "json", "body": <JSON>}
+            let body = as_object(body, &what)?;
+            let patch_type = match body.get("type").and_then(Value::as_str) {
+                Some("json") => PatchType::Json,
+                _ => PatchType::Merge,
+            };
+            Ok(Action::Patch(Patch {
+                key: object_key(required(body, "key", &what)?, &format!("{what}.key"))?,
+                status: body.get("status").and_then(Value::as_bool).unwrap_or(false),
+                patch_type,
+                body: required(body, "body", &what)?.to_string(),
+                preconditions: Preconditions { uid: None, resource_version: None },
+            }))
+        }
         "updateStatus" => {
             let body = as_object(body, &what)?;
             Ok(Action::UpdateStatus(StatusUpdate {
@@ -197,6 +215,7 @@ impl Guest for Plugin {
             selector: Some("wasmloop.dev/hostile-test=true".into()),
             watches: vec![],
             indexes: vec![],
+            fields: vec![],
         }
     }
 

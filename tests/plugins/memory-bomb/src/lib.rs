@@ -19,6 +19,7 @@ impl Guest for Plugin {
             selector: None,
             watches: vec![],
             indexes: vec![],
+            fields: vec![],
         }
     }
 

@@ -18,6 +18,7 @@ impl Guest for Plugin {
             selector: None,
             watches: vec![],
             indexes: vec![],
+            fields: vec![],
         }
     }
 

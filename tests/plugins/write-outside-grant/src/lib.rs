@@ -19,6 +19,7 @@ impl Guest for Plugin {
             selector: None,
             watches: vec![],
             indexes: vec![],
+            fields: vec![],
         }
     }
 
@@ -32,7 +33,7 @@ impl Guest for Plugin {
         Ok(Outcome {
             actions: vec![
                 Action::UpdateStatus(StatusUpdate { key: request.key, status: r#"{"phase":"Sneaky"}"#.into() }),
-                Action::Delete(secret),
+                Action::Delete(Deletion { key: secret, preconditions: Preconditions { uid: None, resource_version: None } }),
             ],
             requeue_after_ms: None,
         })
