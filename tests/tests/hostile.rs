@@ -159,6 +159,33 @@ fn cases(team: &str, victim: &str, host_ns: &str, all_ns: &str, host_role: &str,
         Case { name: "aggregate", grants: All, actions: json!([{"apply": aggregating}]), expect: &["(host-rbac-role)", "aggregate-to"] },
         Case { name: "plugin-configmap", grants: All, actions: json!([{"delete": key("v1", "ConfigMap", Some(all_ns), "plugin-x")}]),
                expect: &["(plugin-configmap)"] },
+        // Patches (contract 0.2): what they write is admitted like a body.
+        Case { name: "patch-elsewhere", grants: Team,
+               actions: json!([{"patch": {"key": key("v1", "ConfigMap", Some(victim), "precious"), "body": {"data": {"x": "pwned"}}}}]),
+               expect: &["may not patch v1/ConfigMap precious"] },
+        Case { name: "patch-owner-unreadable", grants: Team,
+               actions: json!([{"patch": {"key": key("v1", "ConfigMap", Some(team), "patch-target"),
+                   "body": {"metadata": {"ownerReferences": [{"apiVersion": "v1", "kind": "Secret", "name": "s", "uid": "x"}]}}}}]),
+               expect: &["ownerReferences[0]: owner v1/Secret", "the plugin may not read it"] },
+        Case { name: "json-patch-owner-unreadable", grants: Team,
+               actions: json!([{"patch": {"key": key("v1", "ConfigMap", Some(team), "patch-target"), "type": "json",
+                   "body": [{"op": "add", "path": "/metadata/ownerReferences/-", "value": {"apiVersion": "v1", "kind": "Secret", "name": "s", "uid": "x"}}]}}]),
+               expect: &["ownerReferences[0]: owner v1/Secret", "the plugin may not read it"] },
+        Case { name: "json-patch-copy", grants: Team,
+               actions: json!([{"patch": {"key": key("v1", "ConfigMap", Some(team), "patch-target"), "type": "json",
+                   "body": [{"op": "copy", "from": "/data", "path": "/metadata/labels"}]}}]),
+               expect: &["ReconcileFailed", "op \"copy\" is not one of add, remove, replace, test"] },
+        Case { name: "patch-plugin-label", grants: All,
+               actions: json!([{"patch": {"key": key("v1", "ConfigMap", Some(all_ns), "precious"), "type": "json",
+                   "body": [{"op": "add", "path": "/metadata/labels", "value": {"wasmloop.dev/plugin": "true"}}]}}]),
+               expect: &["(plugin-label)"] },
+        Case { name: "patch-host-lease", grants: All,
+               actions: json!([{"patch": {"key": key("coordination.k8s.io/v1", "Lease", Some(host_ns), "wasmloop"), "body": {"spec": {"holderIdentity": "pwned"}}}}]),
+               expect: &["(host-lease)"] },
+        Case { name: "patch-host-binding", grants: All,
+               actions: json!([{"patch": {"key": key("rbac.authorization.k8s.io/v1", "ClusterRoleBinding", None, host_binding),
+                   "type": "json", "body": [{"op": "replace", "path": "/roleRef/name", "value": "view"}]}}]),
+               expect: &["(host-rbac-binding)"] },
     ]
 }
 
@@ -270,7 +297,7 @@ async fn a_hostile_plugin_stays_inside_its_grants() -> Result<()> {
     let executor = host.executor.clone().with_protected(protected);
 
     let team_manifest = format!(
-        "name: hostile\nqueue: {{baseDelay: 50ms}}\ngrants:\n  - kinds: [\"v1/ConfigMap\"]\n    verbs: [read]\n    namespaces: [{team}]\n  - kinds: [\"*\"]\n    verbs: [create, apply, delete, update-status, event]\n    namespaces: [{team}]\n  - kinds: [\"rbac.authorization.k8s.io/v1/ClusterRole\"]\n    verbs: [apply]\n",
+        "name: hostile\nqueue: {{baseDelay: 50ms}}\ngrants:\n  - kinds: [\"v1/ConfigMap\"]\n    verbs: [read]\n    namespaces: [{team}]\n  - kinds: [\"*\"]\n    verbs: [create, apply, patch, delete, update-status, event]\n    namespaces: [{team}]\n  - kinds: [\"rbac.authorization.k8s.io/v1/ClusterRole\"]\n    verbs: [apply]\n",
         team = team.name
     );
     let all_manifest = "name: hostile\nqueue: {baseDelay: 50ms}\ngrants:\n  - kinds: [\"*\"]\n    verbs: [\"*\"]\n";
