@@ -12,8 +12,9 @@ use crate::kinds::KindRef;
 /// A set of stores keyed by kind. Reading a kind not in the view is `NotGranted`.
 ///
 /// A kind may have several stores: one per namespace when the plugin's read grants are limited
-/// to some namespaces (each watched on its own). Reads go to every store of the kind (a `get` or
-/// a namespaced `list` only to stores that can hold that namespace).
+/// to some namespaces (each watched on its own), and one per selector when the plugin watches
+/// the kind with several (the reconciled kind's and a watch's). Reads go to every store of the
+/// kind and return each object once.
 #[derive(Clone, Debug, Default)]
 pub struct CacheView {
     stores: HashMap<KindRef, Vec<Arc<IndexedStore>>>,
@@ -93,20 +94,28 @@ impl CacheRead for CacheView {
     ) -> Result<Vec<Arc<CachedObject>>> {
         let stores = self.granted(kind)?;
         let selector = selector.map(Selector::parse).transpose()?.filter(|s| !s.is_everything());
-        let mut out: Vec<_> = stores.iter().flat_map(|s| s.list(namespace, selector.as_ref())).collect();
-        if stores.len() > 1 {
-            out.sort_by(|a, b| a.key().cmp(b.key()));
-        }
-        Ok(out)
+        let out: Vec<_> = stores.iter().flat_map(|s| s.list(namespace, selector.as_ref())).collect();
+        Ok(once_each(out, stores.len()))
     }
 
     fn by_index(&self, kind: &KindRef, index: &str, value: &str) -> Result<Vec<Arc<CachedObject>>> {
+        let stores = self.granted(kind)?;
         let mut out = Vec::new();
-        for store in self.granted(kind)? {
+        for store in stores {
             out.extend(store.by_index(index, value)?);
         }
-        Ok(out)
+        Ok(once_each(out, stores.len()))
     }
+}
+
+/// Objects from several stores sorted by key, each key once (stores of one kind with different
+/// selectors overlap).
+fn once_each(mut objects: Vec<Arc<CachedObject>>, stores: usize) -> Vec<Arc<CachedObject>> {
+    if stores > 1 {
+        objects.sort_by(|a, b| a.key().cmp(b.key()));
+        objects.dedup_by(|a, b| a.key() == b.key());
+    }
+    objects
 }
 
 #[cfg(test)]
@@ -199,6 +208,22 @@ mod tests {
         assert!(v.get(&pods(), Some("a"), "p").unwrap().is_some());
         assert!(v.get(&pods(), Some("c"), "p").unwrap().is_none());
         assert_eq!(keys(v.by_index(&pods(), crate::cache::NAMESPACE_INDEX, "b").unwrap()), ["b/p"]);
+    }
+
+    #[test]
+    fn overlapping_stores_return_each_object_once() {
+        // The reconciled kind's store (selector `app`) and a watch's (selector `tier=db`) overlap.
+        let primary = Arc::new(IndexedStore::new(pods()));
+        let watched = Arc::new(IndexedStore::new(pods()));
+        let both = json!({"metadata": {"name": "both", "namespace": "a", "labels": {"app": "x", "tier": "db"}}});
+        primary.apply(both.clone()).unwrap();
+        watched.apply(both).unwrap();
+        primary.apply(json!({"metadata": {"name": "app-only", "namespace": "a", "labels": {"app": "x"}}})).unwrap();
+        watched.apply(json!({"metadata": {"name": "db-only", "namespace": "a", "labels": {"tier": "db"}}})).unwrap();
+        let v = CacheView::new().with_store(primary).with_store(watched);
+        assert_eq!(keys(v.list(&pods(), None, None).unwrap()), ["a/app-only", "a/both", "a/db-only"]);
+        assert_eq!(keys(v.by_index(&pods(), crate::cache::NAMESPACE_INDEX, "a").unwrap()), ["a/app-only", "a/both", "a/db-only"]);
+        assert!(v.get(&pods(), Some("a"), "db-only").unwrap().is_some(), "the watch's objects are readable");
     }
 
     #[test]

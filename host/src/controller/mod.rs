@@ -300,8 +300,7 @@ impl Inner {
         let mut informers = primary.clone();
         for watch in &spec.watches {
             let watched = self.acquire(&grants, &watch.kind, watch.selector.as_deref()).await?;
-            // The first informers of a kind serve its reads (several selectors would overlap).
-            let serves_reads = view.stores(&watch.kind).is_empty();
+            // Every informer of a kind serves its reads (the view returns overlapping objects once).
             for inf in watched {
                 let me = Arc::downgrade(self);
                 let (m, mapping, kind) = (mapper.clone(), watch.mapping.clone(), watch.kind.clone());
@@ -311,9 +310,7 @@ impl Inner {
                         inner.wake_waiting(&kind, change);
                     }
                 })));
-                if serves_reads {
-                    view.insert(inf.store().clone());
-                }
+                view.insert(inf.store().clone());
                 informers.push(inf);
             }
         }
@@ -653,18 +650,25 @@ fn expect_added(current: &Current, object: &serde_json::Value) -> Option<Expecte
     if current.view.stores(&kind).is_empty() {
         return None;
     }
+    // The informers of the kind (reconciled, watched, indexed) and their selectors: the object
+    // is cached if one of them takes it.
     let spec = current.reconciler.spec();
-    let selector = if kind == spec.reconciles {
-        spec.selector.as_deref()
-    } else {
-        spec.watches.iter().find(|w| w.kind == kind).and_then(|w| w.selector.as_deref())
-    };
-    if let Some(selector) = selector {
-        let labels = object.pointer("/metadata/labels");
-        let label = |k: &str| labels.and_then(|l| l.get(k)).and_then(serde_json::Value::as_str);
-        if !Selector::parse(selector).is_ok_and(|s| s.matches_with(label)) {
-            return None;
-        }
+    let mut selectors = Vec::new();
+    if kind == spec.reconciles {
+        selectors.push(spec.selector.as_deref());
+    }
+    selectors.extend(spec.watches.iter().filter(|w| w.kind == kind).map(|w| w.selector.as_deref()));
+    if spec.indexes.iter().any(|i| i.kind == kind) {
+        selectors.push(None);
+    }
+    let labels = object.pointer("/metadata/labels");
+    let label = |k: &str| labels.and_then(|l| l.get(k)).and_then(serde_json::Value::as_str);
+    let cached = selectors.iter().any(|s| match s {
+        None => true,
+        Some(selector) => Selector::parse(selector).is_ok_and(|s| s.matches_with(label)),
+    });
+    if !cached {
+        return None;
     }
     let object = expectations::object_key(&kind, field("/metadata/namespace").filter(|n| !n.is_empty()), name);
     Some(Expected { object, change: ExpectedChange::Added })
