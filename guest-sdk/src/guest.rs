@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use crate::cache::Error as CacheError;
 use crate::log::Level;
-use crate::meta::{ObjectMeta, OwnerReference};
+use crate::object::{ObjectMeta, OwnerReference};
 use crate::outcome::{Action, EventType, Outcome};
 use crate::patch::{PatchType, Preconditions};
 use crate::types::{KindRef, Mapping, Metadata, ObjectKey, Reason, Request};
@@ -66,12 +66,15 @@ pub(crate) fn cache_by_index(
     cache::by_index(&wit_kind(kind), index, value).map_err(cache_error)
 }
 
-fn object_meta(m: wit::ObjectMeta) -> ObjectMeta {
-    ObjectMeta {
+/// A metadata record and its declared fields.
+type MetaRecord = (ObjectMeta, Vec<Option<String>>);
+
+fn object_meta(m: wit::ObjectMeta) -> MetaRecord {
+    let metadata = ObjectMeta {
         namespace: m.namespace,
         name: m.name,
         uid: m.uid,
-        resource_version: m.resource_version,
+        resource_version: Some(m.resource_version).filter(|rv| !rv.is_empty()),
         generation: m.generation,
         creation_timestamp: m.creation_timestamp,
         deletion_timestamp: m.deletion_timestamp,
@@ -85,20 +88,20 @@ fn object_meta(m: wit::ObjectMeta) -> ObjectMeta {
                 kind: r.kind,
                 name: r.name,
                 uid: r.uid,
-                controller: r.controller,
-                block_owner_deletion: r.block_owner_deletion,
+                controller: Some(r.controller),
+                block_owner_deletion: Some(r.block_owner_deletion),
             })
             .collect(),
         finalizers: m.finalizers,
-        fields: m.fields,
-    }
+    };
+    (metadata, m.fields)
 }
 
 pub(crate) fn cache_get_meta(
     kind: &KindRef,
     namespace: Option<&str>,
     name: &str,
-) -> Result<Option<ObjectMeta>, CacheError> {
+) -> Result<Option<MetaRecord>, CacheError> {
     cache::get_meta(&wit_kind(kind), namespace, name)
         .map(|m| m.map(object_meta))
         .map_err(cache_error)
@@ -108,7 +111,7 @@ pub(crate) fn cache_list_meta(
     kind: &KindRef,
     namespace: Option<&str>,
     selector: Option<&str>,
-) -> Result<Vec<ObjectMeta>, CacheError> {
+) -> Result<Vec<MetaRecord>, CacheError> {
     cache::list_meta(&wit_kind(kind), namespace, selector)
         .map(|v| v.into_iter().map(object_meta).collect())
         .map_err(cache_error)
@@ -118,7 +121,7 @@ pub(crate) fn cache_by_index_meta(
     kind: &KindRef,
     index: &str,
     value: &str,
-) -> Result<Vec<ObjectMeta>, CacheError> {
+) -> Result<Vec<MetaRecord>, CacheError> {
     cache::by_index_meta(&wit_kind(kind), index, value)
         .map(|v| v.into_iter().map(object_meta).collect())
         .map_err(cache_error)

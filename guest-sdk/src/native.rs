@@ -6,7 +6,10 @@ use std::rc::Rc;
 
 use crate::cache::Error;
 use crate::log::Level;
-use crate::meta::ObjectMeta;
+use crate::object::ObjectMeta;
+
+/// A metadata record and its declared fields.
+pub(crate) type MetaRecord = (ObjectMeta, Vec<Option<String>>);
 use crate::types::KindRef;
 
 /// What answers cache reads and takes logs on native builds.
@@ -26,7 +29,7 @@ pub(crate) trait Backend {
     ) -> Result<Vec<String>, Error>;
     fn by_index(&self, kind: &KindRef, index: &str, value: &str) -> Result<Vec<String>, Error>;
     /// Metadata reads, with the fields the plugin declared for `kind`.
-    fn metas(&self, kind: &KindRef, objects: Vec<String>) -> Vec<ObjectMeta>;
+    fn metas(&self, kind: &KindRef, objects: Vec<String>) -> Vec<MetaRecord>;
     fn log(&self, level: Level, message: &str);
 }
 
@@ -85,7 +88,7 @@ pub(crate) fn cache_get_meta(
     kind: &KindRef,
     namespace: Option<&str>,
     name: &str,
-) -> Result<Option<ObjectMeta>, Error> {
+) -> Result<Option<MetaRecord>, Error> {
     let backend = current().ok_or(Error::NoHost)?;
     let found = backend.get(kind, namespace, name)?;
     Ok(backend.metas(kind, found.into_iter().collect()).pop())
@@ -95,7 +98,7 @@ pub(crate) fn cache_list_meta(
     kind: &KindRef,
     namespace: Option<&str>,
     selector: Option<&str>,
-) -> Result<Vec<ObjectMeta>, Error> {
+) -> Result<Vec<MetaRecord>, Error> {
     let backend = current().ok_or(Error::NoHost)?;
     let found = backend.list(kind, namespace, selector)?;
     Ok(backend.metas(kind, found))
@@ -105,7 +108,7 @@ pub(crate) fn cache_by_index_meta(
     kind: &KindRef,
     index: &str,
     value: &str,
-) -> Result<Vec<ObjectMeta>, Error> {
+) -> Result<Vec<MetaRecord>, Error> {
     let backend = current().ok_or(Error::NoHost)?;
     let found = backend.by_index(kind, index, value)?;
     Ok(backend.metas(kind, found))

@@ -39,6 +39,12 @@ pub struct ObjectMeta {
     /// `metadata.ownerReferences`.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub owner_references: Vec<OwnerReference>,
+    /// `metadata.finalizers`.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub finalizers: Vec<String>,
+    /// When the object was created (RFC 3339).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub creation_timestamp: Option<String>,
     /// Set when deletion has started (the object waits on finalizers or its grace period).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub deletion_timestamp: Option<String>,

@@ -191,7 +191,9 @@ impl Outcome {
     pub fn release(self, owner_uid: &str, dependent: &impl Serialize) -> Self {
         self.patch_object_opt("release", dependent, |v| {
             let Some(i) = owner_index(v, owner_uid) else { return Ok(None) };
-            let ops = remove_at("ownerReferences", i, owner_refs(v)[i].clone());
+            // Test the uid only: the reference as read may omit defaults the server stores.
+            let path = format!("/metadata/ownerReferences/{i}");
+            let ops = json!([{"op": "test", "path": format!("{path}/uid"), "value": owner_uid}, {"op": "remove", "path": path}]);
             Ok(Some(Patch::json(object::key(v)?, ops).if_unchanged(v)))
         })
     }
@@ -320,7 +322,7 @@ mod tests {
         let out = Outcome::new().release("rs-1", &pod(owners));
         let p = out.patches().next().unwrap();
         assert_eq!(p.body, json!([
-            {"op": "test", "path": "/metadata/ownerReferences/1", "value": {"uid": "rs-1", "controller": true}},
+            {"op": "test", "path": "/metadata/ownerReferences/1/uid", "value": "rs-1"},
             {"op": "remove", "path": "/metadata/ownerReferences/1"},
         ]));
         assert!(Outcome::new().release("nobody", &pod(json!([]))).is_empty());

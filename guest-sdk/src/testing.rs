@@ -47,7 +47,6 @@ use wasmloop_model::{Naming, Target, TargetName};
 
 use crate::cache::{self, NAMESPACE_INDEX, OWNER_INDEX};
 use crate::log::Level;
-use crate::meta::{ObjectMeta, OwnerReference};
 use crate::native::{self, Backend};
 use crate::object;
 use crate::outcome::{Action, Event, Outcome};
@@ -566,13 +565,19 @@ impl Backend for Inner {
         })
     }
 
-    fn metas(&self, kind: &KindRef, objects: Vec<String>) -> Vec<ObjectMeta> {
+    fn metas(&self, kind: &KindRef, objects: Vec<String>) -> Vec<native::MetaRecord> {
         let paths = self.metadata.fields_of(kind);
         objects
             .iter()
             .map(|json| {
                 let v: Value = serde_json::from_str(json).expect("the fake stores JSON");
-                object_meta(&v, &paths)
+                let metadata = serde_json::from_value(v["metadata"].clone())
+                    .expect("the fake stores objects with metadata");
+                let fields = paths
+                    .iter()
+                    .map(|p| wasmloop_model::field::field(&v, p).map(|x| x.to_string()))
+                    .collect();
+                (metadata, fields)
             })
             .collect()
     }
@@ -583,56 +588,6 @@ impl Backend for Inner {
     }
 }
 
-/// An object's metadata as the host's metadata reads give it.
-fn object_meta(v: &Value, paths: &[&str]) -> ObjectMeta {
-    let meta = &v["metadata"];
-    let text = |v: &Value| v.as_str().map(str::to_owned);
-    let pairs = |field: &str| {
-        meta.get(field)
-            .and_then(Value::as_object)
-            .map(|m| m.iter().filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_owned()))).collect())
-            .unwrap_or_default()
-    };
-    let owner_references = meta
-        .get("ownerReferences")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .map(|r| {
-            let s = |f: &str| r.get(f).and_then(Value::as_str).unwrap_or_default().to_owned();
-            let b = |f: &str| r.get(f).and_then(Value::as_bool).unwrap_or(false);
-            OwnerReference {
-                api_version: s("apiVersion"),
-                kind: s("kind"),
-                name: s("name"),
-                uid: s("uid"),
-                controller: b("controller"),
-                block_owner_deletion: b("blockOwnerDeletion"),
-            }
-        })
-        .collect();
-    ObjectMeta {
-        namespace: text(&meta["namespace"]),
-        name: text(&meta["name"]).unwrap_or_default(),
-        uid: text(&meta["uid"]).unwrap_or_default(),
-        resource_version: text(&meta["resourceVersion"]).unwrap_or_default(),
-        generation: meta["generation"].as_i64(),
-        creation_timestamp: text(&meta["creationTimestamp"]),
-        deletion_timestamp: text(&meta["deletionTimestamp"]),
-        labels: pairs("labels"),
-        annotations: pairs("annotations"),
-        owner_references,
-        finalizers: meta
-            .get("finalizers")
-            .and_then(Value::as_array)
-            .map(|f| f.iter().filter_map(text).collect())
-            .unwrap_or_default(),
-        fields: paths
-            .iter()
-            .map(|p| wasmloop_model::field::field(v, p).map(|x| x.to_string()))
-            .collect(),
-    }
-}
 
 /// The values of index `index` (with declared `path`, if not built in) for one object, as the
 /// host computes them.
@@ -1306,8 +1261,10 @@ metadata: {name: s, namespace: prod}
             let pods = crate::meta::list(&crate::kinds::POD, Some("ns"), Some("app=web")).unwrap();
             assert_eq!(pods.len(), 1);
             let p = &pods[0];
-            assert_eq!((p.name.as_str(), p.uid.as_str(), p.resource_version.as_str()), ("p", "u", "3"));
-            assert_eq!(p.controller_uid(), Some("rs-1"));
+            let m = &p.metadata;
+            assert_eq!((m.name.as_str(), m.uid.as_str(), m.resource_version.as_deref()), ("p", "u", Some("3")));
+            assert!(m.is_controlled_by("rs-1"));
+            assert_eq!(p.object().key(), crate::kinds::POD.key(Some("ns"), "p"));
             assert_eq!(p.field::<String>(0).as_deref(), Some("Running"));
             assert_eq!(p.field::<String>(1), None);
             let owned = crate::meta::owned_by(&crate::kinds::POD, "rs-1").unwrap();

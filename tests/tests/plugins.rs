@@ -175,6 +175,56 @@ async fn podset_plugin_creates_scales_and_deletes_ten_podsets_idempotently() -> 
     ns.cleanup().await
 }
 
+/// KCM's claim rules in podset, on the real server: a labelled orphan is adopted (patch with uid
+/// and resourceVersion preconditions), an owned Pod relabelled away is released and replaced.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn podset_adopts_labelled_orphans_and_releases_pods_that_lose_the_label() -> Result<()> {
+    init_tracing();
+    let host = Host::new().await?;
+    ensure_podset_crd(&host.client).await?;
+    let ns = TestNamespace::create(&host.client, "podset-claim").await?;
+    let (sets, pods) = (podsets(&host.client, &ns.name), Api::<Pod>::namespaced(host.client.clone(), &ns.name));
+    let orphan: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "stray", "labels": {"wasmloop.dev/podset": "web"}},
+        "spec": {"containers": [{"name": "c", "image": "registry.invalid/none"}]}
+    }))?;
+    pods.create(&PostParams::default(), &orphan).await?;
+    let (ctl, wasm) = start_plugin(&host, "podset", &podset_manifest(&ns.name)).await?;
+    let ps = sets.create(&PostParams::default(), &podset("web", 2)).await?;
+    let uid = ps.metadata.uid.clone().context("PodSet uid")?;
+    let owned_by = |pods: Api<Pod>, uid: String| async move {
+        let list = pods.list(&ListParams::default()).await?.items;
+        let owned: Vec<String> = list
+            .iter()
+            .filter(|p| p.metadata.owner_references.iter().flatten().any(|r| r.uid == uid && r.controller == Some(true)))
+            .filter_map(|p| p.metadata.name.clone())
+            .collect();
+        anyhow::Ok((list.len(), owned))
+    };
+    let (p, u) = (pods.clone(), uid.clone());
+    let owned = eventually("the orphan adopted and one Pod created", WAIT, || {
+        let (p, u) = (p.clone(), u.clone());
+        async move { Ok(Some(owned_by(p, u).await?).filter(|(n, owned)| *n == 2 && owned.len() == 2 && owned.contains(&"stray".to_string()))) }
+    })
+    .await?;
+    eprintln!("podset claim: adopted, owned {:?}", owned.1);
+
+    pods.patch("stray", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"labels": {"wasmloop.dev/podset": "elsewhere"}}}))).await?;
+    let (p, u) = (pods.clone(), uid.clone());
+    eventually("the relabelled Pod released and replaced", WAIT, || {
+        let (p, u) = (p.clone(), u.clone());
+        async move {
+            let (n, owned) = owned_by(p.clone(), u).await?;
+            let stray_free = p.get("stray").await?.metadata.owner_references.unwrap_or_default().is_empty();
+            Ok((n == 3 && owned.len() == 2 && !owned.contains(&"stray".to_string()) && stray_free).then_some(()))
+        }
+    })
+    .await?;
+    assert_eq!(wasm.stats().traps + wasm.stats().timeouts + wasm.stats().errors, 0, "{:?}", wasm.stats());
+    ctl.shutdown(Duration::from_secs(5)).await;
+    ns.cleanup().await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn replicaset_plugin_converges_100_replicasets_of_10() -> Result<()> {
     init_tracing();

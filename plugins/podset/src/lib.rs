@@ -12,18 +12,19 @@
 //! resourceVersion), a Pod of ours that lost it is released, Pods of other controllers and
 //! terminating Pods are left alone and not counted.
 //!
-//! This plugin shows the SDK's `k8s` feature: Pods and the Pod template are `k8s-openapi` types.
+//! This plugin shows the SDK's light path (no `k8s-openapi`): the PodSet is an
+//! [`Object`] with a typed spec and the Pod template kept as JSON, and Pods are read through
+//! metadata reads ([`meta`]) with one declared field, `status.conditions`, so no Pod JSON is
+//! copied into the plugin or parsed there.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use wasmloop_sdk::k8s::api::core::v1::{Pod, PodTemplateSpec};
-use wasmloop_sdk::k8s::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use serde_json::{Map, Value, json};
+use wasmloop_sdk::meta::{self, Meta};
 use wasmloop_sdk::object::Object;
-use wasmloop_sdk::{
-    Error, KindRef, Metadata, Outcome, Reconciler, Request, ResultExt, cache, kinds,
-};
+use wasmloop_sdk::{Error, KindRef, Metadata, Outcome, Reconciler, Request, ResultExt, cache, kinds};
 
 /// The reconciled kind.
 pub const PODSET: KindRef = KindRef::from_static("wasmloop.dev/v1alpha1", "PodSet");
@@ -37,8 +38,9 @@ pub const RESYNC: Duration = Duration::from_secs(30);
 #[serde(rename_all = "camelCase")]
 pub struct PodSetSpec {
     pub replicas: i32,
+    /// A Pod template (`metadata.labels`, `metadata.annotations`, `spec`), passed through as JSON.
     #[serde(default)]
-    pub template: PodTemplateSpec,
+    pub template: Value,
 }
 
 /// `PodSet.status`.
@@ -71,6 +73,8 @@ impl Reconciler for PodSetReconciler {
         Metadata::new("podset", VERSION)
             .reconciles(PODSET)
             .owns(kinds::POD)
+            // Field 0 of every Pod metadata read: readiness.
+            .field(kinds::POD, "status.conditions")
     }
 
     fn reconcile(req: Request) -> Result<Outcome, Error> {
@@ -88,52 +92,37 @@ impl Reconciler for PodSetReconciler {
         let desired = usize::try_from(spec.replicas).map_err(|_| {
             Error::permanent(format!("spec.replicas is negative: {}", spec.replicas))
         })?;
-        let Some(pod_spec) = spec.template.spec.clone() else {
+        let Some(pod_spec) = spec.template.get("spec").filter(|s| s.is_object()) else {
             return Err(Error::permanent("spec.template.spec is missing"));
         };
         let ns = req.key.ns();
         let name = &req.key.name;
-
-        let pods: Vec<Pod> =
-            cache::owned_by(&kinds::POD, &ps.metadata.uid).context("listing the PodSet's Pods")?;
-        let selector = format!("{PODSET_LABEL}={name}");
-        let labelled: Vec<Pod> =
-            cache::list(&kinds::POD, ns, Some(&selector)).context("listing labelled Pods")?;
-        let mut out = Outcome::new();
         let uid = ps.metadata.uid.as_str();
-        let mut mine: Vec<&Pod> = Vec::new();
-        for pod in &pods {
-            if !is_controlled_by(pod, uid) {
+
+        let owned = meta::owned_by(&kinds::POD, uid).context("listing the PodSet's Pods")?;
+        let selector = format!("{PODSET_LABEL}={name}");
+        let labelled = meta::list(&kinds::POD, ns, Some(&selector)).context("listing labelled Pods")?;
+        let mut out = Outcome::new();
+        let mut mine: Vec<&Meta> = Vec::new();
+        for pod in &owned {
+            if !pod.metadata.is_controlled_by(uid) {
                 continue;
             }
-            if has_label(pod, name) || pod.metadata.deletion_timestamp.is_some() {
+            if has_label(pod, name) || pod.metadata.is_deleting() {
                 mine.push(pod);
             } else {
-                out = out.release(uid, pod);
+                out = out.release(uid, &pod.object());
             }
         }
         for pod in &labelled {
-            let orphan = pod
-                .metadata
-                .owner_references
-                .as_deref()
-                .unwrap_or_default()
-                .iter()
-                .all(|r| r.controller != Some(true));
-            if orphan && pod.metadata.deletion_timestamp.is_none() {
-                out = out.adopt(&ps, pod);
+            if pod.metadata.controller().is_none() && !pod.metadata.is_deleting() {
+                out = out.adopt(&ps, &pod.object());
                 mine.push(pod);
             }
         }
         // Names stay taken while a Pod terminates: creating one would be an AlreadyExists.
-        let taken: BTreeSet<&str> = mine
-            .iter()
-            .filter_map(|p| p.metadata.name.as_deref())
-            .collect();
-        let mut active: Vec<&Pod> = mine
-            .into_iter()
-            .filter(|p| p.metadata.deletion_timestamp.is_none())
-            .collect();
+        let taken: BTreeSet<&str> = mine.iter().map(|p| p.metadata.name.as_str()).collect();
+        let mut active: Vec<&Meta> = mine.into_iter().filter(|p| !p.metadata.is_deleting()).collect();
         let ready = active.iter().filter(|p| is_ready(p)).count();
         let observed = active.len();
 
@@ -145,24 +134,18 @@ impl Reconciler for PodSetReconciler {
                     ordinal += 1;
                     // Skip names held by our Pods or by anything else in the namespace.
                     if !taken.contains(candidate.as_str())
-                        && cache::get_raw(&kinds::POD, ns, &candidate)?.is_none()
+                        && meta::get(&kinds::POD, ns, &candidate)?.is_none()
                     {
                         break candidate;
                     }
                 };
-                out = out.create_owned(
-                    &ps,
-                    new_pod(&pod_name, name, &spec.template, pod_spec.clone()),
-                );
+                out = out.create_owned(&ps, new_pod(&pod_name, name, &spec.template, pod_spec));
             }
         } else if observed > desired {
             // Pods not named <podset>-<n> first, then the highest ordinals.
-            active.sort_by_key(|p| {
-                std::cmp::Reverse(ordinal_of(p, name).map_or(u64::MAX, u64::from))
-            });
+            active.sort_by_key(|p| std::cmp::Reverse(ordinal_of(p, name).map_or(u64::MAX, u64::from)));
             for p in &active[..observed - desired] {
-                out =
-                    out.delete_key(kinds::POD.key(ns, p.metadata.name.clone().unwrap_or_default()));
+                out = out.delete_key(p.key());
             }
         }
 
@@ -186,63 +169,45 @@ fn count(n: usize) -> i32 {
     i32::try_from(n).unwrap_or(i32::MAX)
 }
 
-fn is_controlled_by(pod: &Pod, uid: &str) -> bool {
-    let refs = pod.metadata.owner_references.as_deref().unwrap_or_default();
-    refs.iter()
-        .any(|r| r.controller == Some(true) && r.uid == uid)
+fn has_label(pod: &Meta, podset: &str) -> bool {
+    pod.metadata.labels.get(PODSET_LABEL).map(String::as_str) == Some(podset)
 }
 
-fn has_label(pod: &Pod, podset: &str) -> bool {
-    let labels = pod.metadata.labels.as_ref();
-    labels.and_then(|l| l.get(PODSET_LABEL)).map(String::as_str) == Some(podset)
+/// A Pod condition, as much of it as readiness needs.
+#[derive(Deserialize)]
+struct Condition {
+    #[serde(rename = "type")]
+    type_: String,
+    status: String,
 }
 
-fn is_ready(pod: &Pod) -> bool {
-    let conditions = pod
-        .status
-        .as_ref()
-        .and_then(|s| s.conditions.as_deref())
-        .unwrap_or_default();
-    conditions
-        .iter()
-        .any(|c| c.type_ == "Ready" && c.status == "True")
+fn is_ready(pod: &Meta) -> bool {
+    let conditions: Vec<Condition> = pod.field(0).unwrap_or_default();
+    conditions.iter().any(|c| c.type_ == "Ready" && c.status == "True")
 }
 
 /// `n` for a Pod named `<podset>-<n>` (canonical decimal, no leading zeros).
-fn ordinal_of(pod: &Pod, podset: &str) -> Option<u32> {
-    let suffix = pod
-        .metadata
-        .name
-        .as_deref()?
-        .strip_prefix(podset)?
-        .strip_prefix('-')?;
+fn ordinal_of(pod: &Meta, podset: &str) -> Option<u32> {
+    let suffix = pod.metadata.name.strip_prefix(podset)?.strip_prefix('-')?;
     let n: u32 = suffix.parse().ok()?;
     (n.to_string() == suffix).then_some(n)
 }
 
-fn new_pod(
-    name: &str,
-    podset: &str,
-    template: &PodTemplateSpec,
-    spec: wasmloop_sdk::k8s::api::core::v1::PodSpec,
-) -> Pod {
-    let tmeta = template.metadata.as_ref();
-    let mut labels: BTreeMap<String, String> =
-        tmeta.and_then(|m| m.labels.clone()).unwrap_or_default();
-    labels.insert(PODSET_LABEL.to_owned(), podset.to_owned());
+/// A Pod named `name` from `template` (its labels plus the PodSet label, its annotations, and
+/// `spec`); the owner reference is added by `create_owned`.
+fn new_pod(name: &str, podset: &str, template: &Value, spec: &Value) -> Value {
+    let tmeta = template.get("metadata");
+    let mut labels: Map<String, Value> =
+        tmeta.and_then(|m| m.get("labels")).and_then(Value::as_object).cloned().unwrap_or_default();
+    labels.insert(PODSET_LABEL.to_owned(), podset.into());
     if cfg!(feature = "v2") {
-        labels.insert(V2_LABEL.to_owned(), "v2".to_owned());
+        labels.insert(V2_LABEL.to_owned(), "v2".into());
     }
-    Pod {
-        metadata: ObjectMeta {
-            name: Some(name.to_owned()),
-            labels: Some(labels),
-            annotations: tmeta.and_then(|m| m.annotations.clone()),
-            ..ObjectMeta::default()
-        },
-        spec: Some(spec),
-        status: None,
+    let mut metadata = json!({"name": name, "labels": labels});
+    if let Some(a) = tmeta.and_then(|m| m.get("annotations")).filter(|a| a.is_object()) {
+        metadata["annotations"] = a.clone();
     }
+    json!({"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec})
 }
 
 #[cfg(test)]
