@@ -190,7 +190,8 @@ impl Controller {
         metrics: ControllerMetrics,
     ) -> Result<Self> {
         let name = reconciler.spec().name.clone();
-        let queue = WorkQueue::new(name.clone(), config.rate_limits.build(), Some(metrics.queue_handle(&name)));
+        let queue = WorkQueue::new(name.clone(), config.rate_limits.build(), Some(metrics.queue_handle(&name)))
+            .with_priorities(config.rate_limits.priorities());
         let inner = Arc::new(Inner {
             name,
             registry,
@@ -208,7 +209,8 @@ impl Controller {
         });
         let current = inner.wire(reconciler, grants).await?;
         *inner.current.write() = Some(current);
-        inner.enqueue_all(Reason::Event);
+        // The initial list at low priority: events that arrive meanwhile go first (with aging).
+        inner.enqueue_all(Reason::Event, crate::queue::Priority::Low);
         let workers = (0..inner.config.workers.max(1))
             .map(|i| tokio::spawn(inner.clone().work().instrument(info_span!("worker", controller = %inner.name, i))))
             .collect();
@@ -241,8 +243,8 @@ impl Controller {
         let from = old.map(|c| c.reconciler.spec().version.clone()).unwrap_or_default();
         info!(controller = %self.inner.name, %from, %to, "reconciler replaced");
         // Keys queued before the swap run on the new version; reconcile everything once so the
-        // new logic applies even to objects that see no event.
-        self.inner.enqueue_all(Reason::Resync);
+        // new logic applies even to objects that see no event (at low priority, behind events).
+        self.inner.enqueue_all(Reason::Resync, crate::queue::Priority::Low);
         Ok(())
     }
 
@@ -392,19 +394,26 @@ impl Inner {
         }
     }
 
+    /// Queue `key` at normal priority (events).
     fn enqueue(&self, key: ObjectKey, reason: Reason) {
-        self.reasons.lock().entry(key.clone()).or_insert(reason);
-        self.queue.add(key);
+        self.enqueue_with(key, reason, crate::queue::Priority::Normal);
     }
 
-    fn enqueue_all(&self, reason: Reason) {
+    /// Queue `key` at `priority`; a key already queued lower is raised (its reason stays the first).
+    fn enqueue_with(&self, key: ObjectKey, reason: Reason, priority: crate::queue::Priority) {
+        self.reasons.lock().entry(key.clone()).or_insert(reason);
+        self.queue.add_with_priority(key, priority);
+    }
+
+    /// Queue every cached object of the reconciled kind at `priority`.
+    fn enqueue_all(&self, reason: Reason, priority: crate::queue::Priority) {
         let Some((primary, kind)) =
             self.current.read().as_ref().map(|c| (c.primary.clone(), c.reconciler.spec().reconciles.clone()))
         else {
             return;
         };
         for o in primary.iter().flat_map(|s| s.snapshot()) {
-            self.enqueue(ObjectKey::new(kind.clone(), o.namespace().map(str::to_string), o.name()), reason);
+            self.enqueue_with(ObjectKey::new(kind.clone(), o.namespace().map(str::to_string), o.name()), reason, priority);
         }
     }
 
@@ -413,7 +422,7 @@ impl Inner {
         loop {
             tick.tick().await;
             debug!(controller = %self.name, "resync: replaying the cache");
-            self.enqueue_all(Reason::Resync);
+            self.enqueue_all(Reason::Resync, crate::queue::Priority::Low);
         }
     }
 

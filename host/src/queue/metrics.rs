@@ -10,9 +10,20 @@
 //! | `workqueue_longest_running_processor_seconds` | gauge | age of the oldest key being processed |
 //! | `workqueue_retries_total` | counter | rate-limited re-adds |
 //!
-//! Every series carries the label `name=<queue name>`. The two "in progress" gauges are computed
-//! when scraped (a [`Collector`]) from the start times of the work in flight, so they are right
-//! even when no queue operation happened since the last scrape.
+//! and per [`Priority`] (label `priority`: `low`, `normal`), wasmloop's own:
+//!
+//! | metric | type | meaning |
+//! | --- | --- | --- |
+//! | `wasmloop_workqueue_depth` | gauge | keys of that priority ready to be handed out |
+//! | `wasmloop_workqueue_oldest_ready_seconds` | gauge | how long the oldest ready key of that priority has waited (0 if none) |
+//! | `wasmloop_workqueue_queue_duration_seconds` | histogram | time from add to `get`, by the priority the key was handed out at |
+//! | `wasmloop_workqueue_aged_total` | counter | `Low` keys handed out ahead of ready `Normal` keys because they had aged (no `priority` label) |
+//!
+//! Every series carries the label `name=<queue name>`. The two "in progress" gauges and the
+//! oldest-ready gauge are computed when scraped (a [`Collector`]) from the start times of the
+//! work in flight and the ready times of the queue heads, so they are right even when no queue
+//! operation happened since the last scrape. Alert on `wasmloop_workqueue_oldest_ready_seconds
+//! {priority="low"}` well above the bound of [`crate::queue::priority`].
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -29,20 +40,47 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 use tokio::time::Instant;
 
+use crate::queue::Priority;
+
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct QueueLabels {
     name: String,
 }
 
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct PriorityLabels {
+    name: String,
+    priority: String,
+}
+
+impl PriorityLabels {
+    fn new(name: &str, priority: Priority) -> Self {
+        Self {
+            name: name.to_owned(),
+            priority: priority.as_str().to_owned(),
+        }
+    }
+}
+
 type HistogramFamily = Family<QueueLabels, Histogram, fn() -> Histogram>;
+type PriorityHistogramFamily = Family<PriorityLabels, Histogram, fn() -> Histogram>;
 
 /// client-go's buckets: 10 ns to 1000 s, ×10 each.
 fn duration_histogram() -> Histogram {
     Histogram::new(exponential_buckets(1e-8, 10.0, 12))
 }
 
+/// Finer buckets for the per-priority waits, to tell an aging bound of seconds apart:
+/// 1 ms to 524 s, ×2 each.
+fn wait_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(1e-3, 2.0, 20))
+}
+
 /// In-flight work of the queues sharing one name, keyed by a per-get id.
 type InFlight = Arc<Mutex<HashMap<u64, Instant>>>;
+
+/// When the oldest ready key of each priority became ready, per queue name.
+type Oldest = Arc<Mutex<[Option<Instant>; 2]>>;
 
 /// The metric families of all queues, registered once. Cheap to clone.
 #[derive(Debug, Clone)]
@@ -53,6 +91,10 @@ pub struct QueueMetrics {
     work_duration: HistogramFamily,
     retries: Family<QueueLabels, Counter>,
     in_flight: Arc<Mutex<BTreeMap<String, InFlight>>>,
+    priority_depth: Family<PriorityLabels, Gauge>,
+    priority_queue_duration: PriorityHistogramFamily,
+    aged: Family<QueueLabels, Counter>,
+    oldest: Arc<Mutex<BTreeMap<String, Oldest>>>,
 }
 
 impl QueueMetrics {
@@ -65,6 +107,10 @@ impl QueueMetrics {
             work_duration: Family::new_with_constructor(duration_histogram),
             retries: Family::default(),
             in_flight: Arc::default(),
+            priority_depth: Family::default(),
+            priority_queue_duration: Family::new_with_constructor(wait_histogram),
+            aged: Family::default(),
+            oldest: Arc::default(),
         };
         registry.register(
             "workqueue_depth",
@@ -91,8 +137,24 @@ impl QueueMetrics {
             "Total number of retries handled by the workqueue",
             metrics.retries.clone(),
         );
+        registry.register(
+            "wasmloop_workqueue_depth",
+            "Keys of each priority ready to be handed out",
+            metrics.priority_depth.clone(),
+        );
+        registry.register(
+            "wasmloop_workqueue_queue_duration_seconds",
+            "How long in seconds a key stays in the workqueue before being requested, by the priority it was handed out at",
+            metrics.priority_queue_duration.clone(),
+        );
+        registry.register(
+            "wasmloop_workqueue_aged",
+            "Low-priority keys handed out ahead of ready normal ones because they had aged",
+            metrics.aged.clone(),
+        );
         registry.register_collector(Box::new(InFlightCollector {
             in_flight: metrics.in_flight.clone(),
+            oldest: metrics.oldest.clone(),
         }));
         metrics
     }
@@ -108,6 +170,13 @@ impl QueueMetrics {
             .entry(name.to_owned())
             .or_default()
             .clone();
+        let oldest = self
+            .oldest
+            .lock()
+            .entry(name.to_owned())
+            .or_default()
+            .clone();
+        let by_priority = |p| PriorityLabels::new(name, p);
         QueueMetricsHandle {
             depth: self.depth.get_or_create(&labels).clone(),
             adds: self.adds.get_or_create(&labels).clone(),
@@ -115,6 +184,15 @@ impl QueueMetrics {
             work_duration: self.work_duration.get_or_create(&labels).clone(),
             retries: self.retries.get_or_create(&labels).clone(),
             in_flight,
+            priority_depth: Priority::ALL
+                .map(|p| self.priority_depth.get_or_create(&by_priority(p)).clone()),
+            priority_queue_duration: Priority::ALL.map(|p| {
+                self.priority_queue_duration
+                    .get_or_create(&by_priority(p))
+                    .clone()
+            }),
+            aged: self.aged.get_or_create(&labels).clone(),
+            oldest,
         }
     }
 }
@@ -128,6 +206,10 @@ pub struct QueueMetricsHandle {
     work_duration: Histogram,
     retries: Counter,
     in_flight: InFlight,
+    priority_depth: [Gauge; 2],
+    priority_queue_duration: [Histogram; 2],
+    aged: Counter,
+    oldest: Oldest,
 }
 
 /// Identifies one unit of work in flight, from `get` to `done`.
@@ -158,6 +240,33 @@ impl QueueMetricsHandle {
         WorkId(id)
     }
 
+    /// Depth of `priority` and when its oldest ready key became ready.
+    pub(crate) fn set_priority_depth(
+        &self,
+        priority: Priority,
+        depth: usize,
+        oldest: Option<Instant>,
+    ) {
+        self.priority_depth[priority.index()].set(i64::try_from(depth).unwrap_or(i64::MAX));
+        self.oldest.lock()[priority.index()] = oldest;
+    }
+
+    /// A key queued at `queued_at` was handed to a worker now, at `priority`; `aged_ahead` if it
+    /// was an aged `Low` key served before ready `Normal` ones.
+    pub(crate) fn started_at(
+        &self,
+        queued_at: Instant,
+        priority: Priority,
+        aged_ahead: bool,
+    ) -> WorkId {
+        let waited = Instant::now().saturating_duration_since(queued_at);
+        self.priority_queue_duration[priority.index()].observe(waited.as_secs_f64());
+        if aged_ahead {
+            self.aged.inc();
+        }
+        self.started(queued_at)
+    }
+
     /// The worker finished the key started as `id`.
     pub(crate) fn finished(&self, id: WorkId) {
         if let Some(started) = self.in_flight.lock().remove(&id.0) {
@@ -171,10 +280,11 @@ impl QueueMetricsHandle {
     }
 }
 
-/// Computes the two "in progress" gauges at scrape time.
+/// Computes the two "in progress" gauges and the oldest-ready gauge at scrape time.
 #[derive(Debug)]
 struct InFlightCollector {
     in_flight: Arc<Mutex<BTreeMap<String, InFlight>>>,
+    oldest: Arc<Mutex<BTreeMap<String, Oldest>>>,
 }
 
 impl Collector for InFlightCollector {
@@ -210,6 +320,24 @@ impl Collector for InFlightCollector {
                 encoder.encode_descriptor(name, help, None, family.metric_type())?;
             family.encode(metric_encoder)?;
         }
+        let oldest = Family::<PriorityLabels, Gauge<f64, AtomicU64>>::default();
+        for (name, heads) in self.oldest.lock().iter() {
+            let heads = *heads.lock();
+            for p in Priority::ALL {
+                let age = heads[p.index()]
+                    .map_or(Duration::ZERO, |since| now.saturating_duration_since(since));
+                oldest
+                    .get_or_create(&PriorityLabels::new(name, p))
+                    .set(age.as_secs_f64());
+            }
+        }
+        let metric_encoder = encoder.encode_descriptor(
+            "wasmloop_workqueue_oldest_ready_seconds",
+            "How many seconds the oldest ready key of each priority has waited",
+            None,
+            oldest.metric_type(),
+        )?;
+        oldest.encode(metric_encoder)?;
         Ok(())
     }
 }

@@ -2,24 +2,30 @@
 //!
 //! A [`WorkQueue`] holds keys, not objects. Its rules (client-go's `dirty` and `processing` sets):
 //!
-//! - Ready keys come out first in, first out, and each key is queued at most once: adding a key
-//!   that is already waiting to be processed is a no-op (deduplication).
+//! - Each key is queued at most once: adding a key that is already waiting to be processed is a
+//!   no-op (deduplication), except that it may raise the key's [`Priority`].
+//! - Ready keys come out by [`Priority`] (`Normal` before `Low`), first in, first out within a
+//!   priority, except that a `Low` key ready for longer than [`PriorityConfig::aging`] gets at
+//!   least one get in [`PriorityConfig::aged_every`]: a `Low` key is never starved, and waits
+//!   at most `aging + ⌈(A + 1)·N / W⌉·S` ([`priority`] states and proves the bound).
 //! - A key handed out by [`get`](WorkQueue::get) is *processing* until [`done`](WorkQueue::done).
 //!   Adding it meanwhile marks it dirty without handing it to another worker; `done` queues it
 //!   again. So one key is never processed by two workers at once.
 //! - [`add_after`](WorkQueue::add_after) parks a key until its deadline (RequeueAfter); a key
-//!   already parked keeps the earlier of its two deadlines. Due keys join the ready queue in
-//!   deadline order (ties: first parked first). They are moved lazily, by any queue operation
-//!   (a waiting `get` wakes at the next deadline), so no background task is needed.
+//!   already parked keeps the earlier of its two deadlines. Due keys join the ready queue at
+//!   `Normal` priority as if added at their deadline (ties: first parked first). They are moved
+//!   lazily, by any queue operation (a waiting `get` wakes at the next deadline), so no
+//!   background task is needed.
 //! - [`add_rate_limited`](WorkQueue::add_rate_limited) parks a key for as long as the
 //!   [`RateLimiter`] says (per-key backoff after a failure); [`forget`](WorkQueue::forget) resets it.
 //!
 //! Any number of workers may wait in `get`; they sleep on a [`Notify`] and on the next deadline.
 
 pub mod metrics;
+pub mod priority;
 pub mod rate_limit;
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::hash::Hash;
 use std::pin::pin;
@@ -32,6 +38,8 @@ use tokio::time::Instant;
 
 use crate::queue::metrics::WorkId;
 pub use crate::queue::metrics::{QueueMetrics, QueueMetricsHandle};
+pub use crate::queue::priority::{Priority, PriorityConfig};
+use crate::queue::priority::{ReadySet, Slot};
 pub use crate::queue::rate_limit::{
     ItemExponential, MaxOf, RateLimitConfig, RateLimiter, TokenBucket,
 };
@@ -50,9 +58,10 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 /// Add statistics of one queue, for reporting how much deduplication saved.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct QueueStats {
-    /// Calls of `add`, `add_after` and `add_rate_limited` before shutdown.
+    /// Calls of `add`, `add_with_priority`, `add_after` and `add_rate_limited` before shutdown.
     pub adds: u64,
-    /// Adds folded into a key that was already pending (ready, dirty or parked earlier).
+    /// Adds folded into a key that was already pending (ready, dirty or parked earlier), raises
+    /// of its priority included.
     pub deduplicated: u64,
 }
 
@@ -97,16 +106,17 @@ struct Inner<K> {
     name: String,
     state: Mutex<State<K>>,
     limiter: RwLock<Arc<dyn RateLimiter<K>>>,
+    priorities: RwLock<PriorityConfig>,
     /// Wakes getters: one per newly ready key, all on shutdown or an earlier deadline.
     notify: Notify,
     metrics: Option<QueueMetricsHandle>,
 }
 
 struct State<K> {
-    /// Keys ready to be handed out, oldest first. Each is in `dirty` and not in `processing`.
-    ready: VecDeque<K>,
-    /// Keys that need processing (ready, or added while processing), with their first add time.
-    dirty: HashMap<K, Instant>,
+    /// Keys ready to be handed out, by priority. Each is in `dirty` and not in `processing`.
+    ready: ReadySet<K>,
+    /// Keys that need processing (ready, or added while processing).
+    dirty: HashMap<K, Pending>,
     /// Keys handed to a worker and not yet done, with their metrics id.
     processing: HashMap<K, Option<WorkId>>,
     /// Parked keys by (deadline, sequence number), so ties come out first parked first.
@@ -118,10 +128,21 @@ struct State<K> {
     stats: QueueStats,
 }
 
+/// A key that needs processing.
+#[derive(Debug, Clone, Copy)]
+struct Pending {
+    /// When it was first added (for the queue-duration metrics).
+    since: Instant,
+    /// The highest priority it was added with.
+    priority: Priority,
+    /// Its place among the ready keys; `None` while it is processing.
+    slot: Option<Slot>,
+}
+
 /// What happened to a key handed to [`State::enqueue`].
 #[derive(Debug, PartialEq, Eq)]
 enum Enqueued {
-    /// Already dirty: nothing changes.
+    /// Already dirty: nothing changes but, perhaps, its priority.
     Folded,
     /// Appended to the ready queue.
     Ready,
@@ -130,35 +151,71 @@ enum Enqueued {
 }
 
 impl<K: Clone + Eq + Hash> State<K> {
-    fn enqueue(&mut self, key: K, now: Instant, metrics: Option<&QueueMetricsHandle>) -> Enqueued {
-        if self.dirty.contains_key(&key) {
+    /// Marks `key` dirty at `priority`, ready since `now` unless it is processing.
+    fn enqueue(
+        &mut self,
+        key: K,
+        priority: Priority,
+        now: Instant,
+        metrics: Option<&QueueMetricsHandle>,
+    ) -> Enqueued {
+        if let Some(pending) = self.dirty.get_mut(&key) {
+            let from = pending.priority;
+            if priority > from {
+                pending.priority = priority;
+                if let Some(slot) = pending.slot
+                    && self.ready.raise(slot, from, priority)
+                {
+                    self.report_depth(metrics);
+                }
+            }
             return Enqueued::Folded;
         }
         if let Some(m) = metrics {
             m.added();
         }
-        let processing = self.processing.contains_key(&key);
-        self.dirty.insert(key.clone(), now);
-        if processing {
+        let slot = if self.processing.contains_key(&key) {
+            None
+        } else {
+            Some(self.ready.push(key.clone(), priority, now))
+        };
+        self.dirty.insert(
+            key,
+            Pending {
+                since: now,
+                priority,
+                slot,
+            },
+        );
+        if slot.is_none() {
             return Enqueued::Deferred;
         }
-        self.ready.push_back(key);
+        self.report_depth(metrics);
+        Enqueued::Ready
+    }
+
+    /// Sets the depth gauges (total and per priority) and the oldest ready key per priority.
+    fn report_depth(&self, metrics: Option<&QueueMetricsHandle>) {
         if let Some(m) = metrics {
             m.set_depth(self.ready.len());
+            for p in Priority::ALL {
+                m.set_priority_depth(p, self.ready.len_of(p), self.ready.oldest(p));
+            }
         }
-        Enqueued::Ready
     }
 
     /// Moves parked keys whose deadline has come to the ready queue; returns how many became ready.
     fn promote_due(&mut self, now: Instant, metrics: Option<&QueueMetricsHandle>) -> usize {
         let mut ready = 0;
         while let Some(entry) = self.waiting.first_entry() {
-            if entry.key().0 > now {
+            let deadline = entry.key().0;
+            if deadline > now {
                 break;
             }
             let key = entry.remove();
             self.waiting_at.remove(&key);
-            match self.enqueue(key, now, metrics) {
+            // Ready since its deadline: ahead of keys added after it, however late this runs.
+            match self.enqueue(key, Priority::Normal, deadline, metrics) {
                 Enqueued::Ready => ready += 1,
                 Enqueued::Folded => self.stats.deduplicated += 1,
                 Enqueued::Deferred => {}
@@ -182,7 +239,7 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> WorkQueue<K> {
         metrics: Option<QueueMetricsHandle>,
     ) -> Self {
         let state = State {
-            ready: VecDeque::new(),
+            ready: ReadySet::new(),
             dirty: HashMap::new(),
             processing: HashMap::new(),
             waiting: BTreeMap::new(),
@@ -195,6 +252,7 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> WorkQueue<K> {
             name: name.into(),
             state: Mutex::new(state),
             limiter: RwLock::new(limiter),
+            priorities: RwLock::new(PriorityConfig::default()),
             notify: Notify::new(),
             metrics,
         };
@@ -208,19 +266,43 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> WorkQueue<K> {
         &self.inner.name
     }
 
-    /// Queues `key`. Returns `true` if this add will cause a (further) processing of the key,
-    /// `false` if it was folded into a pending one (or the queue is shut down).
+    /// This queue with `config` for its priorities (default [`PriorityConfig::default`]).
+    pub fn with_priorities(self, config: PriorityConfig) -> Self {
+        self.set_priorities(config);
+        self
+    }
+
+    /// Changes how `Low` keys age; applies from the next `get`.
+    pub fn set_priorities(&self, config: PriorityConfig) {
+        *self.inner.priorities.write() = config;
+    }
+
+    /// The priority configuration in use.
+    pub fn priorities(&self) -> PriorityConfig {
+        *self.inner.priorities.read()
+    }
+
+    /// Queues `key` at [`Priority::Normal`]. Returns `true` if this add will cause a (further)
+    /// processing of the key, `false` if it was folded into a pending one (or the queue is shut
+    /// down).
     pub fn add(&self, key: K) -> bool {
+        self.add_with_priority(key, Priority::Normal)
+    }
+
+    /// Queues `key` at `priority`; a key already pending at a lower priority is raised to it
+    /// (keeping its place in time, see [`priority`]), one pending at the same or a higher
+    /// priority is left as it is. Returns what [`add`](Self::add) returns.
+    pub fn add_with_priority(&self, key: K, priority: Priority) -> bool {
         let mut state = self.inner.state.lock();
         if state.shut_down {
             return false;
         }
         state.stats.adds += 1;
-        self.enqueue_counted(&mut state, key)
+        self.enqueue_counted(&mut state, key, priority)
     }
 
-    fn enqueue_counted(&self, state: &mut State<K>, key: K) -> bool {
-        match state.enqueue(key, Instant::now(), self.inner.metrics.as_ref()) {
+    fn enqueue_counted(&self, state: &mut State<K>, key: K, priority: Priority) -> bool {
+        match state.enqueue(key, priority, Instant::now(), self.inner.metrics.as_ref()) {
             Enqueued::Folded => {
                 state.stats.deduplicated += 1;
                 false
@@ -233,8 +315,8 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> WorkQueue<K> {
         }
     }
 
-    /// Queues `key` once `delay` has passed (immediately for a zero delay). A key that is already
-    /// parked keeps the earlier of its two deadlines.
+    /// Queues `key` at [`Priority::Normal`] once `delay` has passed (immediately for a zero
+    /// delay). A key that is already parked keeps the earlier of its two deadlines.
     pub fn add_after(&self, key: K, delay: Duration) {
         let mut state = self.inner.state.lock();
         if state.shut_down {
@@ -243,7 +325,7 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> WorkQueue<K> {
         state.stats.adds += 1;
         let now = Instant::now();
         if delay.is_zero() {
-            self.enqueue_counted(&mut state, key);
+            self.enqueue_counted(&mut state, key, Priority::Normal);
             return;
         }
         // A delay past the end of time is "never": the key is dropped rather than overflowing.
@@ -271,7 +353,7 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> WorkQueue<K> {
     }
 
     /// Parks `key` for as long as the rate limiter says (recording one more failure), and
-    /// counts a retry.
+    /// counts a retry. It becomes ready at [`Priority::Normal`].
     pub fn add_rate_limited(&self, key: K) {
         if self.is_shut_down() {
             return;
@@ -295,7 +377,8 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> WorkQueue<K> {
     }
 
     /// Waits for a ready key and marks it processing; the caller must call [`done`](Self::done)
-    /// with it. Returns `None` once the queue is shut down (keys still queued are not handed out).
+    /// with it. The key is the next by priority and aging ([`priority`]). Returns `None` once
+    /// the queue is shut down (keys still queued are not handed out).
     ///
     /// Cancel-safe: dropping the future never loses a key.
     pub async fn get(&self) -> Option<K> {
@@ -309,12 +392,15 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> WorkQueue<K> {
                     return None;
                 }
                 self.promote_due(&mut state);
-                if let Some(key) = state.ready.pop_front() {
-                    let queued_at = state.dirty.remove(&key).unwrap_or_else(Instant::now);
-                    let id = self.inner.metrics.as_ref().map(|m| {
-                        m.set_depth(state.ready.len());
-                        m.started(queued_at)
-                    });
+                let now = Instant::now();
+                let config = *self.inner.priorities.read();
+                if let Some(popped) = state.ready.pop(now, &config) {
+                    let key = popped.key;
+                    let queued_at = state.dirty.remove(&key).map_or(now, |p| p.since);
+                    let metrics = self.inner.metrics.as_ref();
+                    state.report_depth(metrics);
+                    let id = metrics
+                        .map(|m| m.started_at(queued_at, popped.priority, popped.aged_ahead));
                     state.processing.insert(key.clone(), id);
                     return Some(key);
                 }
@@ -348,11 +434,15 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> WorkQueue<K> {
         if let (Some(m), Some(id)) = (&self.inner.metrics, id) {
             m.finished(id);
         }
-        if state.dirty.contains_key(key) && !state.shut_down {
-            state.ready.push_back(key.clone());
-            if let Some(m) = &self.inner.metrics {
-                m.set_depth(state.ready.len());
-            }
+        let state = &mut *state;
+        if let Some(pending) = state.dirty.get_mut(key)
+            && !state.shut_down
+        {
+            let slot = state
+                .ready
+                .push(key.clone(), pending.priority, Instant::now());
+            pending.slot = Some(slot);
+            state.report_depth(self.inner.metrics.as_ref());
             self.inner.notify.notify_one();
         }
     }
@@ -362,6 +452,13 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> WorkQueue<K> {
         let mut state = self.inner.state.lock();
         self.promote_due(&mut state);
         state.ready.len()
+    }
+
+    /// Number of keys of `priority` ready to be handed out.
+    pub fn len_of(&self, priority: Priority) -> usize {
+        let mut state = self.inner.state.lock();
+        self.promote_due(&mut state);
+        state.ready.len_of(priority)
     }
 
     /// Whether no key is ready to be handed out.
@@ -402,7 +499,8 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> WorkQueue<K> {
 
 impl<K> Drop for Inner<K> {
     fn drop(&mut self) {
-        // Work still in flight will never be done: stop reporting it as unfinished.
+        // Work still in flight will never be done: stop reporting it as unfinished; keys still
+        // queued will never be handed out: stop reporting their wait.
         if let Some(m) = &self.metrics {
             self.state
                 .get_mut()
@@ -410,6 +508,9 @@ impl<K> Drop for Inner<K> {
                 .values()
                 .flatten()
                 .for_each(|id| m.abandoned(*id));
+            for p in Priority::ALL {
+                m.set_priority_depth(p, 0, None);
+            }
         }
     }
 }

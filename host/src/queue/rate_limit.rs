@@ -16,7 +16,8 @@ use parking_lot::Mutex;
 use serde::Deserialize;
 use tokio::time::Instant;
 
-use crate::queue::{Error, Result};
+use crate::queue::priority::{DEFAULT_AGED_EVERY, DEFAULT_AGING};
+use crate::queue::{Error, PriorityConfig, Result};
 
 /// Decides how long a key waits before it is retried, and keeps the per-key failure history.
 pub trait RateLimiter<K>: Send + Sync {
@@ -193,10 +194,12 @@ const DEFAULT_MAX_DELAY: Duration = Duration::from_secs(1000);
 const DEFAULT_QPS: f64 = 10.0;
 const DEFAULT_BURST: u32 = 100;
 
-/// Configuration of a queue's default limiter, `max(ItemExponential, TokenBucket)`.
+/// Configuration of a queue's default limiter, `max(ItemExponential, TokenBucket)`, and of the
+/// aging of its `Low` keys ([`PriorityConfig`], the `queue:` of `plugin.yaml` holds both).
 ///
-/// Deserialises from e.g. `{"baseDelay": "5ms", "maxDelay": "1000s", "qps": 10, "burst": 100}`;
-/// missing fields take client-go's defaults. Durations use [`crate::duration::parse`].
+/// Deserialises from e.g. `{"baseDelay": "5ms", "maxDelay": "1000s", "qps": 10, "burst": 100,
+/// "aging": "5s", "agedEvery": 4}`; missing fields take client-go's defaults (and wasmloop's for
+/// the last two). Durations use [`crate::duration::parse`].
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(rename_all = "camelCase", default)]
 pub struct RateLimitConfig {
@@ -210,6 +213,11 @@ pub struct RateLimitConfig {
     pub qps: f64,
     /// Overall burst of retries (default 100).
     pub burst: u32,
+    /// How long a `Low` key is ready before it ages ([`PriorityConfig::aging`], default 5 s).
+    #[serde(with = "crate::duration::serde")]
+    pub aging: Duration,
+    /// Aged `Low` keys get one get in this many ([`PriorityConfig::aged_every`], default 4).
+    pub aged_every: u32,
 }
 
 impl Default for RateLimitConfig {
@@ -219,6 +227,8 @@ impl Default for RateLimitConfig {
             max_delay: DEFAULT_MAX_DELAY,
             qps: DEFAULT_QPS,
             burst: DEFAULT_BURST,
+            aging: DEFAULT_AGING,
+            aged_every: DEFAULT_AGED_EVERY,
         }
     }
 }
@@ -232,8 +242,17 @@ impl RateLimitConfig {
         ]))
     }
 
+    /// The priority configuration of a queue built from this configuration.
+    pub fn priorities(&self) -> PriorityConfig {
+        PriorityConfig {
+            aging: self.aging,
+            aged_every: self.aged_every,
+        }
+    }
+
     /// Rejects values with no sensible meaning: `qps` must be positive (infinite = no overall
-    /// limit), `burst` at least 1, and `base_delay` no larger than `max_delay`.
+    /// limit), `burst` at least 1, `base_delay` no larger than `max_delay`, and `aged_every`
+    /// at least 1.
     pub fn validate(&self) -> Result<()> {
         let problem = if self.qps.is_nan() || self.qps <= 0.0 {
             Some(format!("qps must be positive, got {}", self.qps))
@@ -244,13 +263,14 @@ impl RateLimitConfig {
                 "baseDelay {:?} exceeds maxDelay {:?}",
                 self.base_delay, self.max_delay
             ))
+        } else if self.aged_every == 0 {
+            Some("agedEvery must be at least 1".to_owned())
         } else {
             None
         };
         problem.map_or(Ok(()), |p| Err(Error::InvalidRateLimit(p)))
     }
 }
-
 
 #[cfg(test)]
 mod tests {
@@ -359,7 +379,6 @@ mod tests {
         assert_eq!(limiter.retries(&1), 0);
     }
 
-
     #[test]
     fn config_defaults_and_deserialisation() {
         let default = RateLimitConfig::default();
@@ -378,6 +397,16 @@ mod tests {
         assert_eq!(parsed.max_delay, Duration::from_secs(1000));
         assert_eq!(parsed.qps, 2.5);
         assert_eq!(parsed.burst, 100);
+        assert_eq!(parsed.priorities(), PriorityConfig::default());
+        let aging: RateLimitConfig =
+            serde_json::from_str(r#"{"aging": "30s", "agedEvery": 2}"#).expect("valid config");
+        assert_eq!(
+            aging.priorities(),
+            PriorityConfig {
+                aging: Duration::from_secs(30),
+                aged_every: 2
+            }
+        );
         let bad = serde_json::from_str::<RateLimitConfig>(r#"{"maxDelay": "10 parsecs"}"#);
         assert!(bad.is_err_and(|e| e.to_string().contains("10 parsecs")));
     }
@@ -398,6 +427,7 @@ mod tests {
             with(|c| {
                 c.base_delay = Duration::from_secs(2000);
             }),
+            with(|c| c.aged_every = 0),
         ] {
             assert!(matches!(broken, Err(Error::InvalidRateLimit(_))));
         }
