@@ -1,10 +1,17 @@
 //! Section 5b: hot reload, in-process: a `PluginManager` watching a plugin namespace of the
-//! real API server. A new payload for the replicaset plugin's ConfigMap (the same wasm bytes
+//! real API server. A new version of the replicaset plugin's ConfigMap (the same wasm bytes
 //! under a manifest with another `limits.timeout`, so the controller is swapped, not restarted)
 //! is applied, and the time runs until the manager reports the new version serving
-//! (`LoadEvent::Loaded`, sent after the swap and after the status annotation and Event are
-//! written). Two managers: one without a precompiled cache (every load compiles) and one whose
-//! cache already holds the component (every load deserialises).
+//! (`LoadEvent::Loaded`, sent right after the swap, before the Event and status annotation are
+//! written). Three managers:
+//!
+//! - "compile": the inline form (wasm in the plugin ConfigMap, ~the whole component re-applied),
+//!   no precompiled cache: every load compiles;
+//! - "precompiled cache": the inline form, the cache already holds the component: every load
+//!   decodes the ConfigMap and deserialises (the figure before referenced payloads);
+//! - "manifest-only, referenced payload": `wasmloop pack`'s default form; only the small plugin
+//!   ConfigMap (manifest + `plugin.wasm.ref` + `plugin.wasm.digest`) is applied, the immutable
+//!   payload ConfigMap stays: every load reuses the loaded component.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -16,14 +23,14 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::broadcast;
 use wasmloop::actions::Executor;
 use wasmloop::controller::ControllerMetrics;
-use wasmloop::hotload::{LoadEvent, PluginManager, PluginManagerConfig, PluginMetrics};
+use wasmloop::hotload::{LoadEvent, PluginManager, PluginManagerConfig, PluginMetrics, pack};
 use wasmloop::hotload::source::PLUGIN_LABEL;
 use wasmloop::informer::{InformerKey, InformerRegistry};
 use wasmloop::kinds::{KindRef, KindResolver};
 use wasmloop::plugin::PluginEngine;
 
 use crate::fixtures::manifest_variant;
-use crate::kube_util::{self, apply_plugin, ensure_namespace};
+use crate::kube_util::{self, apply_configmap, apply_plugin, ensure_namespace};
 use crate::stats::Summary;
 
 #[derive(clap::Args, Debug, Clone)]
@@ -37,12 +44,15 @@ pub struct Args {
     /// Reloads that compile.
     #[arg(long, default_value_t = 5)]
     pub compile_runs: usize,
-    /// Reloads from the precompiled cache.
+    /// Reloads from the precompiled cache (inline form), and manifest-only reloads (referenced form).
     #[arg(long, default_value_t = 10)]
     pub cached_runs: usize,
     #[arg(long)]
     pub out: PathBuf,
 }
+
+/// The case of the referenced form: only the small plugin ConfigMap is applied.
+pub const MANIFEST_ONLY: &str = "manifest-only, referenced payload";
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Case {
@@ -91,11 +101,12 @@ pub async fn run(args: Args) -> Result<Results> {
     let precompiled = tempfile::tempdir()?;
     let mut cases = Vec::new();
     let mut timeout_ms = 1000;
-    for (case, dir, runs) in [
-        ("compile", None, args.compile_runs),
-        ("precompiled cache", Some(precompiled.path().to_path_buf()), args.cached_runs),
+    for (case, dir, runs, referenced) in [
+        ("compile", None, args.compile_runs, false),
+        ("precompiled cache", Some(precompiled.path().to_path_buf()), args.cached_runs, false),
+        (MANIFEST_ONLY, Some(precompiled.path().to_path_buf()), args.cached_runs, true),
     ] {
-        let plugin_ns = format!("bench-reload-{tag}-{}", if dir.is_some() { "cached" } else { "compile" });
+        let plugin_ns = format!("bench-reload-{tag}-{}", if referenced { "ref" } else if dir.is_some() { "cached" } else { "compile" });
         ensure_namespace(&client, &plugin_ns).await?;
         let config = PluginManagerConfig { precompiled_dir: dir, shutdown_grace: Duration::from_secs(5), ..PluginManagerConfig::new(Some(plugin_ns.clone())) };
         let manager = PluginManager::start(
@@ -125,7 +136,22 @@ pub async fn run(args: Args) -> Result<Results> {
         let name = "rs-reload";
         // First version: starts the controller (and fills the precompiled cache). Not measured.
         let first = manifest_variant(&base, name, Some(&target_ns), Some(timeout_ms))?;
-        apply_plugin(&client, &plugin_ns, name, &wasm, &first).await?;
+        let packed = if referenced {
+            let packed = pack::pack_referenced(pack::PackInput {
+                wasm: &wasm,
+                path: "replicaset.wasm",
+                manifest: first.clone(),
+                name: name.to_string(),
+                namespace: Some(plugin_ns.clone()),
+            })
+            .context("packing the plugin (referenced)")?;
+            apply_configmap(&client, &plugin_ns, packed.payload.clone()).await?;
+            apply_configmap(&client, &plugin_ns, packed.plugin.clone()).await?;
+            Some(packed)
+        } else {
+            apply_plugin(&client, &plugin_ns, name, &wasm, &first).await?;
+            None
+        };
         wait_loaded(&mut events, name).await?;
         let (mut total, mut load, mut origins) = (Vec::new(), Vec::new(), Vec::new());
         let (mut apply, mut to_event) = (Vec::new(), Vec::new());
@@ -135,7 +161,15 @@ pub async fn run(args: Args) -> Result<Results> {
             tokio::time::sleep(Duration::from_millis(200)).await;
             seen.lock().clear();
             let t0 = Instant::now();
-            let rv = apply_plugin(&client, &plugin_ns, name, &wasm, &manifest).await?;
+            let rv = match &packed {
+                // Only the small plugin ConfigMap changes; the payload is not re-applied.
+                Some(packed) => {
+                    let mut cm = packed.plugin.clone();
+                    cm.data.get_or_insert_with(Default::default).insert(wasmloop::hotload::source::MANIFEST_KEY.into(), manifest);
+                    apply_configmap(&client, &plugin_ns, cm).await?
+                }
+                None => apply_plugin(&client, &plugin_ns, name, &wasm, &manifest).await?,
+            };
             apply.push(t0.elapsed().as_secs_f64() * 1e3);
             let (origin, took) = wait_loaded(&mut events, name).await?;
             total.push(t0.elapsed().as_secs_f64() * 1e3);
@@ -146,7 +180,11 @@ pub async fn run(args: Args) -> Result<Results> {
             origins.push(origin);
         }
         manager.shutdown().await;
-        let expected = if case == "compile" { "Compiled" } else { "Precompiled" };
+        let expected = match case {
+            "compile" => "Compiled",
+            MANIFEST_ONLY => "Reused",
+            _ => "Precompiled",
+        };
         anyhow::ensure!(origins.iter().all(|o| o == expected), "{case}: expected every reload to be {expected}, got {origins:?}");
         let c = Case {
             case: case.to_string(),

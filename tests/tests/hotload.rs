@@ -1,7 +1,9 @@
 //! Hot-loading plugins from ConfigMaps, end to end against a real kube-apiserver: load, swap
 //! under load (no key lost), refuse a corrupt version (last good keeps serving, Event +
 //! annotation name the error), re-apply, restart (plugins come back, precompiled cache hit),
-//! delete (no more actions).
+//! delete (no more actions). Both forms: the wasm inline in the plugin ConfigMap, and in an
+//! immutable payload ConfigMap referenced by digest (manifest-only reloads, mismatches, a payload
+//! applied after its plugin ConfigMap).
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -272,5 +274,198 @@ async fn plugins_are_loaded_swapped_refused_restarted_and_removed_from_configmap
     assert_eq!(host.requests.snapshot().write, writes, "no write from the removed plugin");
     assert!(manager.loaded().await.is_empty());
     manager.shutdown().await;
+    ns.cleanup().await
+}
+
+fn pack_ref(ns: &str, wasm: &[u8], manifest: &str) -> Result<wasmloop::hotload::pack::PackedRef> {
+    use wasmloop::hotload::pack;
+    Ok(pack::pack_referenced(pack::PackInput {
+        wasm,
+        path: "podset.wasm",
+        manifest: manifest.to_string(),
+        name: "podset".into(),
+        namespace: Some(ns.to_string()),
+    })?)
+}
+
+async fn next_loaded(events: &mut broadcast::Receiver<LoadEvent>, what: &str) -> Result<(String, LoadOrigin, Duration, String)> {
+    match next_load(events, what).await? {
+        LoadEvent::Loaded { version, origin, took, digest, .. } => Ok((version, origin, took, digest)),
+        other => bail!("expected {what} (Loaded), got {other:?}"),
+    }
+}
+
+async fn next_rejected(events: &mut broadcast::Receiver<LoadEvent>, what: &str) -> Result<String> {
+    match next_load(events, what).await? {
+        LoadEvent::Rejected { error, .. } => Ok(error),
+        other => bail!("expected {what} (Rejected), got {other:?}"),
+    }
+}
+
+/// The referenced form (`wasmloop pack`'s default): an immutable payload ConfigMap holds the wasm,
+/// the small plugin ConfigMap references it by name and digest. Loads; a grants-only change
+/// reloads without reading the payload (the loaded component is reused); a restart loads from the
+/// precompiled cache; a digest mismatch and a mutable payload are refused while the last good
+/// version keeps serving; a plugin ConfigMap applied before its payload loads when it appears.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn referenced_payloads_load_reload_on_manifest_changes_refuse_mismatches_and_wait_for_the_payload() -> Result<()> {
+    init_tracing();
+    let v1 = std::fs::read(plugin_path("podset")?)?;
+    let v2 = std::fs::read(plugin_path("podset_v2")?)?;
+    let mut host = Host::new().await?;
+    ensure_podset_crd(&host.client).await?;
+    let ns = TestNamespace::create(&host.client, "hotload-ref").await?;
+    let precompiled = tempfile::tempdir()?;
+    let (client, n) = (host.client.clone(), ns.name.clone());
+    let (sets, pods, cms) = (podsets(&client, &n), Api::<Pod>::namespaced(client.clone(), &n), Api::<ConfigMap>::namespaced(client.clone(), &n));
+    let manager = start_manager(&host, &n, precompiled.path()).await?;
+    let mut events = manager.events();
+
+    // 1. Pack both objects, apply them (payload first, as in the YAML stream): v1 loads.
+    let p1 = pack_ref(&n, &v1, &manifest(&n))?;
+    let payload1 = p1.payload.metadata.name.clone().context("payload name")?;
+    assert!(payload1.starts_with("podset-wasm-") && payload1.len() == "podset-wasm-".len() + 12, "{payload1}");
+    apply_configmap(&client, &n, p1.payload.clone()).await?;
+    apply_configmap(&client, &n, p1.plugin.clone()).await?;
+    let (version, origin, _, digest) = next_loaded(&mut events, "v1 from its payload").await?;
+    assert_eq!((version.as_str(), origin), ("0.1.0", LoadOrigin::Compiled));
+    assert_eq!(digest, p1.digest, "the loaded component is the one the digest names");
+    let c = cms.clone();
+    let status = eventually("the Loaded annotation naming the payload", WAIT, || {
+        let c = c.clone();
+        async move { let s = status_annotation(&c).await?; Ok((s["state"] == "Loaded").then_some(s)) }
+    })
+    .await?;
+    assert_eq!(status["payload"], json!(payload1));
+    assert_eq!(status["digest"], json!(p1.digest));
+    sets.create(&PostParams::default(), &podset("ref-0", 2)).await?;
+    let p = pods.clone();
+    eventually("2 pods for ref-0 from v1", WAIT, || {
+        let p = p.clone();
+        async move { Ok((pods_of(&p, "ref-0").await?.len() == 2).then_some(())) }
+    })
+    .await?;
+
+    // 2. Grants only (one more verb): only the small ConfigMap is written; the loaded component is
+    //    reused (no payload read, decompress, compile or deserialise).
+    let more = manifest(&n).replace("verbs: [read, update-status, event]", "verbs: [read, update-status, event, patch]");
+    assert_ne!(more, manifest(&n));
+    let mut small = p1.plugin.clone();
+    small.data.as_mut().unwrap().insert("plugin.yaml".into(), more.clone());
+    let before = host.requests.snapshot();
+    let applied = Instant::now();
+    apply_configmap(&client, &n, small).await?;
+    let (version, origin, took, digest) = next_loaded(&mut events, "the grants-only change").await?;
+    let total = applied.elapsed();
+    assert_eq!((version.as_str(), origin, digest.as_str()), ("0.1.0", LoadOrigin::Reused, p1.digest.as_str()));
+    eprintln!("hotload-ref: grants-only apply → Loaded in {total:?} (the manager's load {took:?})");
+    let after = host.requests.snapshot();
+    eprintln!(
+        "hotload-ref: API requests on the test's client during the reload: {} get, {} list, {} writes (the apply and what the host reported so far)",
+        after.get - before.get,
+        after.list - before.list,
+        after.write - before.write
+    );
+    let c = cms.clone();
+    eventually("the annotation of the reused component", WAIT, || {
+        let c = c.clone();
+        async move { let s = status_annotation(&c).await?; Ok(s["origin"].as_str().is_some_and(|o| o.starts_with("reusing")).then_some(())) }
+    })
+    .await?;
+    sets.patch("ref-0", &PatchParams::default(), &Patch::Merge(json!({"spec": {"replicas": 3}}))).await?;
+    let p = pods.clone();
+    eventually("ref-0 scaled after the grants change", WAIT, || {
+        let p = p.clone();
+        async move { Ok((pods_of(&p, "ref-0").await?.len() == 3).then_some(())) }
+    })
+    .await?;
+
+    // 3. Restart: the payload is read and checked once, the component comes from the precompiled cache.
+    manager.shutdown().await;
+    host = Host::new().await?;
+    let manager = start_manager(&host, &n, precompiled.path()).await?;
+    let mut events = manager.events();
+    assert_eq!(manager.loaded().await, vec![("podset".to_string(), "podset".to_string(), "0.1.0".to_string())]);
+    let c = cms.clone();
+    eventually("the annotation after the restart", WAIT, || {
+        let c = c.clone();
+        async move { let s = status_annotation(&c).await?; Ok((s["origin"] == "from the precompiled cache").then_some(())) }
+    })
+    .await?;
+
+    // 4. A digest that does not match the payload: refused, v1 keeps serving.
+    let p2 = pack_ref(&n, &v2, &more)?;
+    let mut lying = p1.plugin.clone();
+    let data = lying.data.as_mut().unwrap();
+    data.insert("plugin.yaml".into(), more.clone());
+    data.insert("plugin.wasm.digest".into(), p2.digest.clone());
+    apply_configmap(&client, &n, lying).await?;
+    let error = next_rejected(&mut events, "the digest mismatch").await?;
+    assert!(error.contains("does not match the digest") && error.contains(&p2.digest) && error.contains(&p1.digest), "{error}");
+    let c = cms.clone();
+    let status = eventually("the Rejected annotation", WAIT, || {
+        let c = c.clone();
+        async move { let s = status_annotation(&c).await?; Ok((s["state"] == "Rejected").then_some(s)) }
+    })
+    .await?;
+    assert!(status["serving"].as_str().is_some_and(|s| s.contains("0.1.0")), "{status}");
+    let ev = Api::<Event>::namespaced(client.clone(), &n);
+    eventually("a PluginRejected Event naming the mismatch", WAIT, || {
+        let ev = ev.clone();
+        async move {
+            Ok(ev.list(&ListParams::default()).await?.items.into_iter().find(|e| {
+                e.reason.as_deref() == Some("PluginRejected") && e.note.as_deref().is_some_and(|n| n.contains("does not match the digest"))
+            }))
+        }
+    })
+    .await?;
+    sets.patch("ref-0", &PatchParams::default(), &Patch::Merge(json!({"spec": {"replicas": 4}}))).await?;
+    let p = pods.clone();
+    eventually("ref-0 scaled by v1 while the mismatch is refused", WAIT, || {
+        let p = p.clone();
+        async move { Ok((pods_of(&p, "ref-0").await?.len() == 4).then_some(())) }
+    })
+    .await?;
+
+    // 5. A payload that is not immutable: refused.
+    let mut mutable = p2.payload.clone();
+    mutable.metadata.name = Some("podset-wasm-mutable".into());
+    mutable.immutable = None;
+    apply_configmap(&client, &n, mutable).await?;
+    let mut pointing = p2.plugin.clone();
+    pointing.data.as_mut().unwrap().insert("plugin.wasm.ref".into(), "podset-wasm-mutable".into());
+    apply_configmap(&client, &n, pointing).await?;
+    let error = next_rejected(&mut events, "the mutable payload").await?;
+    assert!(error.contains("not immutable"), "{error}");
+
+    // 6. The plugin ConfigMap before its payload: refused as missing (the same payload in another
+    //    namespace is not looked at), loaded when the payload appears in its own namespace.
+    let other = TestNamespace::create(&host.client, "hotload-ref-other").await?;
+    let mut elsewhere = p2.payload.clone();
+    elsewhere.metadata.namespace = Some(other.name.clone());
+    apply_configmap(&client, &other.name, elsewhere).await?;
+    apply_configmap(&client, &n, p2.plugin.clone()).await?;
+    let error = next_rejected(&mut events, "the missing payload").await?;
+    assert!(error.contains("not found") && error.contains(p2.payload.metadata.name.as_deref().unwrap()), "{error}");
+    apply_configmap(&client, &n, p2.payload.clone()).await?;
+    let (version, origin, _, digest) = next_loaded(&mut events, "v2 once its payload appeared").await?;
+    assert_eq!((version.as_str(), origin, digest.as_str()), ("0.2.0", LoadOrigin::Compiled, p2.digest.as_str()));
+    sets.create(&PostParams::default(), &podset("ref-v2", 2)).await?;
+    let p = pods.clone();
+    let made = eventually("ref-v2's pods from v2", WAIT, || {
+        let p = p.clone();
+        async move { let v = pods_of(&p, "ref-v2").await?; Ok((v.len() == 2).then_some(v)) }
+    })
+    .await?;
+    assert!(made.iter().all(is_v2), "v2 serves");
+
+    // 7. Delete: removed.
+    cms.delete("podset", &DeleteParams::default()).await?;
+    match next_load(&mut events, "the plugin to be removed").await? {
+        LoadEvent::Removed { plugin, .. } => assert_eq!(plugin, "podset"),
+        other => bail!("expected removal, got {other:?}"),
+    }
+    manager.shutdown().await;
+    other.cleanup().await?;
     ns.cleanup().await
 }

@@ -28,7 +28,7 @@ use serde_json::Value;
 
 use crate::actions::Action;
 use crate::cache::IndexedStore;
-use crate::hotload::source::PLUGIN_LABEL;
+use crate::hotload::source::{PAYLOAD_LABEL, PLUGIN_LABEL};
 use crate::kinds::KindRef;
 use wasmloop_model::Target;
 
@@ -79,7 +79,9 @@ impl fmt::Display for Rule {
             Rule::HostServiceAccount => write!(f, "protected object ({name}): the host's ServiceAccount and the Secrets of its namespace"),
             Rule::HostServiceAccountPod(why) => write!(f, "protected object ({name}): {why}"),
             Rule::HostRbac => write!(f, "protected object ({name}): Roles and RoleBindings in the host's namespaces"),
-            Rule::PluginLabel => write!(f, "protected object ({name}): objects labelled {PLUGIN_LABEL} are written only by the admin"),
+            Rule::PluginLabel => {
+                write!(f, "protected object ({name}): objects labelled {PLUGIN_LABEL} or {PAYLOAD_LABEL} are written only by the admin")
+            }
             Rule::HostRbacBinding(why) => write!(f, "protected object ({name}): {why}"),
             Rule::HostRbacRole(why) => write!(f, "protected object ({name}): {why}"),
             Rule::Unverifiable(why) => write!(f, "protected object check failed, refusing: {why}"),
@@ -371,8 +373,10 @@ fn reads_secrets(spec: &serde_json::Map<String, Value>) -> bool {
         || containers.into_iter().any(|c| any_key(c, &["secretKeyRef", "secretRef"]))
 }
 
+/// Plugin ConfigMaps and their payloads are recognised by label: no plugin may write either.
 fn check_plugin_label(body: &Value) -> Result<(), Rule> {
-    let labelled = body.pointer("/metadata/labels").and_then(Value::as_object).is_some_and(|l| l.contains_key(PLUGIN_LABEL));
+    let labels = body.pointer("/metadata/labels").and_then(Value::as_object);
+    let labelled = labels.is_some_and(|l| l.contains_key(PLUGIN_LABEL) || l.contains_key(PAYLOAD_LABEL));
     if labelled { Err(Rule::PluginLabel) } else { Ok(()) }
 }
 
@@ -387,7 +391,6 @@ mod tests {
 
     use super::*;
     use crate::kinds::ObjectKey;
-    use wasmloop_model::Naming;
 
     fn protected() -> Protected {
         Protected::new(
@@ -440,7 +443,13 @@ mod tests {
         let labelled = apply(json!({"apiVersion": "v1", "kind": "ConfigMap",
             "metadata": {"name": "evil", "namespace": "team-a", "labels": {PLUGIN_LABEL: "true"}}}));
         let err = check(&p, labelled).await.unwrap_err();
-        assert_eq!(err.to_string(), "protected object (plugin-label): objects labelled wasmloop.dev/plugin are written only by the admin");
+        assert_eq!(
+            err.to_string(),
+            "protected object (plugin-label): objects labelled wasmloop.dev/plugin or wasmloop.dev/plugin-payload are written only by the admin"
+        );
+        let payload = apply(json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "fake-wasm", "namespace": "team-a", "labels": {PAYLOAD_LABEL: "true"}}}));
+        assert_eq!(check(&p, payload).await.unwrap_err(), Rule::PluginLabel);
         let store = Arc::new(IndexedStore::new(KindRef::new("v1", "ConfigMap")));
         store.apply(json!({"metadata": {"name": "podset", "namespace": "plugins"}})).unwrap();
         p.watch_plugin_configmaps(store);

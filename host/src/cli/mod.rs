@@ -27,7 +27,8 @@ enum Command {
         /// The plugin component (.wasm).
         plugin: PathBuf,
     },
-    /// Print a plugin as a ConfigMap for `kubectl apply -f -` (zstd-compressed, manifest merged).
+    /// Print a plugin as ConfigMaps for `kubectl apply -f -`: an immutable payload (zstd-compressed
+    /// wasm) and the plugin ConfigMap (manifest + reference by digest); `--inline`: one ConfigMap.
     Pack(PackArgs),
 }
 
@@ -47,6 +48,10 @@ struct PackArgs {
     /// Write to this file instead of standard output.
     #[arg(short, long)]
     output: Option<PathBuf>,
+    /// The older single-ConfigMap form (wasm inline in the plugin ConfigMap's binaryData) instead of
+    /// an immutable payload ConfigMap `<name>-wasm-<digest>` referenced from the plugin ConfigMap.
+    #[arg(long)]
+    inline: bool,
 }
 
 /// Log output format.
@@ -104,14 +109,21 @@ fn pack(args: PackArgs) -> anyhow::Result<ExitCode> {
         PluginManifest::parse(&manifest, &name).context("after setting the name")?;
     }
     let path = args.plugin.display().to_string();
-    let packed = pack::pack(pack::PackInput { wasm: &wasm, path: &path, manifest, name, namespace: args.namespace })?;
-    let yaml = pack::to_yaml(&packed.config_map)?;
+    let input = pack::PackInput { wasm: &wasm, path: &path, manifest, name, namespace: args.namespace };
+    let (yaml, raw, compressed, how) = if args.inline {
+        let packed = pack::pack(input)?;
+        (pack::to_yaml(&packed.config_map)?, packed.raw_bytes, packed.compressed_bytes, "inline".to_string())
+    } else {
+        let packed = pack::pack_referenced(input)?;
+        let how = format!("payload ConfigMap {} ({})", packed.payload.metadata.name.as_deref().unwrap_or_default(), packed.digest);
+        (pack::to_yaml_stream(&[&packed.payload, &packed.plugin])?, packed.raw_bytes, packed.compressed_bytes, how)
+    };
     eprintln!(
-        "wasmloop pack: {} → {} bytes raw, {} bytes zstd ({:.0}%)",
+        "wasmloop pack: {} → {} bytes raw, {} bytes zstd ({:.0}%), {how}",
         path,
-        packed.raw_bytes,
-        packed.compressed_bytes,
-        100.0 * packed.compressed_bytes as f64 / packed.raw_bytes as f64
+        raw,
+        compressed,
+        100.0 * compressed as f64 / raw as f64
     );
     match args.output {
         Some(out) => std::fs::write(&out, yaml).with_context(|| format!("writing {}", out.display()))?,

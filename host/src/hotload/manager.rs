@@ -4,8 +4,16 @@
 //! keyed by ConfigMap, so bursts of updates fold into one load and one ConfigMap is never
 //! loaded twice at once. For each key it compares a digest of the payload with what is loaded
 //! (or was last refused) and only then decodes, compiles (off the async runtime, through the
-//! precompiled cache), validates and swaps. Every outcome is reported on the ConfigMap: an
-//! annotation `wasmloop.dev/status`, a Kubernetes Event, a log line and a metric.
+//! precompiled cache), validates and swaps. Every outcome is reported: first a log line, a
+//! metric and a [`LoadEvent`] (as soon as the new version serves), then a Kubernetes Event and
+//! the annotation `wasmloop.dev/status` on the ConfigMap (API writes, slower).
+//!
+//! Payloads referenced by digest (`data.plugin.wasm.ref` + `data.plugin.wasm.digest`, see
+//! [`source`]) come from a second informer, on ConfigMaps labelled
+//! `wasmloop.dev/plugin-payload=true`, and are looked up in the plugin ConfigMap's own namespace
+//! only. An immutable payload, once verified against its digest, is known by its uid: a manifest
+//! change that keeps the digest reuses the loaded component (no read, decompress, hash or
+//! deserialise). A payload that appears after its plugin ConfigMap loads it then.
 
 use std::collections::{BTreeSet, HashMap};
 use std::path::PathBuf;
@@ -20,13 +28,13 @@ use tracing::{error, info, warn};
 
 use super::manifest::PluginManifest;
 use super::metrics::PluginMetrics;
-use super::source::{self, PLUGIN_LABEL, STATUS_ANNOTATION};
+use super::source::{self, PAYLOAD_LABEL, PLUGIN_LABEL, PayloadRef, STATUS_ANNOTATION};
 use crate::actions::{Action, EventType, Executor};
-use crate::cache::IndexedStore;
+use crate::cache::{CachedObject, Change, IndexedStore};
 use crate::controller::{Controller, ControllerConfig, ControllerMetrics, Reconciler};
 use crate::informer::{self, InformerKey, InformerRegistry, Subscription};
 use crate::kinds::{KindRef, ObjectKey};
-use crate::plugin::{ByteSize, PluginEngine, PrecompiledCache, WasmPlugin};
+use crate::plugin::{ByteSize, Compiled, Origin, PluginEngine, PrecompiledCache, WasmPlugin};
 use crate::queue::{RateLimitConfig, WorkQueue};
 
 /// Errors starting the manager (loading errors are reported on the ConfigMaps instead).
@@ -87,6 +95,9 @@ pub enum LoadOrigin {
     Compiled,
     /// Deserialised from the precompiled cache (no compile).
     Precompiled,
+    /// The component already loaded with the same digest, reused (referenced payloads: a
+    /// manifest-only change; no payload read, decompress, compile or deserialise).
+    Reused,
     /// The ConfigMap went back to the version already serving (nothing to load).
     Unchanged,
 }
@@ -128,6 +139,56 @@ struct Inner {
     /// Compiles running at once.
     compiles: Arc<tokio::sync::Semaphore>,
     events: broadcast::Sender<LoadEvent>,
+    /// Payload ConfigMaps (`wasmloop.dev/plugin-payload=true`) in the plugin namespace(s).
+    payloads: Arc<IndexedStore>,
+    /// Which payload (namespace, name) each plugin ConfigMap references: loaded again when it changes.
+    refs: parking_lot::Mutex<HashMap<ObjectKey, PayloadName>>,
+    /// Immutable payloads already checked: (namespace, name) → (uid, sha256 of the component).
+    verified: parking_lot::Mutex<HashMap<PayloadName, (String, String)>>,
+    /// For a payload the informer has not delivered yet (read once, by name, with `list`).
+    client: kube::Client,
+}
+
+/// (namespace, name) of a payload ConfigMap.
+type PayloadName = (Option<String>, String);
+
+/// A referenced payload ConfigMap, as found.
+enum Found {
+    Cached(Arc<CachedObject>),
+    /// Read from the API server: the informer had not delivered it yet.
+    Fetched(Box<ConfigMap>),
+    Missing,
+}
+
+impl Found {
+    /// What identifies the payload's bytes: an immutable ConfigMap's uid cannot change content.
+    fn state(&self) -> String {
+        match self {
+            Found::Cached(o) => format!("{}:{}:{}", o.name(), o.uid(), cached_immutable(o)),
+            Found::Fetched(cm) => format!(
+                "{}:{}:{}",
+                cm.metadata.name.as_deref().unwrap_or_default(),
+                cm.metadata.uid.as_deref().unwrap_or_default(),
+                cm.immutable == Some(true)
+            ),
+            Found::Missing => "missing".into(),
+        }
+    }
+}
+
+/// `immutable: true` on a cached ConfigMap, without decoding its binaryData.
+fn cached_immutable(o: &CachedObject) -> bool {
+    #[derive(serde::Deserialize)]
+    struct Flag {
+        immutable: Option<bool>,
+    }
+    serde_json::from_str::<Flag>(o.json()).ok().and_then(|f| f.immutable) == Some(true)
+}
+
+/// The component to load: bytes to compile (or find in the precompiled cache), or one loaded already.
+enum Input {
+    Wasm(Vec<u8>),
+    Reuse(Compiled),
 }
 
 /// What a loaded (or loading) plugin holds of the host's shared resources.
@@ -141,6 +202,7 @@ struct Claim {
 pub struct PluginManager {
     inner: Arc<Inner>,
     _subscription: Subscription,
+    _payload_subscription: Subscription,
     workers: Vec<JoinHandle<()>>,
 }
 
@@ -163,6 +225,10 @@ impl PluginManager {
         let key = InformerKey::new(configmap_kind(), config.namespace.clone(), Some(&format!("{PLUGIN_LABEL}=true")))
             .map_err(|e| informer::Error::Selector(InformerKey { kind: configmap_kind(), namespace: None, selector: None }, e))?;
         let informer = registry.acquire(key).await?;
+        let payload_key = InformerKey::new(configmap_kind(), config.namespace.clone(), Some(&format!("{PAYLOAD_LABEL}=true")))
+            .map_err(|e| informer::Error::Selector(InformerKey { kind: configmap_kind(), namespace: None, selector: None }, e))?;
+        let payload_informer = registry.acquire(payload_key).await?;
+        let client = registry.resolver().client().clone();
         // No plugin may write the ConfigMaps plugins are loaded from.
         executor.admission().protected().watch_plugin_configmaps(informer.store().clone());
         let queue = WorkQueue::new("wasmloop-plugins", RateLimitConfig::default().build(), None);
@@ -184,19 +250,30 @@ impl PluginManager {
             claims: Default::default(),
             compiles: Arc::new(tokio::sync::Semaphore::new(compile_workers)),
             events,
+            payloads: payload_informer.store().clone(),
+            refs: Default::default(),
+            verified: Default::default(),
+            client,
         });
+        let weak = Arc::downgrade(&inner);
+        let payload_subscription = payload_informer.subscribe(Arc::new(move |change| {
+            if let Some(inner) = weak.upgrade() {
+                inner.payload_changed(change);
+            }
+        }));
         let q = inner.queue.clone();
         let subscription = informer.subscribe(Arc::new(move |change| {
             let o = change.object();
             q.add(ObjectKey::new(configmap_kind(), o.namespace().map(str::to_string), o.name()));
         }));
         informer.wait_synced(Duration::from_secs(120)).await?;
+        payload_informer.wait_synced(Duration::from_secs(120)).await?;
         // Load what exists now, before reporting ready.
         for o in inner.store.snapshot() {
             inner.sync(&ObjectKey::new(configmap_kind(), o.namespace().map(str::to_string), o.name())).await;
         }
         let workers = (0..inner.config.loaders.max(1)).map(|_| tokio::spawn(inner.clone().work())).collect();
-        Ok(Self { inner, _subscription: subscription, workers })
+        Ok(Self { inner, _subscription: subscription, _payload_subscription: payload_subscription, workers })
     }
 
     /// Load events as they happen (subscribe before causing them).
@@ -242,24 +319,39 @@ impl Inner {
             Ok(cm) => cm,
             Err(e) => return warn!(configmap = %key, error = %e, "unreadable ConfigMap"),
         };
-        let payload = payload_digest(&cm);
         let started = Instant::now();
+        let reference = source::payload_ref(&cm);
+        // Referenced form: find the payload (recording the reference first, so a payload arriving
+        // meanwhile queues this ConfigMap again), and make its identity part of what is compared.
+        let mut payload = payload_digest(&cm);
+        let found = match &reference {
+            Ok(Some(r)) => {
+                self.refs.lock().insert(key.clone(), (key.namespace.clone(), r.name.clone()));
+                let found = self.find_payload(key.namespace.as_deref(), &r.name).await;
+                payload = format!("{payload}|{}", found.state());
+                Some(found)
+            }
+            _ => {
+                self.refs.lock().remove(key);
+                None
+            }
+        };
+        let payload_name = reference.as_ref().ok().and_then(Option::as_ref).map(|r| r.name.clone());
         let serving = self.loaded.lock().await.get(key).filter(|l| l.payload == payload).map(|l| l.plugin.clone());
         if let Some(plugin) = serving {
             // Back to the version that is serving (e.g. after a refused update): report it again.
             if self.rejected.lock().remove(key).is_some() {
-                self.loaded_ok(key, &plugin, LoadOrigin::Unchanged, started.elapsed()).await;
+                self.loaded_ok(key, &plugin, LoadOrigin::Unchanged, started.elapsed(), payload_name.as_deref()).await;
             }
             return;
         }
         if self.rejected.lock().get(key) == Some(&payload) {
             return;
         }
-        match self.load(key, &cm, &payload).await {
-            Ok((plugin, cache_hit)) => {
+        match self.load(key, &cm, reference, found, &payload).await {
+            Ok((plugin, origin)) => {
                 self.rejected.lock().remove(key);
-                let origin = if cache_hit { LoadOrigin::Precompiled } else { LoadOrigin::Compiled };
-                self.loaded_ok(key, &plugin, origin, started.elapsed()).await;
+                self.loaded_ok(key, &plugin, origin, started.elapsed(), payload_name.as_deref()).await;
             }
             Err(reason) => {
                 self.rejected.lock().insert(key.clone(), payload);
@@ -270,52 +362,161 @@ impl Inner {
                     None => reason.clone(),
                 };
                 error!(configmap = %key, error = %reason, serving = serving.as_deref().unwrap_or("nothing"), "plugin rejected");
+                let _ = self.events.send(LoadEvent::Rejected { configmap: key.name.clone(), error: reason.clone() });
                 self.report(key, json!({"state": "Rejected", "error": reason, "serving": serving}),
                             EventType::Warning, "PluginRejected", &message).await;
-                let _ = self.events.send(LoadEvent::Rejected { configmap: key.name.clone(), error: reason });
             }
         }
     }
 
-    async fn loaded_ok(&self, key: &ObjectKey, plugin: &Arc<WasmPlugin>, origin: LoadOrigin, took: Duration) {
+    /// The new version serves: say so at once (log, metric, [`LoadEvent`]), then write the Event
+    /// and the status annotation (API round trips, so last).
+    async fn loaded_ok(&self, key: &ObjectKey, plugin: &Arc<WasmPlugin>, origin: LoadOrigin, took: Duration, payload: Option<&str>) {
         let spec = plugin.spec();
         self.plugin_metrics.load(&cm_label(key), "loaded");
         self.plugin_metrics.load_time(origin != LoadOrigin::Compiled, took.as_secs_f64());
         self.plugin_metrics.set_loaded(&cm_label(key), Some(plugin.clone()));
         info!(configmap = %key, plugin = %spec.name, version = %spec.version, digest = %plugin.digest(),
-              ?origin, took_ms = took.as_millis() as u64, "plugin loaded");
-        let how = match origin {
-            LoadOrigin::Compiled => "compiled",
-            LoadOrigin::Precompiled => "from the precompiled cache",
-            LoadOrigin::Unchanged => "already serving",
-        };
-        let message = format!("{} {} ({}) loaded in {:.0?}, {how}", spec.name, spec.version, plugin.digest(), took);
-        self.report(key, json!({"state": "Loaded", "plugin": spec.name, "version": spec.version,
-                                "digest": plugin.digest(), "origin": how, "loadMillis": took.as_millis() as u64}),
-                    EventType::Normal, "PluginLoaded", &message).await;
+              payload = payload.unwrap_or("inline"), ?origin, took_ms = took.as_millis() as u64, "plugin loaded");
         let _ = self.events.send(LoadEvent::Loaded {
             configmap: key.name.clone(), plugin: spec.name.clone(), version: spec.version.clone(),
             digest: plugin.digest().to_string(), origin, took,
         });
+        let how = match origin {
+            LoadOrigin::Compiled => "compiled",
+            LoadOrigin::Precompiled => "from the precompiled cache",
+            LoadOrigin::Reused => "reusing the loaded component (same digest)",
+            LoadOrigin::Unchanged => "already serving",
+        };
+        let message = format!("{} {} ({}) loaded in {:.0?}, {how}", spec.name, spec.version, plugin.digest(), took);
+        let mut status = json!({"state": "Loaded", "plugin": spec.name, "version": spec.version,
+                                "digest": plugin.digest(), "origin": how, "loadMillis": took.as_millis() as u64});
+        if let Some(payload) = payload {
+            status["payload"] = json!(payload);
+        }
+        self.report(key, status, EventType::Normal, "PluginLoaded", &message).await;
+    }
+
+    /// A payload ConfigMap changed: load again the plugin ConfigMaps that reference it.
+    fn payload_changed(&self, change: &Change) {
+        if change.is_unchanged() {
+            return;
+        }
+        let o = change.object();
+        let (namespace, name) = (o.namespace().map(str::to_string), o.name().to_string());
+        if let Change::Deleted(_) = change {
+            self.verified.lock().remove(&(namespace.clone(), name.clone()));
+        }
+        let waiting: Vec<ObjectKey> =
+            self.refs.lock().iter().filter(|(_, (ns, n))| *ns == namespace && *n == name).map(|(k, _)| k.clone()).collect();
+        for key in waiting {
+            self.queue.add(key);
+        }
+    }
+
+    /// The payload ConfigMap `name` in `namespace` (the plugin ConfigMap's own): from the
+    /// informer, else (the informer may lag behind an apply of both objects) read once by name.
+    async fn find_payload(&self, namespace: Option<&str>, name: &str) -> Found {
+        if let Some(o) = self.payloads.get(namespace, name) {
+            return Found::Cached(o);
+        }
+        let Some(ns) = namespace else { return Found::Missing };
+        let api = kube::Api::<ConfigMap>::namespaced(self.client.clone(), ns);
+        let lp = kube::api::ListParams::default().fields(&format!("metadata.name={name}"));
+        match api.list(&lp).await {
+            Ok(list) => list.items.into_iter().find(|c| c.metadata.name.as_deref() == Some(name)).map_or(Found::Missing, |c| Found::Fetched(Box::new(c))),
+            Err(e) => {
+                warn!(namespace = ns, payload = name, error = %e, "could not read the payload ConfigMap; waiting for the informer");
+                Found::Missing
+            }
+        }
+    }
+
+    /// The component for `reference`: the loaded one if this immutable payload was verified
+    /// before with that digest, else the payload's bytes, decompressed and checked.
+    async fn resolve(&self, namespace: Option<&str>, reference: &PayloadRef, found: Found) -> Result<Input, String> {
+        let key = (namespace.map(str::to_string), reference.name.clone());
+        let (uid, immutable) = match &found {
+            Found::Missing => {
+                let namespace = namespace.unwrap_or_default().to_string();
+                return Err(source::Error::PayloadMissing { namespace, name: reference.name.clone() }.to_string());
+            }
+            Found::Cached(o) => (o.uid().to_string(), cached_immutable(o)),
+            Found::Fetched(cm) => {
+                if !source::is_payload(cm) {
+                    let namespace = namespace.unwrap_or_default().to_string();
+                    return Err(source::Error::PayloadNotLabelled { namespace, name: reference.name.clone() }.to_string());
+                }
+                (cm.metadata.uid.clone().unwrap_or_default(), cm.immutable == Some(true))
+            }
+        };
+        if !immutable {
+            return Err(source::Error::PayloadNotImmutable { name: reference.name.clone() }.to_string());
+        }
+        let known = self.verified.lock().get(&key).filter(|(u, _)| !uid.is_empty() && *u == uid).map(|(_, d)| d.clone());
+        if let Some(actual) = known {
+            if actual != reference.digest {
+                let e = source::Error::DigestMismatch { name: reference.name.clone(), declared: reference.digest.clone(), actual };
+                return Err(e.to_string());
+            }
+            let loaded = self.loaded.lock().await.values().find(|l| l.plugin.digest() == reference.digest).map(|l| l.plugin.clone());
+            if let Some(plugin) = loaded {
+                return Ok(Input::Reuse(Compiled {
+                    component: plugin.component().clone(),
+                    digest: reference.digest.clone(),
+                    size: plugin.size(),
+                    origin: Origin::CacheHit,
+                    elapsed: Duration::ZERO,
+                }));
+            }
+        }
+        let cm = match found {
+            Found::Cached(o) => o.parse::<ConfigMap>().map_err(|e| e.to_string())?,
+            Found::Fetched(cm) => *cm,
+            Found::Missing => unreachable!("handled above"),
+        };
+        match source::decode_payload(&cm, reference) {
+            Ok((wasm, _, _)) => {
+                self.verified.lock().insert(key, (uid, reference.digest.clone()));
+                Ok(Input::Wasm(wasm))
+            }
+            Err(e) => {
+                if let source::Error::DigestMismatch { actual, .. } = &e {
+                    self.verified.lock().insert(key, (uid, actual.clone()));
+                }
+                Err(e.to_string())
+            }
+        }
     }
 
     /// Decode, claim the name and memory, compile, validate, then start or swap. Any error
     /// leaves what runs untouched. The `loaded` lock is never held across a compile, a
     /// controller start or an informer sync, so other ConfigMaps load and unload meanwhile.
-    async fn load(&self, key: &ObjectKey, cm: &ConfigMap, payload: &str) -> Result<(Arc<WasmPlugin>, bool), String> {
-        let src = source::decode(cm).map_err(|e| e.to_string())?;
-        let manifest = PluginManifest::parse(&src.manifest, &key.name).map_err(|e| e.to_string())?;
-        if src.wasm.len() > self.config.max_component_size.as_usize() {
-            return Err(format!(
-                "the component is {} bytes, over the host's {} limit for one plugin",
-                src.wasm.len(),
-                self.config.max_component_size
-            ));
+    async fn load(
+        &self,
+        key: &ObjectKey,
+        cm: &ConfigMap,
+        reference: source::Result<Option<PayloadRef>>,
+        found: Option<Found>,
+        payload: &str,
+    ) -> Result<(Arc<WasmPlugin>, LoadOrigin), String> {
+        let input = match (reference.map_err(|e| e.to_string())?, found) {
+            (Some(reference), Some(found)) => self.resolve(key.namespace.as_deref(), &reference, found).await?,
+            _ => Input::Wasm(source::decode(cm).map_err(|e| e.to_string())?.wasm),
+        };
+        let manifest = source::manifest(cm).map_err(|e| e.to_string())?;
+        let manifest = PluginManifest::parse(manifest, &key.name).map_err(|e| e.to_string())?;
+        let size = match &input {
+            Input::Wasm(wasm) => wasm.len(),
+            Input::Reuse(compiled) => compiled.size,
+        };
+        if size > self.config.max_component_size.as_usize() {
+            return Err(format!("the component is {size} bytes, over the host's {} limit for one plugin", self.config.max_component_size));
         }
         let claim = Claim { name: manifest.name.clone(), memory: manifest.limits.memory.bytes() * manifest.controller.workers as u64 };
         let previous = self.claim(key, claim)?;
-        let installed = match self.compile(src.wasm, &manifest).await {
-            Ok((plugin, cache_hit)) => self.install(key, &plugin, &manifest, payload).await.map(|()| (plugin, cache_hit)),
+        let installed = match self.compile(input, &manifest).await {
+            Ok((plugin, origin)) => self.install(key, &plugin, &manifest, payload).await.map(|()| (plugin, origin)),
             Err(e) => Err(e),
         };
         match &installed {
@@ -365,7 +566,7 @@ impl Inner {
 
     /// Compile (or take from the precompiled cache) and validate, in the bounded compile pool
     /// and within the compile budget. Artifacts are cached only once the plugin validated.
-    async fn compile(&self, wasm: Vec<u8>, manifest: &PluginManifest) -> Result<(Arc<WasmPlugin>, bool), String> {
+    async fn compile(&self, input: Input, manifest: &PluginManifest) -> Result<(Arc<WasmPlugin>, LoadOrigin), String> {
         let permit = self.compiles.clone().acquire_owned().await.map_err(|e| e.to_string())?;
         let (engine, precompiled) = (self.engine.clone(), self.precompiled.clone());
         let (limits, grants, component) = (manifest.limits.clone(), manifest.grants.clone(), manifest.component.clone());
@@ -373,6 +574,13 @@ impl Inner {
         // the pool permit until it ends, so abandoned compiles stay bounded too.
         let work = tokio::task::spawn_blocking(move || {
             let _permit = permit;
+            let wasm = match input {
+                Input::Wasm(wasm) => wasm,
+                Input::Reuse(compiled) => {
+                    let plugin = WasmPlugin::from_compiled_as(&engine, compiled, limits, grants, component.as_deref()).map_err(|e| e.to_string())?;
+                    return Ok::<_, String>((Arc::new(plugin), LoadOrigin::Reused));
+                }
+            };
             let cached = precompiled.as_ref().and_then(|c| c.cached(&engine, &wasm).ok().flatten());
             let cache_hit = cached.is_some();
             let compiled = match cached {
@@ -384,7 +592,7 @@ impl Inner {
             if let (Some(cache), false) = (&precompiled, cache_hit) {
                 cache.store(&engine, &wasm, plugin.component());
             }
-            Ok::<_, String>((Arc::new(plugin), cache_hit))
+            Ok::<_, String>((Arc::new(plugin), if cache_hit { LoadOrigin::Precompiled } else { LoadOrigin::Compiled }))
         });
         let budget = self.config.compile_budget;
         match tokio::time::timeout(budget, work).await {
@@ -458,6 +666,7 @@ impl Inner {
 
     async fn unload(&self, key: &ObjectKey) {
         self.rejected.lock().remove(key);
+        self.refs.lock().remove(key);
         self.claims.lock().remove(key);
         for waiting in self.waiting_for_name.lock().values_mut() {
             waiting.remove(key);
@@ -472,7 +681,7 @@ impl Inner {
         let _ = self.events.send(LoadEvent::Removed { configmap: key.name.clone(), plugin });
     }
 
-    /// Status annotation (server-side apply of just that field) and an Event on the ConfigMap.
+    /// An Event on the ConfigMap, then the status annotation (server-side apply of just that field).
     async fn report(&self, key: &ObjectKey, status: serde_json::Value, event_type: EventType, reason: &str, message: &str) {
         let annotation = Action::Apply {
             object: json!({
@@ -481,7 +690,7 @@ impl Inner {
             }),
         };
         let event = Action::Event { regarding: key.clone(), event_type, reason: reason.to_string(), message: message.to_string() };
-        for action in [annotation, event] {
+        for action in [event, annotation] {
             if let Err(e) = self.executor.execute("wasmloop", &action).await {
                 warn!(configmap = %key, error = %e, "could not report plugin status");
             }

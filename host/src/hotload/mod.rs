@@ -1,10 +1,11 @@
 //! Plugins hot-loaded from ConfigMaps.
 //!
-//! - [`source`]: decode a plugin ConfigMap (`plugin.wasm[.zst|.gz]` + `plugin.yaml`);
+//! - [`source`]: decode a plugin ConfigMap (`plugin.yaml` + the wasm: inline `plugin.wasm[.zst|.gz]`,
+//!   or an immutable payload ConfigMap referenced by name and sha256);
 //! - [`manifest`]: the admin's `plugin.yaml` (name, grants, limits, concurrency, queue, resync);
 //! - [`manager`]: [`PluginManager`] watches labelled ConfigMaps and adds, swaps or removes
 //!   controllers; a broken version never replaces a working one;
-//! - [`pack`]: `wasmloop pack`, a plugin as a ConfigMap ready for `kubectl apply`.
+//! - [`pack`]: `wasmloop pack`, a plugin as ConfigMaps (payload + plugin) ready for `kubectl apply`.
 
 pub mod manager;
 pub mod manifest;

@@ -1,4 +1,9 @@
-//! `wasmloop pack`: a plugin and its manifest as a ConfigMap ready for `kubectl apply -f -`.
+//! `wasmloop pack`: a plugin and its manifest as ConfigMaps ready for `kubectl apply -f -`.
+//!
+//! [`pack_referenced`] (the default) makes two: an immutable payload ConfigMap
+//! `<plugin>-wasm-<12 hex of the sha256>` with the zstd-compressed component, and the small plugin
+//! ConfigMap with the manifest and `plugin.wasm.ref` + `plugin.wasm.digest`, so that changing the
+//! manifest rewrites only the small one. [`pack`] makes the older single inline ConfigMap.
 
 use std::collections::BTreeMap;
 
@@ -6,7 +11,7 @@ use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::ObjectMeta;
 
-use super::source::{Encoding, MANIFEST_KEY, PLUGIN_LABEL};
+use super::source::{self, DIGEST_KEY, Encoding, MANIFEST_KEY, PAYLOAD_LABEL, PAYLOAD_PLUGIN_LABEL, PLUGIN_LABEL, REF_KEY};
 
 /// The API server's limit on a ConfigMap's data (etcd takes a little more, this is what counts).
 pub const CONFIGMAP_LIMIT: usize = 1 << 20;
@@ -26,6 +31,8 @@ pub enum Error {
     Compress(#[source] std::io::Error),
     #[error("writing YAML: {0}")]
     Yaml(String),
+    #[error("the plugin name {0:?} is too long for its payload ConfigMap's name (<name>-wasm-<12 hex>, at most 253 characters)")]
+    NameTooLong(String),
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -72,6 +79,85 @@ pub fn pack(input: PackInput<'_>) -> Result<Packed> {
         ..Default::default()
     };
     Ok(Packed { config_map, raw_bytes: input.wasm.len(), compressed_bytes })
+}
+
+/// The two ConfigMaps of the referenced form and the sizes.
+#[derive(Debug)]
+pub struct PackedRef {
+    /// Immutable, labelled `wasmloop.dev/plugin-payload=true`: the compressed component.
+    pub payload: ConfigMap,
+    /// Labelled `wasmloop.dev/plugin=true`: the manifest and the reference to `payload`.
+    pub plugin: ConfigMap,
+    pub raw_bytes: usize,
+    pub compressed_bytes: usize,
+    /// `sha256:<hex>` of the component (decompressed), as in `data.plugin.wasm.digest`.
+    pub digest: String,
+}
+
+/// The payload ConfigMap's name for plugin `name` and component digest `sha256:<hex>`.
+pub fn payload_name(name: &str, digest: &str) -> String {
+    let hex = digest.strip_prefix("sha256:").unwrap_or(digest);
+    format!("{name}-wasm-{}", &hex[..hex.len().min(12)])
+}
+
+/// Compress (zstd, level 19) into an immutable payload ConfigMap, and make the plugin ConfigMap
+/// that references it by name and digest. Fails if the payload exceeds the limit.
+pub fn pack_referenced(input: PackInput<'_>) -> Result<PackedRef> {
+    if !input.wasm.starts_with(b"\0asm") {
+        return Err(Error::NotWasm { path: input.path.to_string() });
+    }
+    let digest = source::sha256(&[input.wasm]);
+    let payload_name = payload_name(&input.name, &digest);
+    if payload_name.len() > 253 {
+        return Err(Error::NameTooLong(input.name));
+    }
+    let compressed = zstd::encode_all(input.wasm, 19).map_err(Error::Compress)?;
+    let size = compressed.len() + Encoding::Zstd.key().len();
+    if size > CONFIGMAP_LIMIT {
+        return Err(Error::TooLarge { size, over: size - CONFIGMAP_LIMIT });
+    }
+    let compressed_bytes = compressed.len();
+    let payload = ConfigMap {
+        metadata: ObjectMeta {
+            name: Some(payload_name.clone()),
+            namespace: input.namespace.clone(),
+            labels: Some(BTreeMap::from([
+                (PAYLOAD_LABEL.to_string(), "true".to_string()),
+                (PAYLOAD_PLUGIN_LABEL.to_string(), input.name.clone()),
+            ])),
+            ..Default::default()
+        },
+        immutable: Some(true),
+        binary_data: Some(BTreeMap::from([(Encoding::Zstd.key().to_string(), ByteString(compressed))])),
+        ..Default::default()
+    };
+    let plugin = ConfigMap {
+        metadata: ObjectMeta {
+            name: Some(input.name),
+            namespace: input.namespace,
+            labels: Some(BTreeMap::from([(PLUGIN_LABEL.to_string(), "true".to_string())])),
+            ..Default::default()
+        },
+        data: Some(BTreeMap::from([
+            (MANIFEST_KEY.to_string(), input.manifest),
+            (REF_KEY.to_string(), payload_name),
+            (DIGEST_KEY.to_string(), digest.clone()),
+        ])),
+        ..Default::default()
+    };
+    Ok(PackedRef { payload, plugin, raw_bytes: input.wasm.len(), compressed_bytes, digest })
+}
+
+/// ConfigMaps as one YAML stream (`---` between documents), in order: apply the payload first.
+pub fn to_yaml_stream(cms: &[&ConfigMap]) -> Result<String> {
+    let docs = cms.iter().map(|cm| to_yaml(cm)).collect::<Result<Vec<_>>>()?;
+    Ok(docs
+        .iter()
+        .map(|d| {
+            let d = d.strip_prefix("---\n").unwrap_or(d);
+            if d.ends_with('\n') { format!("---\n{d}") } else { format!("---\n{d}\n") }
+        })
+        .collect())
 }
 
 /// The ConfigMap as YAML (`apiVersion` and `kind` included).
@@ -128,5 +214,41 @@ mod tests {
     #[test]
     fn non_wasm_is_refused() {
         assert!(matches!(pack(input(b"hello")), Err(Error::NotWasm { .. })));
+    }
+
+    #[test]
+    fn referenced_form_round_trips_through_one_yaml_stream() {
+        let wasm = [b"\0asm".as_slice(), &[7u8; 5000]].concat();
+        let packed = pack_referenced(input(&wasm)).unwrap();
+        let hex = packed.digest.strip_prefix("sha256:").unwrap();
+        assert_eq!(packed.payload.metadata.name.as_deref(), Some(format!("p-wasm-{}", &hex[..12]).as_str()));
+        assert_eq!(packed.payload.immutable, Some(true));
+        let yaml = to_yaml_stream(&[&packed.payload, &packed.plugin]).unwrap();
+        let docs: Vec<&str> = yaml.split("---\n").filter(|d| !d.trim().is_empty()).collect();
+        assert_eq!(docs.len(), 2, "{yaml}");
+        let payload: ConfigMap = serde_saphyr::from_str(docs[0]).unwrap();
+        let plugin: ConfigMap = serde_saphyr::from_str(docs[1]).unwrap();
+        // The payload is not a plugin: the host must not load it as one.
+        let labels = payload.metadata.labels.clone().unwrap();
+        assert_eq!(labels.get(PAYLOAD_LABEL).map(String::as_str), Some("true"));
+        assert!(!labels.contains_key(PLUGIN_LABEL), "{labels:?}");
+        assert_eq!(payload.immutable, Some(true));
+        assert!(plugin.binary_data.is_none(), "the plugin ConfigMap stays small");
+        assert_eq!(plugin.metadata.labels.as_ref().unwrap().get(PLUGIN_LABEL).map(String::as_str), Some("true"));
+        let data = plugin.data.clone().unwrap();
+        assert_eq!(data.get(REF_KEY), payload.metadata.name.as_ref());
+        assert_eq!(data.get(DIGEST_KEY), Some(&packed.digest));
+        let src = source::decode_with(&plugin, Some(&payload)).unwrap();
+        assert_eq!(src.wasm, wasm);
+        assert_eq!(src.manifest, "name: p\n");
+        assert_eq!(src.wasm_digest, packed.digest);
+    }
+
+    #[test]
+    fn referenced_form_refuses_what_the_inline_form_refuses() {
+        assert!(matches!(pack_referenced(input(b"hello")), Err(Error::NotWasm { .. })));
+        let long = "a".repeat(250);
+        let err = pack_referenced(PackInput { name: long, ..input(b"\0asm....") }).unwrap_err();
+        assert!(matches!(err, Error::NameTooLong(_)), "{err}");
     }
 }

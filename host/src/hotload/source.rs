@@ -1,5 +1,14 @@
-//! A plugin as it arrives in a ConfigMap: `binaryData` holds `plugin.wasm`, `plugin.wasm.zst` or
-//! `plugin.wasm.gz`; `data.plugin.yaml` holds the admin's manifest (name, grants, limits, queue).
+//! A plugin as it arrives in ConfigMaps. `data.plugin.yaml` holds the admin's manifest (name,
+//! grants, limits, queue); the wasm comes in one of two forms:
+//!
+//! - **referenced** (what `wasmloop pack` writes): the plugin ConfigMap holds
+//!   `data.plugin.wasm.ref` (the name of a *payload* ConfigMap in the same namespace) and
+//!   `data.plugin.wasm.digest` (`sha256:<64 lowercase hex>` of the decompressed component). The
+//!   payload ConfigMap is `immutable: true`, labelled `wasmloop.dev/plugin-payload=true` (not
+//!   `wasmloop.dev/plugin`) and holds the wasm in `binaryData` as below. A manifest change is a
+//!   small write; the payload is read, decompressed and hashed only when its digest is new.
+//! - **inline** (the older form, still accepted): `binaryData` of the plugin ConfigMap itself holds
+//!   `plugin.wasm`, `plugin.wasm.zst` or `plugin.wasm.gz`.
 
 use std::io::Read;
 
@@ -12,6 +21,14 @@ pub const PLUGIN_LABEL: &str = "wasmloop.dev/plugin";
 pub const STATUS_ANNOTATION: &str = "wasmloop.dev/status";
 /// The manifest key in `data`.
 pub const MANIFEST_KEY: &str = "plugin.yaml";
+/// The label that marks a ConfigMap as a plugin payload (wasm only, referenced by digest).
+pub const PAYLOAD_LABEL: &str = "wasmloop.dev/plugin-payload";
+/// Informational label on a payload: the plugin it was packed for.
+pub const PAYLOAD_PLUGIN_LABEL: &str = "wasmloop.dev/plugin-name";
+/// The key in a plugin ConfigMap's `data` naming its payload ConfigMap (same namespace).
+pub const REF_KEY: &str = "plugin.wasm.ref";
+/// The key in a plugin ConfigMap's `data` with `sha256:<hex>` of the decompressed component.
+pub const DIGEST_KEY: &str = "plugin.wasm.digest";
 /// Largest plugin accepted after decompression.
 pub const MAX_PLUGIN_BYTES: usize = 32 << 20;
 
@@ -45,6 +62,23 @@ pub enum Error {
     TooLarge { key: &'static str, limit: usize },
     #[error("data.{MANIFEST_KEY} is missing")]
     NoManifest,
+    #[error("both an inline plugin (binaryData.{0}) and a reference (data.{REF_KEY}); keep one")]
+    BothForms(&'static str),
+    #[error("invalid payload reference: {0}")]
+    BadRef(String),
+    #[error(
+        "payload ConfigMap {namespace}/{name} not found (a ConfigMap labelled {PAYLOAD_LABEL}=true, in the plugin's \
+         own namespace); apply it: the plugin loads when it appears"
+    )]
+    PayloadMissing { namespace: String, name: String },
+    #[error("ConfigMap {namespace}/{name} is not labelled {PAYLOAD_LABEL}=true, so it is not a plugin payload")]
+    PayloadNotLabelled { namespace: String, name: String },
+    #[error("payload ConfigMap {name} is not immutable (`immutable: true`); refused, as its bytes could change under the digest")]
+    PayloadNotImmutable { name: String },
+    #[error("payload ConfigMap {name} does not match the digest: data.{DIGEST_KEY} is {declared}, the payload is {actual}")]
+    DigestMismatch { name: String, declared: String, actual: String },
+    #[error("payload ConfigMap {name}: {source}")]
+    InPayload { name: String, source: Box<Error> },
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -63,28 +97,129 @@ pub struct PluginSource {
     pub wasm_digest: String,
     /// `sha256:<hex>` of wasm bytes and manifest together: what a reload compares.
     pub digest: String,
+    /// The payload ConfigMap the wasm came from (referenced form), `None` if inline.
+    pub payload: Option<String>,
 }
 
-/// Decode `cm`: find the payload, decompress it (bounded), read the manifest.
-pub fn decode(cm: &ConfigMap) -> Result<PluginSource> {
+/// A plugin ConfigMap's reference to its payload: `data.plugin.wasm.ref` + `data.plugin.wasm.digest`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PayloadRef {
+    /// Name of the payload ConfigMap, in the plugin ConfigMap's namespace.
+    pub name: String,
+    /// `sha256:<64 lowercase hex>` of the decompressed component.
+    pub digest: String,
+}
+
+/// The manifest, `data.plugin.yaml`.
+pub fn manifest(cm: &ConfigMap) -> Result<&str> {
+    cm.data.as_ref().and_then(|d| d.get(MANIFEST_KEY)).map(String::as_str).ok_or(Error::NoManifest)
+}
+
+/// The payload reference of a plugin ConfigMap: `Ok(None)` for the inline form. Refuses a partial
+/// or malformed reference, and a ConfigMap with both forms. Reads nothing but `data` keys (cheap).
+pub fn payload_ref(cm: &ConfigMap) -> Result<Option<PayloadRef>> {
+    let data = cm.data.as_ref();
+    let (name, digest) = (data.and_then(|d| d.get(REF_KEY)), data.and_then(|d| d.get(DIGEST_KEY)));
+    let (name, digest) = match (name, digest) {
+        (None, None) => return Ok(None),
+        (Some(n), Some(d)) => (n.trim(), d.trim()),
+        (Some(_), None) => return Err(Error::BadRef(format!("data.{REF_KEY} without data.{DIGEST_KEY}"))),
+        (None, Some(_)) => return Err(Error::BadRef(format!("data.{DIGEST_KEY} without data.{REF_KEY}"))),
+    };
+    if let Some((_, key)) = Encoding::ALL.iter().find(|(_, k)| cm.binary_data.as_ref().is_some_and(|b| b.contains_key(*k))) {
+        return Err(Error::BothForms(key));
+    }
+    if !is_dns_subdomain(name) {
+        return Err(Error::BadRef(format!(
+            "data.{REF_KEY} {name:?} is not a ConfigMap name (lowercase letters, digits, '-' and '.', at most 253); \
+             it names a ConfigMap in the plugin's own namespace"
+        )));
+    }
+    let hex = digest.strip_prefix("sha256:").unwrap_or_default();
+    if hex.len() != 64 || !hex.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)) {
+        return Err(Error::BadRef(format!("data.{DIGEST_KEY} {digest:?} is not sha256:<64 lowercase hex digits>")));
+    }
+    Ok(Some(PayloadRef { name: name.to_string(), digest: digest.to_string() }))
+}
+
+/// True if `cm` is marked as a payload (`wasmloop.dev/plugin-payload=true`).
+pub fn is_payload(cm: &ConfigMap) -> bool {
+    cm.metadata.labels.as_ref().and_then(|l| l.get(PAYLOAD_LABEL)).is_some_and(|v| v == "true")
+}
+
+/// The component of `payload` for `reference`: checks it is labelled and immutable, finds its one
+/// `binaryData` entry, decompresses it (bounded) and checks the digest.
+pub fn decode_payload(payload: &ConfigMap, reference: &PayloadRef) -> Result<(Vec<u8>, Encoding, usize)> {
+    let name = reference.name.clone();
+    if !is_payload(payload) {
+        let namespace = payload.metadata.namespace.clone().unwrap_or_default();
+        return Err(Error::PayloadNotLabelled { namespace, name });
+    }
+    if payload.immutable != Some(true) {
+        return Err(Error::PayloadNotImmutable { name });
+    }
+    let (encoding, key, bytes) = find_binary(payload).map_err(|e| Error::InPayload { name: name.clone(), source: Box::new(e) })?;
+    let wasm = decompress(encoding, key, bytes).map_err(|e| Error::InPayload { name: name.clone(), source: Box::new(e) })?;
+    let actual = sha256(&[&wasm]);
+    if actual != reference.digest {
+        return Err(Error::DigestMismatch { name, declared: reference.digest.clone(), actual });
+    }
+    Ok((wasm, encoding, bytes.len()))
+}
+
+/// Decode a plugin ConfigMap of either form; `payload` is the referenced ConfigMap (looked up by
+/// the caller in the plugin ConfigMap's namespace), ignored for the inline form.
+pub fn decode_with(cm: &ConfigMap, payload: Option<&ConfigMap>) -> Result<PluginSource> {
+    let Some(reference) = payload_ref(cm)? else { return decode(cm) };
+    let manifest = manifest(cm)?.to_string();
+    let Some(payload) = payload else {
+        let namespace = cm.metadata.namespace.clone().unwrap_or_default();
+        return Err(Error::PayloadMissing { namespace, name: reference.name });
+    };
+    let (wasm, encoding, stored_bytes) = decode_payload(payload, &reference)?;
+    let digest = sha256(&[&wasm, manifest.as_bytes()]);
+    Ok(PluginSource { wasm, manifest, encoding, stored_bytes, wasm_digest: reference.digest, digest, payload: Some(reference.name) })
+}
+
+/// A DNS-1123 subdomain (what a ConfigMap name must be).
+fn is_dns_subdomain(s: &str) -> bool {
+    let alnum = |b: u8| b.is_ascii_lowercase() || b.is_ascii_digit();
+    !s.is_empty()
+        && s.len() <= 253
+        && s.bytes().all(|b| alnum(b) || b == b'-' || b == b'.')
+        && s.split('.').all(|label| label.bytes().next().is_some_and(alnum) && label.bytes().last().is_some_and(alnum))
+}
+
+/// The one payload entry of `binaryData`.
+fn find_binary(cm: &ConfigMap) -> Result<(Encoding, &'static str, &[u8])> {
     let binary = cm.binary_data.as_ref();
     let present: Vec<_> = Encoding::ALL
         .iter()
-        .filter_map(|(enc, key)| binary.and_then(|b| b.get(*key)).map(|v| (*enc, *key, &v.0)))
+        .filter_map(|(enc, key)| binary.and_then(|b| b.get(*key)).map(|v| (*enc, *key, v.0.as_slice())))
         .collect();
-    let (encoding, key, bytes) = match present.as_slice() {
-        [one] => *one,
+    match present.as_slice() {
+        [one] => Ok(*one),
         [] => {
             let found = binary.map(|b| b.keys().cloned().collect::<Vec<_>>().join(", ")).unwrap_or_default();
-            return Err(Error::NoPayload { found: if found.is_empty() { "nothing".into() } else { found } });
+            Err(Error::NoPayload { found: if found.is_empty() { "nothing".into() } else { found } })
         }
-        many => return Err(Error::ManyPayloads(many.iter().map(|(_, k, _)| *k).collect::<Vec<_>>().join(", "))),
-    };
+        many => Err(Error::ManyPayloads(many.iter().map(|(_, k, _)| *k).collect::<Vec<_>>().join(", "))),
+    }
+}
+
+/// Decode an inline plugin ConfigMap: find the payload, decompress it (bounded), read the
+/// manifest. (A referenced one: [`decode_with`].)
+pub fn decode(cm: &ConfigMap) -> Result<PluginSource> {
+    if let Some(reference) = payload_ref(cm)? {
+        let namespace = cm.metadata.namespace.clone().unwrap_or_default();
+        return Err(Error::PayloadMissing { namespace, name: reference.name });
+    }
+    let (encoding, key, bytes) = find_binary(cm)?;
     let wasm = decompress(encoding, key, bytes)?;
-    let manifest = cm.data.as_ref().and_then(|d| d.get(MANIFEST_KEY)).cloned().ok_or(Error::NoManifest)?;
+    let manifest = manifest(cm)?.to_string();
     let wasm_digest = sha256(&[&wasm]);
     let digest = sha256(&[&wasm, manifest.as_bytes()]);
-    Ok(PluginSource { stored_bytes: bytes.len(), wasm, manifest, encoding, wasm_digest, digest })
+    Ok(PluginSource { stored_bytes: bytes.len(), wasm, manifest, encoding, wasm_digest, digest, payload: None })
 }
 
 /// Decompress at most [`MAX_PLUGIN_BYTES`] (a compression bomb fails instead of eating memory).
@@ -173,5 +308,99 @@ mod tests {
         assert!(bomb.len() < 1 << 20);
         let err = decode(&cm(&[("plugin.wasm.zst", bomb)], Some("x: 1"))).unwrap_err();
         assert!(matches!(err, Error::TooLarge { .. }), "{err}");
+    }
+
+    fn referencing(name: &str, digest: &str) -> ConfigMap {
+        ConfigMap {
+            data: Some(BTreeMap::from([
+                (MANIFEST_KEY.to_string(), "name: x".to_string()),
+                (REF_KEY.to_string(), name.to_string()),
+                (DIGEST_KEY.to_string(), digest.to_string()),
+            ])),
+            ..Default::default()
+        }
+    }
+
+    fn payload(bytes: &[u8], immutable: Option<bool>, labelled: bool) -> ConfigMap {
+        let mut cm = cm(&[("plugin.wasm.zst", zstd::encode_all(bytes, 3).unwrap())], None);
+        cm.immutable = immutable;
+        cm.metadata.name = Some("x-wasm-0123456789ab".into());
+        if labelled {
+            cm.metadata.labels = Some(BTreeMap::from([(PAYLOAD_LABEL.to_string(), "true".to_string())]));
+        }
+        cm
+    }
+
+    #[test]
+    fn references_decode_through_their_payload() {
+        let digest = sha256(&[WASM]);
+        let plugin = referencing("x-wasm-0123456789ab", &digest);
+        let r = payload_ref(&plugin).unwrap().unwrap();
+        assert_eq!(r, PayloadRef { name: "x-wasm-0123456789ab".into(), digest: digest.clone() });
+        let src = decode_with(&plugin, Some(&payload(WASM, Some(true), true))).unwrap();
+        assert_eq!(src.wasm, WASM);
+        assert_eq!(src.wasm_digest, digest);
+        assert_eq!(src.payload.as_deref(), Some("x-wasm-0123456789ab"));
+        assert_eq!(src.encoding, Encoding::Zstd);
+        // The inline form has no reference and still decodes.
+        assert_eq!(payload_ref(&cm(&[("plugin.wasm", WASM.to_vec())], Some("x: 1"))).unwrap(), None);
+    }
+
+    #[test]
+    fn bad_references_are_refused_by_name() {
+        let digest = sha256(&[WASM]);
+        for (name, d, want) in [
+            ("../other", digest.as_str(), "is not a ConfigMap name"),
+            ("other-ns/x", digest.as_str(), "is not a ConfigMap name"),
+            ("", digest.as_str(), "is not a ConfigMap name"),
+            ("UPPER", digest.as_str(), "is not a ConfigMap name"),
+            ("x", "sha256:abc", "is not sha256:"),
+            ("x", &digest.to_uppercase(), "is not sha256:"),
+            ("x", digest.trim_start_matches("sha256:"), "is not sha256:"),
+        ] {
+            let err = payload_ref(&referencing(name, d)).unwrap_err();
+            assert!(err.to_string().contains(want), "{name} {d}: {err}");
+        }
+        let mut partial = referencing("x", &digest);
+        partial.data.as_mut().unwrap().remove(DIGEST_KEY);
+        assert!(payload_ref(&partial).unwrap_err().to_string().contains("without data.plugin.wasm.digest"));
+        let mut partial = referencing("x", &digest);
+        partial.data.as_mut().unwrap().remove(REF_KEY);
+        assert!(payload_ref(&partial).unwrap_err().to_string().contains("without data.plugin.wasm.ref"));
+        let mut both = referencing("x", &digest);
+        both.binary_data = Some(BTreeMap::from([("plugin.wasm".to_string(), ByteString(WASM.to_vec()))]));
+        assert_eq!(payload_ref(&both).unwrap_err(), Error::BothForms("plugin.wasm"));
+        // `decode` (inline only) names the missing payload rather than looking elsewhere.
+        assert!(matches!(decode(&referencing("x", &digest)), Err(Error::PayloadMissing { .. })));
+    }
+
+    #[test]
+    fn bad_payloads_are_refused_by_name() {
+        let digest = sha256(&[WASM]);
+        let plugin = referencing("x-wasm-0123456789ab", &digest);
+        let missing = decode_with(&plugin, None).unwrap_err();
+        assert!(matches!(missing, Error::PayloadMissing { .. }), "{missing}");
+        for immutable in [None, Some(false)] {
+            let err = decode_with(&plugin, Some(&payload(WASM, immutable, true))).unwrap_err();
+            assert!(matches!(err, Error::PayloadNotImmutable { .. }), "{err}");
+        }
+        let err = decode_with(&plugin, Some(&payload(WASM, Some(true), false))).unwrap_err();
+        assert!(matches!(err, Error::PayloadNotLabelled { .. }), "{err}");
+        let err = decode_with(&plugin, Some(&payload(b"\0asm other bytes", Some(true), true))).unwrap_err();
+        match &err {
+            Error::DigestMismatch { declared, actual, .. } => {
+                assert_eq!(declared, &digest);
+                assert_eq!(actual, &sha256(&[b"\0asm other bytes"]));
+            }
+            other => panic!("{other}"),
+        }
+        assert!(err.to_string().contains("does not match the digest"), "{err}");
+        let bomb = payload(&vec![0u8; MAX_PLUGIN_BYTES + 10], Some(true), true);
+        let err = decode_with(&plugin, Some(&bomb)).unwrap_err();
+        assert!(matches!(&err, Error::InPayload { source, .. } if matches!(**source, Error::TooLarge { .. })), "{err}");
+        let mut two = payload(WASM, Some(true), true);
+        two.binary_data.as_mut().unwrap().insert("plugin.wasm".into(), ByteString(WASM.to_vec()));
+        let err = decode_with(&plugin, Some(&two)).unwrap_err();
+        assert!(matches!(&err, Error::InPayload { source, .. } if matches!(**source, Error::ManyPayloads(_))), "{err}");
     }
 }
