@@ -517,30 +517,29 @@ impl Inner {
     /// 1, 2, 4, … concurrent calls, as KCM's `slowStartBatch`: a failing batch stops the rest.
     async fn execute_admitted(&self, key: &ObjectKey, current: &Current, outcome: &Outcome, expected: &mut Vec<Expected>) -> Result<(), Failed> {
         let actions = &outcome.actions;
+        let mut done = 0;
         let mut i = 0;
         while i < actions.len() {
             let run = actions[i..].iter().take_while(|a| a.is_create_or_delete()).count();
-            if run == 0 {
-                self.execute_one(key, current, &actions[i], expected).await?;
-                i += 1;
-                continue;
-            }
-            let mut batch = 1;
-            let end = i + run;
+            let (end, mut batch) = if run == 0 { (i + 1, 1) } else { (i + run, 1) };
             while i < end {
                 let this = &actions[i..end.min(i + batch)];
-                let results = futures::future::join_all(this.iter().map(|a| self.execute_one_collecting(key, current, a))).await;
+                let results = futures::future::join_all(this.iter().map(|a| self.execute_one(key, current, a))).await;
                 let mut first_error = None;
                 for result in results {
                     match result {
-                        Ok(e) => expected.extend(e),
+                        Ok(e) => {
+                            done += 1;
+                            expected.extend(e);
+                        }
                         Err(e) => {
                             first_error.get_or_insert(e);
                         }
                     }
                 }
                 if let Some(e) = first_error {
-                    return Err(e);
+                    // Say how far the outcome got: nothing is half-applied silently.
+                    return Err(e.with_progress(done, actions.len()));
                 }
                 i += this.len();
                 batch *= 2;
@@ -549,13 +548,8 @@ impl Inner {
         Ok(())
     }
 
-    async fn execute_one(&self, key: &ObjectKey, current: &Current, action: &Action, expected: &mut Vec<Expected>) -> Result<(), Failed> {
-        expected.extend(self.execute_one_collecting(key, current, action).await?);
-        Ok(())
-    }
-
     /// Send one action (within the API and Event budgets); what the cache must then show.
-    async fn execute_one_collecting(&self, key: &ObjectKey, current: &Current, action: &Action) -> Result<Option<Expected>, Failed> {
+    async fn execute_one(&self, key: &ObjectKey, current: &Current, action: &Action) -> Result<Option<Expected>, Failed> {
         if matches!(action, Action::Event { .. }) && !RateLimiter::<()>::when(&self.events, &()).is_zero() {
             // An Event flood is dropped, not queued (Events are best-effort by nature).
             self.metrics.action_executed(&self.name, action.verb(), "dropped");
@@ -614,6 +608,18 @@ enum Failed {
     Permanent(String),
     /// A precondition failed: reconciled again, not an error.
     Conflict(String),
+}
+
+impl Failed {
+    /// The same failure, noting how many of the outcome's actions were executed before it.
+    fn with_progress(self, done: usize, total: usize) -> Self {
+        let note = |m: String| format!("{m} ({done} of {total} actions of this outcome were executed)");
+        match self {
+            Failed::Transient(m) => Failed::Transient(note(m)),
+            Failed::Permanent(m) => Failed::Permanent(note(m)),
+            Failed::Conflict(m) => Failed::Conflict(note(m)),
+        }
+    }
 }
 
 fn to_failed(e: actions::Error) -> Failed {
