@@ -7,6 +7,7 @@
 
 pub mod alloc;
 pub mod cache_memory;
+pub mod call_cost;
 pub mod controllers;
 pub mod convergence;
 pub mod fixtures;

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use serde::Serialize;
-use wasmloop_bench::{alloc, cache_memory, convergence, latency, memory, queue, reload, report};
+use wasmloop_bench::{alloc, cache_memory, call_cost, convergence, latency, memory, queue, reload, report};
 
 #[global_allocator]
 static ALLOC: alloc::Counting = alloc::Counting;
@@ -29,6 +29,8 @@ enum Command {
         #[arg(long)]
         out: Option<PathBuf>,
     },
+    /// The fixed cost of one Wasm reconcile, phase by phase (echo plugin, key not in the cache).
+    CallCost(call_cost::Args),
     /// Section 1: ReplicaSet convergence, kube-controller-manager vs the wasmloop host.
     Convergence(convergence::Args),
     /// Section 3: host RSS idle and with N plugins loaded.
@@ -64,6 +66,7 @@ fn main() -> anyhow::Result<()> {
                 write_json(&out, &m)?;
             }
         }
+        Command::CallCost(args) => call_cost::main(args)?,
         Command::Convergence(args) => {
             let out = args.out.clone();
             write_json(&out, &rt()?.block_on(convergence::run(args))?)?;

@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use sha2::{Digest, Sha256};
 use wasmtime::component::{Component, HasSelf, Linker};
-use wasmtime::{Config, Engine, InstanceAllocationStrategy, OptLevel, PoolingAllocationConfig};
+use wasmtime::{Config, Enabled, Engine, InstanceAllocationStrategy, OptLevel, PoolingAllocationConfig};
 
 use super::bindings::{Controller, v0_1};
 use super::host::HostState;
@@ -139,6 +139,13 @@ impl PluginEngine {
 }
 
 fn config(limits: &EngineLimits) -> Config {
+    // Every reconcile gets a fresh instance; its slot's memory is reset when it is dropped: by
+    // default the first `keep_resident` bytes with `memset`, the rest with `madvise` (the next
+    // call then takes page faults on what it touches). With `pagemap_scan` (opt-in, see
+    // `EngineLimits::pagemap_scan` for why) only the pages the call wrote are reset, in place:
+    // no `madvise`, no page faults next time (a trivial call: ~28 -> ~13 µs).
+    let pagemap = limits.pagemap_scan && PoolingAllocationConfig::is_pagemap_scan_available();
+    let keep_resident = limits.keep_resident_for(pagemap).as_usize();
     let mut pool = PoolingAllocationConfig::default();
     pool.total_component_instances(limits.instances)
         .total_core_instances(limits.core_instances)
@@ -146,8 +153,9 @@ fn config(limits: &EngineLimits) -> Config {
         .total_tables(limits.tables)
         .max_memory_size(limits.max_memory.as_usize())
         .max_core_instances_per_component(limits.max_core_instances_per_component)
-        .linear_memory_keep_resident(limits.keep_resident.as_usize())
-        .table_keep_resident(limits.keep_resident.as_usize());
+        .linear_memory_keep_resident(keep_resident)
+        .table_keep_resident(keep_resident)
+        .pagemap_scan(if pagemap { Enabled::Yes } else { Enabled::No });
     let mut cfg = Config::new();
     cfg.wasm_component_model(true)
         .epoch_interruption(true)

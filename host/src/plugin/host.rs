@@ -35,7 +35,8 @@ pub const RESOURCES_PER_CALL: usize = 1024;
 pub struct HostState {
     plugin: Arc<str>,
     key: Option<String>,
-    wasi: WasiCtx,
+    /// Built on the first WASI call (many reconciles make none): see [`zero_capability_wasi`].
+    wasi: Option<WasiCtx>,
     table: ResourceTable,
     pub(crate) limiter: MemoryLimiter,
     pub(crate) output: GuestOutput,
@@ -64,20 +65,10 @@ impl HostState {
         rate: Arc<OutputRate>,
     ) -> Self {
         let output = GuestOutput::metered(plugin.clone(), key.clone(), limits.output.as_usize(), rate);
-        let wasi = WasiCtxBuilder::new()
-            .stdout(output.stream("stdout"))
-            .stderr(output.stream("stderr"))
-            .allow_tcp(false)
-            .allow_udp(false)
-            .allow_ip_name_lookup(false)
-            .socket_addr_check(|_, _| Box::pin(async { false }))
-            // Random bytes are allocated by the host: a larger request traps.
-            .max_random_size(RANDOM_BYTES_PER_REQUEST)
-            .build();
         Self {
             plugin,
             key,
-            wasi,
+            wasi: None,
             table: {
                 let mut table = ResourceTable::new();
                 table.set_max_capacity(RESOURCES_PER_CALL);
@@ -161,9 +152,28 @@ impl HostState {
     }
 }
 
+/// The WASI context of one call: no capabilities; stdout and stderr go to `output`.
+fn zero_capability_wasi(output: &GuestOutput) -> WasiCtx {
+    WasiCtxBuilder::new()
+        .stdout(output.stream("stdout"))
+        .stderr(output.stream("stderr"))
+        .allow_tcp(false)
+        .allow_udp(false)
+        .allow_ip_name_lookup(false)
+        .socket_addr_check(|_, _| Box::pin(async { false }))
+        // Random bytes are allocated by the host: a larger request traps.
+        .max_random_size(RANDOM_BYTES_PER_REQUEST)
+        .build()
+}
+
 impl WasiView for HostState {
+    /// Every WASI import goes through here: the context is built on first use (about 0.7 µs,
+    /// two RNG seedings and a dozen allocations), so a reconcile that makes no WASI call does
+    /// not pay for it. It is per call either way: nothing is shared between calls.
     fn ctx(&mut self) -> WasiCtxView<'_> {
-        WasiCtxView { ctx: &mut self.wasi, table: &mut self.table }
+        let output = &self.output;
+        let ctx = self.wasi.get_or_insert_with(|| zero_capability_wasi(output));
+        WasiCtxView { ctx, table: &mut self.table }
     }
 }
 

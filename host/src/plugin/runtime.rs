@@ -633,11 +633,26 @@ fn within_deadline<F: Future>(deadline: Duration, call: F) -> Option<F::Output> 
 fn block_on<F: Future>(f: F) -> F::Output {
     match tokio::runtime::Handle::try_current() {
         Ok(handle) => handle.block_on(f),
-        Err(_) => match tokio::runtime::Builder::new_current_thread().enable_all().build() {
-            Ok(rt) => rt.block_on(f),
-            Err(e) => panic!("cannot start a runtime for a guest call: {e}"),
-        },
+        Err(_) => offline_runtime().block_on(f),
     }
+}
+
+/// The runtime of calls made outside any Tokio runtime (offline runs, tests, benchmarks): one
+/// for the process, built on first use (building one per call cost ~8 µs), with one worker
+/// thread that drives its timers and I/O, so deadlines fire while the caller's thread waits in
+/// `Handle::block_on`.
+fn offline_runtime() -> &'static tokio::runtime::Handle {
+    static RUNTIME: std::sync::OnceLock<tokio::runtime::Runtime> = std::sync::OnceLock::new();
+    RUNTIME
+        .get_or_init(|| {
+            tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(1)
+                .thread_name("wasm-offline")
+                .enable_all()
+                .build()
+                .unwrap_or_else(|e| panic!("cannot start a runtime for guest calls: {e}"))
+        })
+        .handle()
 }
 
 /// `metadata()` of a component that is not loaded as a plugin (inspect).
@@ -652,10 +667,112 @@ pub(crate) fn instantiate_for_metadata(
         .map_err(|what| Error::Metadata(format!("the host panicked while calling metadata(): {what}")))?
 }
 
+/// Where the fixed cost of one reconcile goes, phase by phase (for `wasmloop-bench call-cost`).
+/// Not an API: the phases follow [`WasmPlugin`]'s private call path.
+#[doc(hidden)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CallPhases {
+    /// Taking an instance slot.
+    pub slot: Duration,
+    /// `HostState::new`: WASI context, resource table, output streams, limiter.
+    pub state: Duration,
+    /// `Store::new` with its limiter and epoch deadline.
+    pub store: Duration,
+    /// Key and request conversion.
+    pub request: Duration,
+    /// Into and out of the deadline wrapper (timeout + `block_on`), without the guest work.
+    pub wrapper: Duration,
+    /// `instantiate_async` from the `InstancePre`.
+    pub instantiate: Duration,
+    /// The exported call: lowering, guest code, host imports, lifting.
+    pub call: Duration,
+    /// Dropping the Store (instance slot back to the pool: memory reset).
+    pub drop: Duration,
+    /// Flushing output and turning the result into an `Outcome`.
+    pub outcome: Duration,
+    pub total: Duration,
+}
+
+impl WasmPlugin {
+    /// One reconcile on the same path as [`Reconciler::reconcile`], timed phase by phase.
+    /// Contract 0.2 plugins only. For measurements, not for use.
+    #[doc(hidden)]
+    pub fn profile_reconcile(&self, request: &Request, cache: &dyn CacheRead) -> Result<CallPhases, ReconcileError> {
+        // SAFETY: as in `reconcile`: the Store holding the reference is dropped before returning.
+        let cache: &'static dyn CacheRead = unsafe { std::mem::transmute::<&dyn CacheRead, &'static dyn CacheRead>(cache) };
+        let Pre::V0_2(pre) = &self.pre else { return Err(ReconcileError::Permanent("profile: contract 0.2 only".into())) };
+        let t0 = Instant::now();
+        let slots = self.engine.reconcile_slots().clone();
+        let slot = slots.try_acquire_owned().map_err(|e| ReconcileError::Transient(e.to_string()))?;
+        let t1 = Instant::now();
+        let key = request.key.to_string();
+        let mut state =
+            HostState::new(self.name.clone(), Some(key), &self.limits, self.grants.clone(), Some(cache), self.output_rate.clone());
+        state.declare_fields(self.fields.clone());
+        let t2 = Instant::now();
+        let mut store = Store::new(self.engine.engine(), state);
+        store.limiter(|s| &mut s.limiter);
+        store.set_epoch_deadline(self.limits.deadline_ticks(self.engine.epoch_tick()));
+        store.epoch_deadline_trap();
+        let output = store.data().output.clone();
+        let t3 = Instant::now();
+        let wit_request = to_wit_request(request);
+        let t4 = Instant::now();
+        let run = async move {
+            let ta = Instant::now();
+            let result = match pre.instantiate_async(&mut store).await {
+                Ok(instance) => {
+                    let tb = Instant::now();
+                    let r = instance.wasmloop_controller_plugin().call_reconcile(&mut store, &wit_request).await;
+                    Ok((r, tb))
+                }
+                Err(e) => Err(e),
+            };
+            (result, store, ta, Instant::now())
+        };
+        let finished = within_deadline(self.limits.timeout, run);
+        let t5 = Instant::now();
+        let Some((result, store, ta, tc)) = finished else { return Err(ReconcileError::Transient("profile: timed out".into())) };
+        let (result, tb) = result.map_err(|e| ReconcileError::Transient(format!("profile: instantiate: {e:#}")))?;
+        let reads_exhausted = store.data().reads_exhausted.is_some();
+        drop(store);
+        drop(slot);
+        let t6 = Instant::now();
+        output.flush();
+        let outcome = match result {
+            Ok(Ok(o)) if !reads_exhausted => to_outcome(o, &self.limits).map(drop).map_err(ReconcileError::Permanent),
+            Ok(Ok(_)) => Err(ReconcileError::Transient("profile: reads exhausted".into())),
+            Ok(Err(e)) => Err(ReconcileError::Transient(format!("profile: plugin error {e:?}"))),
+            Err(e) => Err(ReconcileError::Transient(format!("profile: trap {e:#}"))),
+        };
+        let t7 = Instant::now();
+        outcome?;
+        Ok(CallPhases {
+            slot: t1 - t0,
+            state: t2 - t1,
+            store: t3 - t2,
+            request: t4 - t3,
+            wrapper: (ta - t4) + (t5 - tc),
+            instantiate: tb - ta,
+            call: tc - tb,
+            drop: t6 - t5,
+            outcome: t7 - t6,
+            total: t7 - t0,
+        })
+    }
+}
+
+/// The deadline wrapper alone around a future that is immediately ready (for measurements).
+#[doc(hidden)]
+pub fn profile_wrapper(timeout: Duration) -> Duration {
+    let t0 = Instant::now();
+    let _ = within_deadline(timeout, async { std::hint::black_box(1) });
+    t0.elapsed()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
 
     #[test]
     fn versions_are_compatible_by_semver_rules() {
