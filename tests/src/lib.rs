@@ -290,3 +290,30 @@ pub async fn sa_kubeconfig(admin: &Client, ns: &str, sa: &str, dir: &Path) -> Re
     )?;
     Ok(path)
 }
+
+/// Load a built plugin with a manifest, as the hot-loader would, and start its controller.
+pub async fn start_plugin(
+    host: &Host,
+    plugin: &str,
+    manifest: &str,
+) -> Result<(wasmloop::controller::Controller, std::sync::Arc<wasmloop::plugin::WasmPlugin>)> {
+    let m = wasmloop::hotload::PluginManifest::parse(manifest, plugin)?;
+    let bytes = std::fs::read(plugin_path(plugin)?)?;
+    let (limits, grants) = (m.limits.clone(), m.grants.clone());
+    let wasm = tokio::task::spawn_blocking(move || -> Result<wasmloop::plugin::WasmPlugin> {
+        let engine = wasmloop::plugin::PluginEngine::new()?;
+        Ok(wasmloop::plugin::WasmPlugin::load(&engine, &bytes, limits, grants)?)
+    })
+    .await??;
+    let wasm = std::sync::Arc::new(wasm);
+    let controller = wasmloop::controller::Controller::start(
+        wasm.clone(),
+        m.controller.clone(),
+        wasm.grants().clone(),
+        host.registry.clone(),
+        host.executor.clone(),
+        host.metrics.clone(),
+    )
+    .await?;
+    Ok((controller, wasm))
+}

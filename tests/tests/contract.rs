@@ -15,35 +15,9 @@ use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::watcher;
 use parking_lot::Mutex;
 use serde_json::json;
-use wasmloop::controller::Controller;
-use wasmloop::hotload::PluginManifest;
-use wasmloop::plugin::{PluginEngine, WasmPlugin};
-use wasmloop_tests::{Host, TestNamespace, eventually, init_tracing, plugin_path};
+use wasmloop_tests::{start_plugin, Host, TestNamespace, eventually, init_tracing};
 
 const WAIT: Duration = Duration::from_secs(90);
-
-/// Load a built plugin with a manifest, as the hot-loader would, and start its controller.
-async fn start_plugin(host: &Host, plugin: &str, manifest: &str) -> Result<(Controller, Arc<WasmPlugin>)> {
-    let m = PluginManifest::parse(manifest, plugin)?;
-    let bytes = std::fs::read(plugin_path(plugin)?)?;
-    let (limits, grants) = (m.limits.clone(), m.grants.clone());
-    let wasm = tokio::task::spawn_blocking(move || -> Result<WasmPlugin> {
-        let engine = PluginEngine::new()?;
-        Ok(WasmPlugin::load(&engine, &bytes, limits, grants)?)
-    })
-    .await??;
-    let wasm = Arc::new(wasm);
-    let controller = Controller::start(
-        wasm.clone(),
-        m.controller.clone(),
-        wasm.grants().clone(),
-        host.registry.clone(),
-        host.executor.clone(),
-        host.metrics.clone(),
-    )
-    .await?;
-    Ok((controller, wasm))
-}
 
 /// ConfigMap `name`, if it exists and is not being deleted.
 async fn copy_of(cms: &Api<ConfigMap>, name: &str) -> Result<Option<ConfigMap>> {

@@ -3,7 +3,6 @@
 //! misbehaving plugin contained while a good one keeps reconciling.
 
 use std::process::{Child, Command, Stdio};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
@@ -12,35 +11,9 @@ use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod};
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::json;
-use wasmloop::controller::Controller;
-use wasmloop::hotload::PluginManifest;
-use wasmloop::plugin::{PluginEngine, WasmPlugin};
-use wasmloop_tests::{Host, TestNamespace, ensure_podset_crd, eventually, init_tracing, plugin_path, workspace_root};
+use wasmloop_tests::{start_plugin, Host, TestNamespace, ensure_podset_crd, eventually, init_tracing, workspace_root};
 
 const WAIT: Duration = Duration::from_secs(90);
-
-/// Load a built plugin with a manifest, as the hot-loader would, and start its controller.
-async fn start_plugin(host: &Host, plugin: &str, manifest: &str) -> Result<(Controller, Arc<WasmPlugin>)> {
-    let m = PluginManifest::parse(manifest, plugin)?;
-    let bytes = std::fs::read(plugin_path(plugin)?)?;
-    let (limits, grants) = (m.limits.clone(), m.grants.clone());
-    let wasm = tokio::task::spawn_blocking(move || -> Result<WasmPlugin> {
-        let engine = PluginEngine::new()?;
-        Ok(WasmPlugin::load(&engine, &bytes, limits, grants)?)
-    })
-    .await??;
-    let wasm = Arc::new(wasm);
-    let controller = Controller::start(
-        wasm.clone(),
-        m.controller.clone(),
-        wasm.grants().clone(),
-        host.registry.clone(),
-        host.executor.clone(),
-        host.metrics.clone(),
-    )
-    .await?;
-    Ok((controller, wasm))
-}
 
 fn podset_manifest(ns: &str) -> String {
     format!("namespace: {ns}\nconcurrency: 2\ngrants:\n  - kinds: [\"wasmloop.dev/v1alpha1/PodSet\"]\n    verbs: [read, update-status, event]\n  - kinds: [\"v1/Pod\"]\n    verbs: [read, create, delete, patch]\n")

@@ -516,7 +516,7 @@ impl<K> Drop for Inner<K> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use std::collections::HashSet;
     use std::task::Poll;
@@ -864,14 +864,16 @@ mod tests {
         assert_eq!(start.elapsed(), Duration::from_secs(1));
     }
 
-    fn scrape(registry: &Registry) -> String {
+    /// The registry's metrics as OpenMetrics text (also used by `priority`'s tests).
+    pub(crate) fn scrape(registry: &Registry) -> String {
         let mut text = String::new();
         prometheus_client::encoding::text::encode(&mut text, registry)
             .expect("encoding into a String cannot fail");
         text
     }
 
-    fn assert_has(text: &str, line: &str) {
+    /// `text` has exactly this line.
+    pub(crate) fn assert_has(text: &str, line: &str) {
         assert!(
             text.lines().any(|l| l == line),
             "missing {line:?} in:\n{text}"

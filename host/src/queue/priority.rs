@@ -554,19 +554,7 @@ mod tests {
         assert_eq!(zero.low_wait_bound(0, 0, 10 * MS), S + 10 * MS);
     }
 
-    fn scrape(registry: &Registry) -> String {
-        let mut text = String::new();
-        prometheus_client::encoding::text::encode(&mut text, registry)
-            .expect("encoding into a String cannot fail");
-        text
-    }
-
-    fn assert_has(text: &str, line: &str) {
-        assert!(
-            text.lines().any(|l| l == line),
-            "missing {line:?} in:\n{text}"
-        );
-    }
+    use crate::queue::tests::{assert_has, scrape};
 
     #[tokio::test(start_paused = true)]
     async fn metrics_per_priority() {
