@@ -47,6 +47,9 @@ fn checked_kind(k: wit::KindRef, what: &str) -> Result<KindRef, String> {
     Ok(kind)
 }
 
+/// Most fields a plugin may declare for metadata reads (each is extracted per object read).
+pub(crate) const MAX_FIELDS: usize = 64;
+
 /// Convert and validate `metadata()`'s answer.
 pub(crate) fn spec_from_metadata(m: wit::PluginMetadata) -> Result<ReconcilerSpec, String> {
     let name = m.name.trim().to_owned();
@@ -92,6 +95,9 @@ pub(crate) fn spec_from_metadata(m: wit::PluginMetadata) -> Result<ReconcilerSpe
         })
         .collect::<Result<Vec<_>, String>>()?;
     let mut spec = ReconcilerSpec { name, version: m.version, reconciles, selector: m.selector, watches, indexes, fields: vec![] };
+    if m.fields.len() > MAX_FIELDS {
+        return Err(format!("{} fields declared, more than {MAX_FIELDS}", m.fields.len()));
+    }
     let readable = spec.kinds();
     for (i, f) in m.fields.into_iter().enumerate() {
         let kind = checked_kind(f.kind, &format!("fields[{i}]"))?;
@@ -279,6 +285,12 @@ mod tests {
         assert!(err.contains("is not a semantic version"), "{err}");
         let err = spec_from_metadata(meta("x", kind("a/b/c", "Pod"))).unwrap_err();
         assert!(err.starts_with("reconciles: invalid kind"), "{err}");
+        let mut many = meta("podset", kind("v1", "Pod"));
+        many.fields = vec![wit::Field { kind: kind("v1", "Pod"), path: "status.phase".into() }; MAX_FIELDS + 1];
+        assert_eq!(spec_from_metadata(many).unwrap_err(), "65 fields declared, more than 64");
+        let mut unread = meta("podset", kind("v1", "Pod"));
+        unread.fields = vec![wit::Field { kind: kind("v1", "Secret"), path: "data".into() }];
+        assert!(spec_from_metadata(unread).unwrap_err().contains("not a kind the plugin reconciles"));
     }
 
     #[test]

@@ -115,11 +115,12 @@ impl HostState {
 
     /// The metadata of `objects` the plugin may see, charged to the budget.
     fn metas(&mut self, kind: &KindRef, objects: Vec<Arc<CachedObject>>, scope: &ReadScope) -> Result<Vec<wit::ObjectMeta>, wit_cache::CacheError> {
+        let visible: Vec<&Arc<CachedObject>> = objects.iter().filter(|o| scope.allows(o.namespace())).collect();
+        // Charged as JSON reads, before the work: the host parses each object's JSON to build its
+        // record, so a loop of metadata reads costs the host what the plugin is charged.
+        self.charge(&visible)?;
         let paths: Vec<&str> = self.fields.iter().filter(|f| &f.kind == kind).map(|f| f.path.as_str()).collect();
-        let metas: Vec<wit::ObjectMeta> =
-            objects.iter().filter(|o| scope.allows(o.namespace())).map(|o| meta::object_meta(o, &paths)).collect();
-        self.charge_bytes(metas.iter().map(meta::size).sum())?;
-        Ok(metas)
+        Ok(visible.into_iter().map(|o| meta::object_meta(o, &paths)).collect())
     }
 
     /// Check a read of `kind` (in `namespace`, or all granted namespaces) against the grants.

@@ -56,23 +56,6 @@ pub(crate) fn object_meta(o: &CachedObject, paths: &[&str]) -> wit::ObjectMeta {
     }
 }
 
-/// Bytes a metadata record copies into the guest (charged to the read budget).
-pub(crate) fn size(m: &wit::ObjectMeta) -> usize {
-    let opt = |s: &Option<String>| s.as_ref().map_or(0, String::len);
-    let pairs = |p: &[(String, String)]| p.iter().map(|(k, v)| k.len() + v.len()).sum::<usize>();
-    m.name.len()
-        + opt(&m.namespace)
-        + m.uid.len()
-        + m.resource_version.len()
-        + opt(&m.creation_timestamp)
-        + opt(&m.deletion_timestamp)
-        + pairs(&m.labels)
-        + pairs(&m.annotations)
-        + m.owner_references.iter().map(|r| r.api_version.len() + r.kind.len() + r.name.len() + r.uid.len()).sum::<usize>()
-        + m.finalizers.iter().map(String::len).sum::<usize>()
-        + m.fields.iter().map(opt).sum::<usize>()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -108,6 +91,5 @@ mod tests {
                 Some("\"1\"".to_owned()),
             ]
         );
-        assert!(size(&m) > 40);
     }
 }
