@@ -1,7 +1,8 @@
-//! Section 2 of BENCHMARKS.md: the same ReplicaSet algorithm as a native Rust reconciler
-//! (`wasmloop::native::ReplicaSetReconciler`) and as the `replicaset` Wasm plugin, on the same
-//! host cache, with criterion; then a hand-timed phase breakdown of the calls
-//! (`wasmloop_bench::phases`), written as JSON to `$WASMLOOP_BENCH_PHASES_OUT` when set.
+//! Section 2 of BENCHMARKS.md: the same ReplicaSet code, the `replicaset` plugin crate, run
+//! natively by the host (`wasmloop::native::SdkReconciler`, the crate linked as an rlib) and as
+//! the plugin's Wasm component, on the same host cache, with criterion; then a hand-timed phase
+//! breakdown of the calls (`wasmloop_bench::phases`), written as JSON to
+//! `$WASMLOOP_BENCH_PHASES_OUT` when set.
 //!
 //! Run through `scripts/bench.sh`, or: `cargo bench -p wasmloop-bench --bench reconcile`.
 
@@ -10,7 +11,7 @@ use std::hint::black_box;
 use anyhow::{Context, Result, ensure};
 use criterion::{BenchmarkId, Criterion};
 use wasmloop::controller::Reconciler;
-use wasmloop::native::ReplicaSetReconciler;
+use wasmloop::native::SdkReconciler;
 use wasmloop::plugin::PluginEngine;
 use wasmloop_bench::fixtures::{self, Scenario, Shape};
 use wasmloop_bench::phases;
@@ -18,22 +19,32 @@ use wasmloop_bench::phases;
 fn main() -> Result<()> {
     let engine = PluginEngine::new().context("creating the plugin engine")?;
     let wasm = fixtures::load_replicaset_plugin(&engine)?;
-    let native = ReplicaSetReconciler::new("replicaset");
+    // The component's limits (of which only maxActions applies natively) and name.
+    let native = SdkReconciler::<replicaset::ReplicaSetReconciler>::new()
+        .context("running the replicaset crate natively")?
+        .named(wasm.name())
+        .with_limits(wasm.limits().clone());
     let reconcilers: [(&str, &dyn Reconciler); 2] = [("native", &native), ("wasm", wasm.as_ref())];
 
     let shapes = [(Shape::Converged, 10), (Shape::Converged, 100), (Shape::Create, 10), (Shape::ScaleDown, 10), (Shape::Missing, 10)];
     let scenarios: Vec<Scenario> = shapes.iter().map(|&(shape, pods)| fixtures::scenario(shape, pods)).collect::<Result<_>>()?;
 
-    // Both must do the same work: the same number of actions in every scenario.
+    // Both must do the same work: the same outcome (actions and requeue) in every scenario.
     for s in &scenarios {
-        let native_actions = native.reconcile(&s.request, &s.cache).map_err(|e| anyhow::anyhow!("native {}: {e}", s.name))?.actions.len();
-        let wasm_actions = wasm.reconcile(&s.request, &s.cache).map_err(|e| anyhow::anyhow!("wasm {}: {e}", s.name))?.actions.len();
-        ensure!(native_actions == wasm_actions, "{} ({} pods): native returns {native_actions} actions, wasm {wasm_actions}", s.name, s.pods);
+        let native_outcome = native.reconcile(&s.request, &s.cache).map_err(|e| anyhow::anyhow!("native {}: {e}", s.name))?;
+        let wasm_outcome = wasm.reconcile(&s.request, &s.cache).map_err(|e| anyhow::anyhow!("wasm {}: {e}", s.name))?;
+        ensure!(
+            native_outcome == wasm_outcome,
+            "{} ({} pods): native and wasm outcomes differ:\nnative: {native_outcome:?}\nwasm:   {wasm_outcome:?}",
+            s.name,
+            s.pods
+        );
+        let actions = native_outcome.actions.len();
         let expected = match s.name {
             "converged" | "missing-key" => 0,
             _ => s.pods + 1,
         };
-        ensure!(native_actions == expected, "{} ({} pods): expected {expected} actions, got {native_actions}", s.name, s.pods);
+        ensure!(actions == expected, "{} ({} pods): expected {expected} actions, got {actions}", s.name, s.pods);
     }
 
     let mut c = Criterion::default().configure_from_args();

@@ -32,8 +32,9 @@
 //! wasmloop_sdk::export_reconciler!(Hello);
 //! ```
 //!
-//! On native builds the cache is a thread-local fake: unit-test reconcilers with
-//! `testing::FakeCache` (feature `testing`), no wasm and no cluster needed.
+//! On native builds the cache is whatever backend the caller installs on the thread: unit-test
+//! reconcilers with `testing::FakeCache` (feature `testing`), no wasm and no cluster needed, or
+//! run them inside a native host with `embed::reconcile_with` (feature `embed`).
 
 extern crate self as wasmloop_sdk;
 
@@ -58,6 +59,9 @@ use native as sys;
 
 #[cfg(all(feature = "testing", not(target_arch = "wasm32")))]
 pub mod testing;
+
+#[cfg(all(feature = "embed", not(target_arch = "wasm32")))]
+pub mod embed;
 
 /// Typed Kubernetes structs: the `k8s-openapi` crate (API v1.30), feature `k8s`.
 #[cfg(feature = "k8s")]

@@ -1,97 +1,113 @@
-//! Native builds: cache reads and logs go to a thread-local backend (the `testing` fake), since
-//! the component's imports exist only inside a wasm host.
+//! Native builds: cache reads and logs go to a [`Backend`] installed on the calling thread for
+//! the duration of a call: the `testing` fake, or a host embedding the reconciler natively
+//! ([`crate::embed`]). Outside such a call reads fail with [`Error::NoHost`].
 
-use std::cell::RefCell;
-use std::rc::Rc;
+use std::cell::Cell;
 
 use crate::cache::Error;
 use crate::log::Level;
+use crate::meta::Meta;
 use crate::object::ObjectMeta;
+use crate::types::KindRef;
 
 /// A metadata record and its declared fields.
 pub(crate) type MetaRecord = (ObjectMeta, Vec<Option<String>>);
-use crate::types::KindRef;
 
-/// What answers cache reads and takes logs on native builds.
-#[cfg_attr(not(feature = "testing"), allow(dead_code))]
-pub(crate) trait Backend {
-    fn get(
-        &self,
-        kind: &KindRef,
-        namespace: Option<&str>,
-        name: &str,
-    ) -> Result<Option<String>, Error>;
-    fn list(
-        &self,
-        kind: &KindRef,
-        namespace: Option<&str>,
-        selector: Option<&str>,
-    ) -> Result<Vec<String>, Error>;
+/// What answers a natively run reconciler's cache reads ([`crate::cache`], [`crate::meta`]) and
+/// takes its logs ([`crate::log`]): the host's side of the contract's `cache` and `log` imports.
+///
+/// Implementations answer as the wasmloop host does: only the kinds the reconciler may read
+/// (others fail with [`Error::NotGranted`]), objects as JSON text, the `namespace` and `owner`
+/// indexes plus those the reconciler declared, and metadata reads with the fields declared
+/// for the kind ([`Metadata::field`](crate::Metadata::field)) in declaration order.
+///
+/// The `*_meta` methods have default implementations built on the JSON reads and
+/// [`Backend::metas`]; a host that keeps parsed metadata can override them to skip the JSON.
+pub trait Backend {
+    /// The JSON of one object, or `None` if it is not cached ([`crate::cache::get_raw`]).
+    fn get(&self, kind: &KindRef, namespace: Option<&str>, name: &str) -> Result<Option<String>, Error>;
+    /// The JSON of the objects of `kind`, optionally in one namespace and matching a label
+    /// selector ([`crate::cache::list_raw`]).
+    fn list(&self, kind: &KindRef, namespace: Option<&str>, selector: Option<&str>) -> Result<Vec<String>, Error>;
+    /// The JSON of the objects whose index `index` has `value` ([`crate::cache::by_index_raw`]).
     fn by_index(&self, kind: &KindRef, index: &str, value: &str) -> Result<Vec<String>, Error>;
-    /// Metadata reads, with the fields the plugin declared for `kind`.
-    fn metas(&self, kind: &KindRef, objects: Vec<String>) -> Vec<MetaRecord>;
+    /// The metadata and declared fields of `objects`, JSON of `kind` as this backend's
+    /// `get`/`list`/`by_index` returned it, in the same order.
+    fn metas(&self, kind: &KindRef, objects: Vec<String>) -> Vec<Meta>;
+    /// The metadata of one object ([`crate::meta::get`]).
+    fn get_meta(&self, kind: &KindRef, namespace: Option<&str>, name: &str) -> Result<Option<Meta>, Error> {
+        let found = self.get(kind, namespace, name)?;
+        Ok(self.metas(kind, found.into_iter().collect()).pop())
+    }
+    /// The metadata of the objects of `kind` ([`crate::meta::list`]).
+    fn list_meta(&self, kind: &KindRef, namespace: Option<&str>, selector: Option<&str>) -> Result<Vec<Meta>, Error> {
+        let found = self.list(kind, namespace, selector)?;
+        Ok(self.metas(kind, found))
+    }
+    /// The metadata of the objects whose index `index` has `value` ([`crate::meta::by_index`]).
+    fn by_index_meta(&self, kind: &KindRef, index: &str, value: &str) -> Result<Vec<Meta>, Error> {
+        let found = self.by_index(kind, index, value)?;
+        Ok(self.metas(kind, found))
+    }
+    /// A message the reconciler logged ([`crate::log`]).
     fn log(&self, level: Level, message: &str);
 }
 
 thread_local! {
-    static BACKEND: RefCell<Option<Rc<dyn Backend>>> = const { RefCell::new(None) };
+    /// The backend of the innermost [`with_backend`] call running on this thread. The reference
+    /// is only truly valid while that call runs: see the SAFETY comment in `with_backend`. It
+    /// never leaves this module except as a reborrow inside one read.
+    static BACKEND: Cell<Option<&'static dyn Backend>> = const { Cell::new(None) };
 }
 
-/// Restores the previously installed backend when dropped.
-#[cfg_attr(not(feature = "testing"), allow(dead_code))]
-pub(crate) struct Installed(Option<Rc<dyn Backend>>);
+/// Puts the previous backend back when dropped (also while unwinding from a panic).
+struct Restore(Option<&'static dyn Backend>);
 
-impl Drop for Installed {
+impl Drop for Restore {
     fn drop(&mut self) {
-        let prev = self.0.take();
-        BACKEND.with(|b| *b.borrow_mut() = prev);
+        // `try_with`: nothing to restore once the thread's locals are being destroyed.
+        let _ = BACKEND.try_with(|b| b.set(self.0));
     }
 }
 
-/// Make `backend` answer this thread's reads until the guard is dropped.
-#[cfg_attr(not(feature = "testing"), allow(dead_code))]
-pub(crate) fn install(backend: Rc<dyn Backend>) -> Installed {
-    Installed(BACKEND.with(|b| b.borrow_mut().replace(backend)))
+/// Run `f` with `backend` answering this thread's cache reads and logs; the previously
+/// installed backend (if any) is restored when `f` returns or unwinds.
+#[cfg_attr(not(any(feature = "testing", feature = "embed")), allow(dead_code))]
+pub(crate) fn with_backend<T>(backend: &dyn Backend, f: impl FnOnce() -> T) -> T {
+    // SAFETY: only the lifetime is erased. The erased reference is stored in this thread's
+    // `BACKEND` and nowhere else, and `_restore` (a local that user code cannot forget or move)
+    // replaces it with the previous value when this function returns or unwinds, i.e. before
+    // the borrow of `backend` ends. It is read only by `current()`, whose callers in this module
+    // use it for the duration of one read, inside `f`; nested calls only shadow it, and restore
+    // it before returning. So it is never dereferenced after `backend`'s borrow ends, and never
+    // from another thread (a thread-local; `&dyn Backend` is not sent anywhere).
+    let erased = unsafe { std::mem::transmute::<&dyn Backend, &'static dyn Backend>(backend) };
+    let _restore = Restore(BACKEND.with(|b| b.replace(Some(erased))));
+    f()
 }
 
-fn current() -> Option<Rc<dyn Backend>> {
-    BACKEND.with(|b| b.borrow().clone())
+fn current() -> Result<&'static dyn Backend, Error> {
+    BACKEND.with(Cell::get).ok_or(Error::NoHost)
 }
 
-pub(crate) fn cache_get(
-    kind: &KindRef,
-    namespace: Option<&str>,
-    name: &str,
-) -> Result<Option<String>, Error> {
-    current().ok_or(Error::NoHost)?.get(kind, namespace, name)
+fn record(m: Meta) -> MetaRecord {
+    (m.metadata, m.fields)
 }
 
-pub(crate) fn cache_list(
-    kind: &KindRef,
-    namespace: Option<&str>,
-    selector: Option<&str>,
-) -> Result<Vec<String>, Error> {
-    current()
-        .ok_or(Error::NoHost)?
-        .list(kind, namespace, selector)
+pub(crate) fn cache_get(kind: &KindRef, namespace: Option<&str>, name: &str) -> Result<Option<String>, Error> {
+    current()?.get(kind, namespace, name)
 }
 
-pub(crate) fn cache_by_index(
-    kind: &KindRef,
-    index: &str,
-    value: &str,
-) -> Result<Vec<String>, Error> {
-    current().ok_or(Error::NoHost)?.by_index(kind, index, value)
+pub(crate) fn cache_list(kind: &KindRef, namespace: Option<&str>, selector: Option<&str>) -> Result<Vec<String>, Error> {
+    current()?.list(kind, namespace, selector)
 }
 
-pub(crate) fn cache_get_meta(
-    kind: &KindRef,
-    namespace: Option<&str>,
-    name: &str,
-) -> Result<Option<MetaRecord>, Error> {
-    let backend = current().ok_or(Error::NoHost)?;
-    let found = backend.get(kind, namespace, name)?;
-    Ok(backend.metas(kind, found.into_iter().collect()).pop())
+pub(crate) fn cache_by_index(kind: &KindRef, index: &str, value: &str) -> Result<Vec<String>, Error> {
+    current()?.by_index(kind, index, value)
+}
+
+pub(crate) fn cache_get_meta(kind: &KindRef, namespace: Option<&str>, name: &str) -> Result<Option<MetaRecord>, Error> {
+    Ok(current()?.get_meta(kind, namespace, name)?.map(record))
 }
 
 pub(crate) fn cache_list_meta(
@@ -99,24 +115,16 @@ pub(crate) fn cache_list_meta(
     namespace: Option<&str>,
     selector: Option<&str>,
 ) -> Result<Vec<MetaRecord>, Error> {
-    let backend = current().ok_or(Error::NoHost)?;
-    let found = backend.list(kind, namespace, selector)?;
-    Ok(backend.metas(kind, found))
+    Ok(current()?.list_meta(kind, namespace, selector)?.into_iter().map(record).collect())
 }
 
-pub(crate) fn cache_by_index_meta(
-    kind: &KindRef,
-    index: &str,
-    value: &str,
-) -> Result<Vec<MetaRecord>, Error> {
-    let backend = current().ok_or(Error::NoHost)?;
-    let found = backend.by_index(kind, index, value)?;
-    Ok(backend.metas(kind, found))
+pub(crate) fn cache_by_index_meta(kind: &KindRef, index: &str, value: &str) -> Result<Vec<MetaRecord>, Error> {
+    Ok(current()?.by_index_meta(kind, index, value)?.into_iter().map(record).collect())
 }
 
 pub(crate) fn log(level: Level, message: &str) {
     match current() {
-        Some(b) => b.log(level, message),
-        None => eprintln!("[{level:?}] {message}"),
+        Ok(b) => b.log(level, message),
+        Err(_) => eprintln!("[{level:?}] {message}"),
     }
 }

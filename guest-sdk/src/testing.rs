@@ -47,6 +47,7 @@ use wasmloop_model::{Naming, Target, TargetName};
 
 use crate::cache::{self, NAMESPACE_INDEX, OWNER_INDEX};
 use crate::log::Level;
+use crate::meta::Meta;
 use crate::native::{self, Backend};
 use crate::object;
 use crate::outcome::{Action, Event, Outcome};
@@ -242,8 +243,7 @@ impl FakeCache {
 
     /// Run `f` with this fake answering the SDK's cache reads and logs on this thread.
     pub fn enter<T>(&self, f: impl FnOnce() -> T) -> T {
-        let _installed = native::install(self.inner.clone());
-        f()
+        native::with_backend(&*self.inner, f)
     }
 
     /// Carry out the actions as the host would, against the fake: create adds the object unless
@@ -565,7 +565,7 @@ impl Backend for Inner {
         })
     }
 
-    fn metas(&self, kind: &KindRef, objects: Vec<String>) -> Vec<native::MetaRecord> {
+    fn metas(&self, kind: &KindRef, objects: Vec<String>) -> Vec<Meta> {
         let paths = self.metadata.fields_of(kind);
         objects
             .iter()
@@ -577,7 +577,7 @@ impl Backend for Inner {
                     .iter()
                     .map(|p| wasmloop_model::field::field(&v, p).map(|x| x.to_string()))
                     .collect();
-                (metadata, fields)
+                Meta { kind: kind.clone(), metadata, fields }
             })
             .collect()
     }

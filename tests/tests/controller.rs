@@ -298,7 +298,8 @@ async fn native_replicaset_reconciler_converges_and_a_second_pass_writes_nothing
         }))?;
         rs_api.create(&PostParams::default(), &rs).await?;
     }
-    let rec = Arc::new(wasmloop::native::ReplicaSetReconciler::new("native-rs"));
+    // The replicaset plugin's own source, run natively by the host.
+    let rec = Arc::new(wasmloop::native::SdkReconciler::<replicaset::ReplicaSetReconciler>::new()?.named("native-rs"));
     let ctl = host.start(rec, &ns.name, |c| c.workers = 2).await?;
     let pods: Api<Pod> = Api::namespaced(host.client.clone(), &ns.name);
     let (p, r) = (pods.clone(), rs_api.clone());

@@ -1,6 +1,9 @@
 //! Native Rust reconcilers. They implement the same [`Reconciler`](crate::controller::Reconciler)
 //! trait as Wasm plugins, so the two can be run and benchmarked side by side.
+//!
+//! [`SdkReconciler`] runs a plugin crate's own `wasmloop_sdk::Reconciler` natively: the same
+//! source as the plugin's component, without the sandbox.
 
-pub mod replicaset;
+pub mod sdk;
 
-pub use replicaset::ReplicaSetReconciler;
+pub use sdk::{Error, SdkReconciler};

@@ -1,5 +1,9 @@
 //! Conversions between the contract's WIT types (0.2, [`super::bindings`]) and the host's own:
 //! requests out, metadata and outcomes in, each checked and every refusal naming what was wrong.
+//!
+//! A plugin crate run natively ([`crate::native::SdkReconciler`]) speaks the SDK's types
+//! instead; they are converted here too, by the same checks, so a plugin's outcome is accepted or
+//! refused alike whether it ran in the sandbox or natively.
 
 use std::time::Duration;
 
@@ -12,6 +16,7 @@ use crate::actions::{Action, EventType, PatchType, Preconditions};
 use crate::cache::IndexSpec;
 use crate::controller::{FieldDecl, IndexDecl, Mapping, Outcome, Reason, ReconcilerSpec, Request, WatchSpec};
 use crate::kinds::{KindRef, ObjectKey};
+use wasmloop_sdk as sdk;
 
 pub(crate) fn to_wit_key(k: &ObjectKey) -> wit::ObjectKey {
     wit::ObjectKey {
@@ -110,11 +115,16 @@ pub(crate) fn spec_from_metadata(m: wit::PluginMetadata) -> Result<ReconcilerSpe
     Ok(spec)
 }
 
-/// Parse an object action's JSON and check its target with the one rule
-/// ([`wasmloop_model::Target`]): apiVersion, kind, metadata.name (or generateName for create).
+/// Parse an object action's JSON and check it ([`checked_object`]).
 fn object_json(i: usize, verb: &'static str, json: &str) -> Result<Value, String> {
     let value: Value =
         serde_json::from_str(json).map_err(|e| format!("action {i} ({verb}): invalid JSON: {e}"))?;
+    checked_object(i, verb, value)
+}
+
+/// Check an object action's target with the one rule ([`wasmloop_model::Target`]): apiVersion,
+/// kind, metadata.name (or generateName for create).
+fn checked_object(i: usize, verb: &'static str, value: Value) -> Result<Value, String> {
     let naming = if verb == "create" { Naming::NameOrGenerate } else { Naming::NameOnly(verb) };
     Target::of_object(&value, naming).map_err(|e| format!("action {i} ({verb}): {e}"))?;
     Ok(value)
@@ -125,11 +135,31 @@ fn checked_key(i: usize, verb: &str, k: wit::ObjectKey) -> Result<ObjectKey, Str
     Ok(ObjectKey::new(KindRef::new(k.api_version, k.kind), k.namespace.filter(|n| !n.is_empty()), k.name))
 }
 
+fn check_count(actions: usize, limits: &Limits) -> Result<(), String> {
+    if actions > limits.max_actions as usize {
+        return Err(format!("{actions} actions, more than limits.maxActions {}", limits.max_actions));
+    }
+    Ok(())
+}
+
+/// A status update's document must be a JSON object.
+fn checked_status(i: usize, status: Value) -> Result<Value, String> {
+    if !status.is_object() {
+        return Err(format!("action {i} (update-status): status must be a JSON object, got {}", json_type(&status)));
+    }
+    Ok(status)
+}
+
+fn event(i: usize, regarding: wit::ObjectKey, event_type: EventType, reason: String, message: String) -> Result<Action, String> {
+    if reason.is_empty() {
+        return Err(format!("action {i} (event): reason is required"));
+    }
+    Ok(Action::Event { regarding: checked_key(i, "event", regarding)?, event_type, reason, message })
+}
+
 /// Convert the guest's outcome, naming the first bad action.
 pub(crate) fn to_outcome(o: wit::Outcome, limits: &Limits) -> Result<Outcome, String> {
-    if o.actions.len() > limits.max_actions as usize {
-        return Err(format!("{} actions, more than limits.maxActions {}", o.actions.len(), limits.max_actions));
-    }
+    check_count(o.actions.len(), limits)?;
     let mut actions = Vec::with_capacity(o.actions.len());
     for (i, a) in o.actions.into_iter().enumerate() {
         actions.push(match a {
@@ -143,28 +173,118 @@ pub(crate) fn to_outcome(o: wit::Outcome, limits: &Limits) -> Result<Outcome, St
                 let key = checked_key(i, "update-status", u.key)?;
                 let status: Value = serde_json::from_str(&u.status)
                     .map_err(|e| format!("action {i} (update-status): invalid status JSON: {e}"))?;
-                if !status.is_object() {
-                    return Err(format!("action {i} (update-status): status must be a JSON object, got {}", json_type(&status)));
-                }
-                Action::UpdateStatus { key, status }
+                Action::UpdateStatus { key, status: checked_status(i, status)? }
             }
             wit::Action::Event(e) => {
-                if e.reason.is_empty() {
-                    return Err(format!("action {i} (event): reason is required"));
-                }
-                Action::Event {
-                    regarding: checked_key(i, "event", e.regarding)?,
-                    event_type: match e.event_type {
-                        wit::EventType::Normal => EventType::Normal,
-                        wit::EventType::Warning => EventType::Warning,
-                    },
-                    reason: e.reason,
-                    message: e.message,
-                }
+                let event_type = match e.event_type {
+                    wit::EventType::Normal => EventType::Normal,
+                    wit::EventType::Warning => EventType::Warning,
+                };
+                event(i, e.regarding, event_type, e.reason, e.message)?
             }
         });
     }
     Ok(Outcome { actions, requeue_after: o.requeue_after_ms.map(Duration::from_millis) })
+}
+
+fn from_sdk_kind(k: &sdk::KindRef) -> wit::KindRef {
+    wit::KindRef { api_version: k.api_version.to_string(), kind: k.kind.to_string() }
+}
+
+fn from_sdk_key(k: sdk::ObjectKey) -> wit::ObjectKey {
+    wit::ObjectKey {
+        api_version: k.kind.api_version.into_owned(),
+        kind: k.kind.kind.into_owned(),
+        namespace: k.namespace,
+        name: k.name,
+    }
+}
+
+/// A natively run plugin's `R::metadata()`, checked as a component's `metadata()` is.
+pub(crate) fn spec_from_sdk_metadata(m: sdk::Metadata) -> Result<ReconcilerSpec, String> {
+    let reconciles = m.reconciles.as_ref().ok_or("reconciles: the metadata names no reconciled kind")?;
+    spec_from_metadata(wit::PluginMetadata {
+        reconciles: from_sdk_kind(reconciles),
+        watches: m
+            .watches
+            .iter()
+            .map(|w| wit::Watch {
+                kind: from_sdk_kind(&w.kind),
+                mapping: match &w.mapping {
+                    sdk::Mapping::Owner => wit::Mapping::Owner,
+                    sdk::Mapping::Label(l) => wit::Mapping::Label(l.clone()),
+                    sdk::Mapping::SameName => wit::Mapping::SameName,
+                    sdk::Mapping::Namespace => wit::Mapping::Namespace,
+                },
+                selector: w.selector.clone(),
+            })
+            .collect(),
+        indexes: m
+            .indexes
+            .iter()
+            .map(|x| wit::Index { kind: from_sdk_kind(&x.kind), name: x.name.clone(), path: x.path.clone() })
+            .collect(),
+        fields: m.fields.iter().map(|f| wit::Field { kind: from_sdk_kind(&f.kind), path: f.path.clone() }).collect(),
+        name: m.name,
+        version: m.version,
+        selector: m.selector,
+    })
+}
+
+/// The request as the SDK's export glue hands it to a plugin.
+pub(crate) fn to_sdk_request(r: &Request) -> sdk::Request {
+    sdk::Request {
+        key: sdk::ObjectKey {
+            kind: sdk::KindRef::new(r.key.kind.api_version.clone(), r.key.kind.kind.clone()),
+            namespace: r.key.namespace.clone(),
+            name: r.key.name.clone(),
+        },
+        reason: match r.reason {
+            Reason::Event => sdk::Reason::Event,
+            Reason::Resync => sdk::Reason::Resync,
+            Reason::Requeue => sdk::Reason::Requeue,
+            Reason::Retry(n) => sdk::Reason::Retry(n),
+        },
+        last_error: r.last_error.clone(),
+    }
+}
+
+/// Convert a natively run plugin's outcome with the checks [`to_outcome`] applies to a
+/// component's: the same actions are accepted, the same refused with the same message. The
+/// documents are already parsed (a component sends them as JSON text); the requeue is cut to
+/// whole milliseconds, as the contract carries it.
+pub(crate) fn from_sdk_outcome(o: sdk::Outcome, limits: &Limits) -> Result<Outcome, String> {
+    check_count(o.actions.len(), limits)?;
+    let mut actions = Vec::with_capacity(o.actions.len());
+    for (i, a) in o.actions.into_iter().enumerate() {
+        actions.push(match a {
+            sdk::Action::Create(object) => Action::Create { object: checked_object(i, "create", object)? },
+            sdk::Action::Apply(object) => Action::Apply { object: checked_object(i, "apply", object)? },
+            // The SDK's deletes carry no preconditions (the export glue sends empty ones).
+            sdk::Action::Delete(k) => Action::Delete { key: checked_key(i, "delete", from_sdk_key(k))?, preconditions: Preconditions::default() },
+            sdk::Action::Patch(p) => {
+                let patch_type = match p.patch_type {
+                    sdk::PatchType::Merge => wit::PatchType::Merge,
+                    sdk::PatchType::Json => wit::PatchType::Json,
+                };
+                let key = checked_key(i, if p.status { "update-status" } else { "patch" }, from_sdk_key(p.key))?;
+                let pre = wit::Preconditions { uid: p.preconditions.uid, resource_version: p.preconditions.resource_version };
+                checked_patch(i, key, p.status, patch_type, p.body, pre)?
+            }
+            sdk::Action::UpdateStatus { key, status } => {
+                Action::UpdateStatus { key: checked_key(i, "update-status", from_sdk_key(key))?, status: checked_status(i, status)? }
+            }
+            sdk::Action::Event(e) => {
+                let event_type = match e.event_type {
+                    sdk::EventType::Normal => EventType::Normal,
+                    sdk::EventType::Warning => EventType::Warning,
+                };
+                event(i, from_sdk_key(e.regarding), event_type, e.reason, e.message)?
+            }
+        });
+    }
+    let requeue_after = o.requeue_after.map(|d| Duration::from_millis(u64::try_from(d.as_millis()).unwrap_or(u64::MAX)));
+    Ok(Outcome { actions, requeue_after })
 }
 
 
@@ -179,7 +299,20 @@ fn patch(i: usize, p: wit::Patch) -> Result<Action, String> {
     let verb = if p.status { "update-status" } else { "patch" };
     let key = checked_key(i, verb, p.key)?;
     let body: Value = serde_json::from_str(&p.body).map_err(|e| format!("action {i} ({verb}): invalid patch JSON: {e}"))?;
-    let patch_type = match p.patch_type {
+    checked_patch(i, key, p.status, p.patch_type, body, p.preconditions)
+}
+
+/// A parsed patch action of a checked key, checked ([`patch`]).
+fn checked_patch(
+    i: usize,
+    key: ObjectKey,
+    status: bool,
+    patch_type: wit::PatchType,
+    body: Value,
+    pre: wit::Preconditions,
+) -> Result<Action, String> {
+    let verb = if status { "update-status" } else { "patch" };
+    let patch_type = match patch_type {
         wit::PatchType::Merge => {
             if !body.is_object() {
                 return Err(format!("action {i} ({verb}): a merge patch must be a JSON object, got {}", json_type(&body)));
@@ -203,7 +336,7 @@ fn patch(i: usize, p: wit::Patch) -> Result<Action, String> {
             PatchType::Json
         }
     };
-    Ok(Action::Patch { key, status: p.status, patch_type, body, preconditions: preconditions(p.preconditions) })
+    Ok(Action::Patch { key, status, patch_type, body, preconditions: preconditions(pre) })
 }
 
 #[cfg(test)]
@@ -260,6 +393,74 @@ mod tests {
         let many = wit::Outcome { actions: vec![delete(key("a")); 3], requeue_after_ms: None };
         let err = to_outcome(many, &Limits { max_actions: 2, ..Limits::default() }).unwrap_err();
         assert_eq!(err, "3 actions, more than limits.maxActions 2");
+    }
+
+    #[test]
+    fn sdk_outcomes_convert_like_their_wit_form() {
+        let limits = Limits::default();
+        let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"generateName": "p-", "namespace": "ns"}});
+        let sdk_key = |name: &str| sdk::kinds::POD.key(Some("ns"), name);
+        let sdk_out = sdk::Outcome::new()
+            .create(&pod)
+            .delete_key(sdk_key("a"))
+            .status_key(sdk_key("b"), json!({"ready": 1}))
+            .event_key(sdk_key("c"), sdk::EventType::Warning, "Boom", "m")
+            .patch(sdk::Patch::json(sdk_key("d"), json!([{"op": "remove", "path": "/x"}])).if_uid("u"))
+            .requeue_after(Duration::from_micros(1_500_900));
+        let wit_out = wit::Outcome {
+            actions: vec![
+                wit::Action::Create(pod.to_string()),
+                delete(key("a")),
+                wit::Action::UpdateStatus(wit::StatusUpdate { key: key("b"), status: r#"{"ready":1}"#.into() }),
+                wit::Action::Event(wit::Event { regarding: key("c"), event_type: wit::EventType::Warning, reason: "Boom".into(), message: "m".into() }),
+                wit::Action::Patch(wit::Patch {
+                    key: key("d"),
+                    status: false,
+                    patch_type: wit::PatchType::Json,
+                    body: r#"[{"op":"remove","path":"/x"}]"#.into(),
+                    preconditions: wit::Preconditions { uid: Some("u".into()), resource_version: None },
+                }),
+            ],
+            requeue_after_ms: Some(1500),
+        };
+        assert_eq!(from_sdk_outcome(sdk_out, &limits).unwrap(), to_outcome(wit_out, &limits).unwrap());
+
+        // Refused alike, with the same message.
+        let both = |a: sdk::Action, w: wit::Action| {
+            let mut o = sdk::Outcome::new();
+            o.push(a);
+            let s = from_sdk_outcome(o, &limits).unwrap_err();
+            assert_eq!(s, to_outcome(wit::Outcome { actions: vec![w], requeue_after_ms: None }, &limits).unwrap_err());
+            s
+        };
+        let bad = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {}});
+        assert_eq!(both(sdk::Action::Apply(bad.clone()), wit::Action::Apply(bad.to_string())), "action 0 (apply): the object has no metadata.name");
+        let err = both(sdk::Action::Delete(sdk_key("p/status")), delete(key("p/status")));
+        assert!(err.contains("subresources are not action targets"), "{err}");
+        let status = sdk::Action::UpdateStatus { key: sdk_key("b"), status: json!([]) };
+        both(status, wit::Action::UpdateStatus(wit::StatusUpdate { key: key("b"), status: "[]".into() }));
+        let merge = sdk::Action::Patch(sdk::Patch::merge(sdk_key("d"), json!([1])));
+        let wit_merge = wit::Action::Patch(wit::Patch {
+            key: key("d"),
+            status: false,
+            patch_type: wit::PatchType::Merge,
+            body: "[1]".into(),
+            preconditions: wit::Preconditions { uid: None, resource_version: None },
+        });
+        assert!(both(merge, wit_merge).contains("a merge patch must be a JSON object"));
+    }
+
+    #[test]
+    fn sdk_metadata_is_validated_as_a_components() {
+        let m = sdk::Metadata::new("rs", "1.2.3").reconciles(sdk::kinds::REPLICA_SET).owns(sdk::kinds::POD).field(sdk::kinds::POD, "status.phase");
+        let spec = spec_from_sdk_metadata(m).unwrap();
+        assert_eq!((spec.name.as_str(), spec.reconciles.kind.as_str(), spec.watches[0].mapping.clone()), ("rs", "ReplicaSet", Mapping::Owner));
+        assert_eq!(spec.fields, vec![FieldDecl { kind: KindRef::new("v1", "Pod"), path: "status.phase".into() }]);
+        let err = spec_from_sdk_metadata(sdk::Metadata::new("rs", "one").reconciles(sdk::kinds::POD)).unwrap_err();
+        assert!(err.contains("is not a semantic version"), "{err}");
+        let err = spec_from_sdk_metadata(sdk::Metadata::new("rs", "1.0.0").reconciles(sdk::kinds::POD).field(sdk::kinds::SECRET, "data")).unwrap_err();
+        assert!(err.contains("not a kind the plugin reconciles"), "{err}");
+        assert!(spec_from_sdk_metadata(sdk::Metadata::new("rs", "1.0.0")).unwrap_err().contains("no reconciled kind"));
     }
 
     #[test]

@@ -14,8 +14,8 @@
 
 pub mod bindings;
 mod compat;
-mod convert;
-mod meta;
+pub(crate) mod convert;
+pub(crate) mod meta;
 pub mod engine;
 pub mod host;
 pub mod inspect;
