@@ -12,6 +12,10 @@ use super::{CachedObject, Error, Result};
 pub const NAMESPACE_INDEX: &str = "namespace";
 /// The built-in index by the UID of the controller owner (every store has it).
 pub const OWNER_INDEX: &str = "owner";
+/// The built-in index by label, valued `key=value` (every store has it): what makes a
+/// selector read touch the objects carrying one of its labels instead of every object in the
+/// namespace. No declared index path contains `=`, so the name cannot collide.
+pub const LABEL_PAIRS_INDEX: &str = "label=value";
 
 /// How an index computes an object's values. An object with no value is not in the index;
 /// one with several values is found under each.
@@ -23,6 +27,8 @@ pub enum IndexSpec {
     ControllerOwner,
     /// The value of one label; declared as `labels.<key>`.
     Label(String),
+    /// Every label as `key=value` (the built-in [`LABEL_PAIRS_INDEX`]).
+    LabelPairs,
     /// A dotted JSON path such as `spec.nodeName`. Strings are indexed as-is, numbers and
     /// booleans as their JSON text; an array gives one value per element (arrays on the way
     /// fan out too: `spec.containers.image`; a numeric segment picks one element). Objects, null
@@ -81,6 +87,7 @@ impl IndexSpec {
                 );
             }
             Self::Label(key) => out.extend(obj.label(key).map(Cow::Borrowed)),
+            Self::LabelPairs => out.extend(obj.labels().map(|(k, v)| Cow::Owned(label_pair(k, v)))),
             Self::Field(path) => {
                 let (fields, map_key) = split_map_key(path);
                 let segs: Vec<&str> = fields.split('.').chain(map_key).collect();
@@ -100,9 +107,15 @@ impl fmt::Display for IndexSpec {
             Self::Namespace => f.write_str("metadata.namespace"),
             Self::ControllerOwner => f.write_str("controller owner uid"),
             Self::Label(key) => write!(f, "labels.{key}"),
+            Self::LabelPairs => f.write_str("labels (key=value)"),
             Self::Field(path) => f.write_str(path),
         }
     }
+}
+
+/// A value of [`LABEL_PAIRS_INDEX`]: `key=value` (neither a label key nor a value has `=`).
+pub fn label_pair(key: &str, value: &str) -> String {
+    format!("{key}={value}")
 }
 
 /// Split `metadata.annotations.<key>` / `metadata.labels.<key>` into the dotted part and the key.

@@ -68,6 +68,16 @@ impl Selector {
         self.reqs.is_empty()
     }
 
+    /// For each `key=value` and `key in (…)` requirement, the `key=value` pairs one of which
+    /// an object must carry to match (see [`LABEL_PAIRS_INDEX`](super::index::LABEL_PAIRS_INDEX)).
+    pub fn required_pairs(&self) -> impl Iterator<Item = Vec<String>> + '_ {
+        self.reqs.iter().filter_map(|r| match &r.op {
+            Op::Eq(v) => Some(vec![super::index::label_pair(&r.key, v)]),
+            Op::In(vs) => Some(vs.iter().map(|v| super::index::label_pair(&r.key, v)).collect()),
+            _ => None,
+        })
+    }
+
     /// Whether `obj`'s labels satisfy every requirement.
     pub fn matches(&self, obj: &CachedObject) -> bool {
         self.matches_with(|k| obj.label(k))

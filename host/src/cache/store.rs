@@ -14,7 +14,7 @@ use std::sync::Arc;
 use parking_lot::RwLock;
 use serde_json::Value;
 
-use super::index::{IndexSpec, NAMESPACE_INDEX, OWNER_INDEX};
+use super::index::{IndexSpec, LABEL_PAIRS_INDEX, NAMESPACE_INDEX, OWNER_INDEX};
 use super::object::{CachedObject, key_parts, str_field};
 use super::{Error, Result, Selector};
 use crate::kinds::KindRef;
@@ -47,8 +47,9 @@ impl Change {
     }
 }
 
-/// One kind's objects (one informer's cache), with the built-in `namespace` and `owner`
-/// indexes and any added ones. Results of reads are ordered by key (`namespace/name`).
+/// One kind's objects (one informer's cache), with the built-in `namespace`, `owner` and
+/// `label=value` indexes and any added ones. Results of reads are ordered by key
+/// (`namespace/name`).
 pub struct IndexedStore {
     kind: KindRef,
     inner: RwLock<Inner>,
@@ -81,6 +82,7 @@ impl IndexedStore {
         let indexes = vec![
             index(NAMESPACE_INDEX, IndexSpec::Namespace),
             index(OWNER_INDEX, IndexSpec::ControllerOwner),
+            index(LABEL_PAIRS_INDEX, IndexSpec::LabelPairs),
         ];
         Self { kind, inner: RwLock::new(Inner { objects: HashMap::new(), indexes }) }
     }
@@ -225,6 +227,9 @@ impl IndexedStore {
     }
 
     /// Objects in `namespace` (all namespaces if None) matching `selector` (all if None).
+    ///
+    /// Reads only the objects that can match: those carrying the rarest of the selector's
+    /// required labels (`key=value`, `key in (…)`) when that is fewer than the namespace holds.
     pub fn list(
         &self,
         namespace: Option<&str>,
@@ -232,7 +237,23 @@ impl IndexedStore {
     ) -> Vec<Arc<CachedObject>> {
         let keep = |o: &Arc<CachedObject>| selector.is_none_or(|s| s.matches(o));
         let inner = self.inner.read();
-        match namespace.filter(|ns| !ns.is_empty()) {
+        let namespace = namespace.filter(|ns| !ns.is_empty());
+        let scope = match namespace {
+            Some(ns) => inner.index(NAMESPACE_INDEX).and_then(|i| i.map.get(ns)).map_or(0, BTreeSet::len),
+            None => inner.objects.len(),
+        };
+        if let Some(keys) = selector.and_then(|s| inner.label_candidates(s, scope)) {
+            let in_scope = |k: &Arc<str>| namespace.is_none_or(|ns| key_parts_of(k).0 == Some(ns));
+            return keys
+                .into_iter()
+                .filter(|k| in_scope(k))
+                .filter_map(|k| inner.objects.get(k))
+                .map(|e| &e.obj)
+                .filter(|o| keep(o))
+                .cloned()
+                .collect();
+        }
+        match namespace {
             Some(ns) => inner
                 .lookup(NAMESPACE_INDEX, ns)
                 .unwrap_or_default()
@@ -290,6 +311,31 @@ impl Inner {
         let entry =
             self.objects.get(key).filter(|e| !rv.is_empty() && e.obj.resource_version() == rv)?;
         Some(entry.obj.clone())
+    }
+
+    fn index(&self, name: &str) -> Option<&Index> {
+        self.indexes.iter().find(|i| &*i.name == name)
+    }
+
+    /// The keys, in order, of the objects carrying the pairs of the selector's most selective
+    /// requirement, if that is fewer than `limit` objects; None if no requirement narrows.
+    fn label_candidates(&self, selector: &Selector, limit: usize) -> Option<Vec<&Arc<str>>> {
+        let pairs = self.index(LABEL_PAIRS_INDEX)?;
+        let sets = |values: &[String]| -> Vec<&BTreeSet<Arc<str>>> { values.iter().filter_map(|v| pairs.map.get(v.as_str())).collect() };
+        let (_, best) = selector
+            .required_pairs()
+            .map(|values| {
+                let found = sets(&values);
+                (found.iter().map(|s| s.len()).sum::<usize>(), found)
+            })
+            .min_by_key(|(n, _)| *n)?;
+        if best.iter().map(|s| s.len()).sum::<usize>() >= limit {
+            return None;
+        }
+        let mut keys: Vec<&Arc<str>> = best.into_iter().flatten().collect();
+        keys.sort_unstable();
+        keys.dedup();
+        Some(keys)
     }
 
     /// Objects with `value` in index `name`, in key order; None if there is no such index.
@@ -382,6 +428,14 @@ impl Index {
                 }
             }
         }
+    }
+}
+
+/// The namespace and name of a key made by [`make_key`].
+fn key_parts_of(key: &str) -> (Option<&str>, &str) {
+    match key.split_once('/') {
+        Some((ns, name)) => (Some(ns), name),
+        None => (None, key),
     }
 }
 
@@ -587,6 +641,33 @@ mod tests {
     }
 
     #[test]
+    fn selector_lists_read_the_label_index_and_agree_with_a_full_scan() {
+        let s = store();
+        for i in 0..60 {
+            let (ns, app) = (format!("n{}", i % 3), ["web", "db", "cache"][i % 3 / 2 + i % 2]);
+            let mut p = pod(&ns, &format!("p{i:02}"), "1", app, "n1");
+            if i % 5 == 0 {
+                p["metadata"]["labels"]["tier"] = json!("front");
+            }
+            s.apply(p).unwrap();
+        }
+        // Updates and deletes move objects between label sets.
+        s.apply(pod("n0", "p00", "2", "db", "n1")).unwrap();
+        s.delete(Some("n1"), "p01");
+        assert_eq!(by(&s, LABEL_PAIRS_INDEX, "tier=front").len(), 11);
+        let scan = |ns: Option<&str>, sel: &Selector| -> Vec<String> {
+            let all = s.snapshot();
+            all.iter().filter(|o| ns.is_none_or(|ns| o.namespace() == Some(ns)) && sel.matches(o)).map(|o| o.key().to_string()).collect()
+        };
+        for sel in ["app=web", "app=db,tier=front", "app in (web,cache)", "tier=front,app!=db", "app=none", "tier", "!tier", "app notin (db)"] {
+            let sel = Selector::parse(sel).unwrap();
+            for ns in [None, Some("n0"), Some("n1"), Some("zz")] {
+                assert_eq!(keys(&s.list(ns, Some(&sel))), scan(ns, &sel), "{sel} in {ns:?}");
+            }
+        }
+    }
+
+    #[test]
     fn delete_removes_the_object_from_every_index() {
         let s = store();
         s.add_index("app", IndexSpec::parse("labels.app").unwrap()).unwrap();
@@ -678,11 +759,11 @@ mod tests {
     #[test]
     fn index_names_conflicts_and_unknown_indexes() {
         let s = store();
-        assert_eq!(s.index_names(), [NAMESPACE_INDEX, OWNER_INDEX]);
+        assert_eq!(s.index_names(), [NAMESPACE_INDEX, OWNER_INDEX, LABEL_PAIRS_INDEX]);
         let node = IndexSpec::parse("spec.nodeName").unwrap();
         s.add_index("node", node.clone()).unwrap();
         s.add_index("node", node).unwrap();
-        assert_eq!(s.index_names(), [NAMESPACE_INDEX, OWNER_INDEX, "node"]);
+        assert_eq!(s.index_names(), [NAMESPACE_INDEX, OWNER_INDEX, LABEL_PAIRS_INDEX, "node"]);
         assert_eq!(
             s.add_index("node", IndexSpec::Label("node".into())),
             Err(Error::IndexConflict { name: "node".into() })
@@ -692,7 +773,7 @@ mod tests {
             Err(Error::IndexConflict { name: OWNER_INDEX.into() })
         );
         s.add_index(NAMESPACE_INDEX, IndexSpec::Namespace).unwrap();
-        assert_eq!(s.index_names().len(), 3);
+        assert_eq!(s.index_names().len(), 4);
         assert_eq!(
             s.by_index("nope", "x").unwrap_err(),
             Error::UnknownIndex { kind: KindRef::new("v1", "Pod"), index: "nope".into() }
