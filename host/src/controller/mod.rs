@@ -19,6 +19,7 @@ pub mod expectations;
 mod mapping;
 mod metrics;
 pub mod reconciler;
+pub mod slow_start;
 
 pub use expectations::Expectations;
 pub use metrics::ControllerMetrics;
@@ -160,6 +161,8 @@ struct Inner {
     events: TokenBucket,
     /// What each key waits to see in the cache before its next reconcile.
     expectations: Expectations,
+    /// The first batch of a reconcile's creates and deletes ([`slow_start`]).
+    slow_start: slow_start::SlowStart,
     /// The last error of keys whose reconciles keep failing (sent with the next request).
     failures: Mutex<HashMap<ObjectKey, String>>,
     /// Swapped atomically on hot reload; each reconcile clones the current one.
@@ -203,6 +206,7 @@ impl Controller {
             api: TokenBucket::new(config.api.qps, config.api.burst),
             events: TokenBucket::new(config.events.qps, config.events.burst),
             expectations: Expectations::new(config.expectations_timeout),
+            slow_start: slow_start::SlowStart::default(),
             failures: Mutex::new(HashMap::new()),
             config,
             current: RwLock::new(None),
@@ -514,14 +518,16 @@ impl Inner {
 
     /// Send admitted actions in order, noting what the cache must show afterwards. A run of
     /// consecutive creates and deletes (independent objects) goes out in slow-start batches of
-    /// 1, 2, 4, … concurrent calls, as KCM's `slowStartBatch`: a failing batch stops the rest.
+    /// doubling size, as KCM's `slowStartBatch`, starting at the size this controller's calls
+    /// have proven ([`slow_start`]; 1 at first and after any failure): a failing batch stops the
+    /// rest.
     async fn execute_admitted(&self, key: &ObjectKey, current: &Current, outcome: &Outcome, expected: &mut Vec<Expected>) -> Result<(), Failed> {
         let actions = &outcome.actions;
         let mut done = 0;
         let mut i = 0;
         while i < actions.len() {
             let run = actions[i..].iter().take_while(|a| a.is_create_or_delete()).count();
-            let (end, mut batch) = if run == 0 { (i + 1, 1) } else { (i + run, 1) };
+            let (end, mut batch) = if run == 0 { (i + 1, 1) } else { (i + run, self.slow_start.first_batch()) };
             while i < end {
                 let this = &actions[i..end.min(i + batch)];
                 let results = futures::future::join_all(this.iter().map(|a| self.execute_one(key, current, a))).await;
@@ -538,8 +544,14 @@ impl Inner {
                     }
                 }
                 if let Some(e) = first_error {
+                    if run > 0 {
+                        self.slow_start.failed();
+                    }
                     // Say how far the outcome got: nothing is half-applied silently.
                     return Err(e.with_progress(done, actions.len()));
+                }
+                if run > 0 {
+                    self.slow_start.succeeded(this.len());
                 }
                 i += this.len();
                 batch *= 2;

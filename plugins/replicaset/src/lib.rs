@@ -20,9 +20,10 @@
 //!   creating or deleting Pods fails (the host passes the failed action's error as
 //!   `request.last_error`), removed once it succeeds.
 //!
-//! Where it differs from KCM: the actions of one reconcile run in the order given and stop at
-//! the first failure (KCM creates in slow-start batches that also stop at the first failing
-//! batch: the number of Pods created before a failure is the same); Events about each created or
+//! Where it differs from KCM: the host sends the creates and deletes of one reconcile in
+//! slow-start batches as KCM does, stopping at the first failing batch, but a reconcile's first
+//! batch is the size this controller's calls have proven rather than always one
+//! (`host/src/controller/slow_start.rs`; one again after any failure); Events about each created or
 //! deleted Pod are not recorded (the host records failures); the co-location rank of the
 //! deletion order counts Pods *controlled* by ReplicaSets of the same controller, where KCM
 //! counts Pods matching their selectors.
