@@ -11,8 +11,9 @@
 # Sets up what it needs (scripts/setup.sh: wasm target + control-plane binaries; the replicaset
 # plugin; the host and bench binaries) and starts and stops its own etcd + kube-apiserver.
 # Sections (see bench/ for how each is measured):
-#   1 convergence vs kube-controller-manager   2 Wasm vs native (criterion)   3 memory
-#   4 work queue                               5 latency: event → reconcile, hot reload
+#   1 convergence vs kube-controller-manager and the floor, 100 × 10 and 1000 × 10
+#   2 Wasm vs native (criterion)   3 memory
+#   4 work queue   5 latency (host pinned apart from the load; taskset): event → reconcile, hot reload
 # Any failure exits non-zero before a report is written. KEEP_RESULTS=1 keeps the raw results.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -88,6 +89,7 @@ kubeconfig=$cp_dir/kubeconfig
 
 if [ $quick = 1 ]; then
   conv=(--runs 1 --replicasets 10 --replicas 2 --timeout-secs 120)
+  conv_large=(--runs 1 --replicasets 20 --replicas 2 --timeout-secs 120)
   crit=(--warm-up-time 0.05 --measurement-time 0.1 --sample-size 10)
   phase_iterations=20
   mem=(--counts 1,2 --runs 1 --settle-secs 1); mem_settle=1
@@ -97,6 +99,7 @@ if [ $quick = 1 ]; then
   cache_pods=1000
 else
   conv=(--runs 5 --replicasets 100 --replicas 10)
+  conv_large=(--runs 5 --replicasets 1000 --replicas 10 --timeout-secs 600)
   crit=()
   phase_iterations=2000
   mem=(--counts 1,10,50 --runs 3 --settle-secs 3); mem_settle=3
@@ -106,10 +109,13 @@ else
   cache_pods=10000
 fi
 
-say "1. convergence: kube-controller-manager vs wasmloop, alternating"
-"$bench_bin" convergence --kubeconfig "$kubeconfig" --control-plane-script "$root/scripts/control-plane.sh" \
-  --control-plane-dir "$cp_dir" --host-bin "$host_bin" --host-profile "$profile" --plugin "$plugin" --manifest "$manifest" \
-  --work-dir "$results/work" --out "$results/convergence.json" "${conv[@]}"
+say "1. convergence: kube-controller-manager, wasmloop and the floor, in turn"
+for size in small large; do
+  if [ $size = small ]; then sizing=("${conv[@]}"); else sizing=("${conv_large[@]}"); fi
+  "$bench_bin" convergence --kubeconfig "$kubeconfig" --control-plane-script "$root/scripts/control-plane.sh" \
+    --control-plane-dir "$cp_dir" --host-bin "$host_bin" --host-profile "$profile" --plugin "$plugin" --manifest "$manifest" \
+    --work-dir "$results/work-$size" --out "$results/$([ $size = small ] && echo convergence || echo convergence_large).json" "${sizing[@]}"
+done
 
 say "2. Wasm vs native: criterion"
 WASMLOOP_BENCH_PLUGIN=$plugin WASMLOOP_BENCH_PHASES_OUT=$results/phases.json \
@@ -126,8 +132,20 @@ say "4. work queue"
 "$bench_bin" queue --out "$results/queue.json" "${queue[@]}"
 
 say "5. latency: event → reconcile, hot reload"
-"$bench_bin" latency --kubeconfig "$kubeconfig" --out "$results/latency.json" "${lat[@]}"
-"$bench_bin" latency --kubeconfig "$kubeconfig" --attack "$(dirname "$plugin")" --out "$results/latency_attack.json" "${lat[@]}"
+# The host on the last CPU; the load generator (its own thread), kube-apiserver and etcd on the
+# others, so the latency measured is the host's own (on a 1-CPU machine everything shares it).
+pin_host=(); pin_others=""
+last_cpu=$(( $(nproc) - 1 ))
+if [ "$last_cpu" -ge 1 ]; then
+  pin_host=(taskset -c "$last_cpu"); pin_others="0-$(( last_cpu - 1 ))"
+  lat+=(--generator-cpu 0)
+  for pid_file in apiserver.pid etcd.pid; do taskset -a -p -c "$pin_others" "$(cat "$cp_dir/$pid_file")" >/dev/null; done
+fi
+"${pin_host[@]}" "$bench_bin" latency --kubeconfig "$kubeconfig" --out "$results/latency.json" "${lat[@]}"
+"${pin_host[@]}" "$bench_bin" latency --kubeconfig "$kubeconfig" --attack "$(dirname "$plugin")" --out "$results/latency_attack.json" "${lat[@]}"
+if [ -n "$pin_others" ]; then
+  for pid_file in apiserver.pid etcd.pid; do taskset -a -p -c "0-$last_cpu" "$(cat "$cp_dir/$pid_file")" >/dev/null; done
+fi
 "$bench_bin" reload --kubeconfig "$kubeconfig" --plugin "$plugin" --manifest "$manifest" --out "$results/reload.json" "${rel[@]}"
 
 echo "| load average at end | $(cut -d' ' -f1-3 /proc/loadavg) |" >>"$results/machine.md"

@@ -1,21 +1,27 @@
 //! Section 1: convergence against the real peer. `replicasets` × `replicas` on the real API
-//! server, driven once against kube-controller-manager's ReplicaSet controller and once against
-//! the wasmloop host binary running the `replicaset` plugin, alternately, a fresh namespace per
-//! run. Each run records, from the first ReplicaSet create: when the last ReplicaSet was
-//! created, when all Pods existed, when every status read `replicas`; the controller's CPU time
-//! over that span and its resident memory a little after.
+//! server, driven against kube-controller-manager's ReplicaSet controller, the wasmloop host
+//! binary running the `replicaset` plugin, and the **floor**, in turn, a fresh namespace per
+//! run. The floor has no controller: the driver itself sends what a controller must send (each
+//! ReplicaSet's Pods as soon as its create returns, then one status write), `floor_inflight`
+//! requests at once, so no controller can converge faster on this machine and API server.
+//! Each run records, from the first ReplicaSet create: when the last ReplicaSet was created,
+//! when all Pods existed, when every status read `replicas`; the controller's CPU time over
+//! that span and its resident memory a little after.
 
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::ReplicaSet;
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, PostParams};
+use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::watcher::{self, Event};
 use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use tokio::sync::Semaphore;
 
 use crate::controllers::{HostArgs, HostProcess, Kcm};
 use crate::fixtures;
@@ -54,6 +60,9 @@ pub struct Args {
     pub replicasets: usize,
     #[arg(long, default_value_t = 10)]
     pub replicas: u32,
+    /// Requests the floor's driver keeps in flight (Pod creates and status writes together).
+    #[arg(long, default_value_t = 64)]
+    pub floor_inflight: usize,
     /// Give up on a run after this many seconds.
     #[arg(long, default_value_t = 180)]
     pub timeout_secs: u64,
@@ -72,9 +81,17 @@ pub fn kcm_flags() -> Vec<String> {
         .collect()
 }
 
+/// The contestants, in the order they run within a round.
+pub const CONTROLLERS: [&str; 3] = ["kcm", "wasmloop", FLOOR];
+/// The controller-less run: the driver sends the Pods and statuses itself.
+pub const FLOOR: &str = "floor";
+/// ReplicaSet creates the driver keeps in flight, in every run.
+pub const RS_INFLIGHT: usize = 16;
+
 /// One run of one controller.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Run {
+    /// `kcm`, `wasmloop` or `floor`.
     pub controller: String,
     pub run: usize,
     pub namespace: String,
@@ -86,9 +103,10 @@ pub struct Run {
     pub pods_s: f64,
     /// First create → every ReplicaSet's status.replicas reads the target.
     pub status_s: f64,
-    /// Controller CPU (user + system) from the first create to converged statuses.
+    /// Controller CPU (user + system) from the first create to converged statuses (the floor:
+    /// the driver's, which also watches).
     pub cpu_s: f64,
-    /// Controller VmRSS 2 s after convergence, bytes.
+    /// Controller VmRSS 2 s after convergence, bytes (0 for the floor).
     pub rss_bytes: u64,
     /// Most Pods seen at once (more than the target means surplus creates).
     pub max_pods: usize,
@@ -159,7 +177,22 @@ pub struct Results {
     pub kcm_flags: Vec<String>,
     pub host_profile: String,
     pub plugin_manifest: String,
+    /// Requests the floor's driver kept in flight.
+    #[serde(default)]
+    pub floor_inflight: usize,
     pub runs: Vec<Run>,
+}
+
+impl Results {
+    /// The runs of one controller, in order.
+    pub fn runs_of(&self, controller: &str) -> Vec<&Run> {
+        self.runs.iter().filter(|r| r.controller == controller).collect()
+    }
+
+    /// Pods the workload converges to.
+    pub fn target_pods(&self) -> usize {
+        self.replicasets * self.replicas as usize
+    }
 }
 
 pub async fn run(args: Args) -> Result<Results> {
@@ -170,7 +203,6 @@ pub async fn run(args: Args) -> Result<Results> {
     ensure_namespace(&client, PLUGIN_NAMESPACE).await?;
     apply_plugin(&client, PLUGIN_NAMESPACE, "replicaset", &wasm, &manifest).await?;
     let precompiled = args.work_dir.join("precompiled");
-    let timeout = Duration::from_secs(args.timeout_secs);
     let tag = std::process::id();
     let pid_of = |f: &str| -> Result<u32> {
         let path = args.control_plane_dir.join(f);
@@ -179,7 +211,7 @@ pub async fn run(args: Args) -> Result<Results> {
     let cp_pids = [pid_of("apiserver.pid")?, pid_of("etcd.pid")?];
     let mut runs = Vec::new();
     for i in 0..args.runs {
-        for controller in ["kcm", "wasmloop"] {
+        for controller in CONTROLLERS {
             let ns = format!("bench-conv-{tag}-{i}-{controller}");
             ensure_namespace(&client, &ns).await?;
             let started = Instant::now();
@@ -188,11 +220,15 @@ pub async fn run(args: Args) -> Result<Results> {
                     let kcm = Kcm::start(&args.control_plane_script, &args.control_plane_dir, &kcm_flags(), Duration::from_secs(60)).await?;
                     let ready_s = started.elapsed().as_secs_f64();
                     tokio::time::sleep(Duration::from_secs(1)).await;
-                    let r = drive(&client, &ns, args.replicasets, args.replicas, timeout, kcm.pid(), &cp_pids, None).await;
+                    let r = drive(&client, &ns, &args, Driver::Watch, kcm.pid(), &cp_pids, None).await;
                     let alive = kcm.check_running();
                     kcm.stop(&args.work_dir.join(format!("kcm-{i}.log")))?;
                     alive?;
                     r.map(|r| Run { ready_s, ..r })
+                }
+                FLOOR => {
+                    let r = drive(&client, &ns, &args, Driver::Floor, std::process::id(), &cp_pids, None).await;
+                    r.map(|r| Run { ready_s: 0.0, rss_bytes: 0, rss_anon_bytes: 0, rss_file_bytes: 0, ..r })
                 }
                 _ => {
                     let host_args = HostArgs {
@@ -205,7 +241,7 @@ pub async fn run(args: Args) -> Result<Results> {
                     let mut host = HostProcess::start(host_args, Duration::from_secs(120)).await?;
                     let ready_s = started.elapsed().as_secs_f64();
                     tokio::time::sleep(Duration::from_secs(1)).await;
-                    let r = drive(&client, &ns, args.replicasets, args.replicas, timeout, host.pid(), &cp_pids, Some(host.port)).await;
+                    let r = drive(&client, &ns, &args, Driver::Watch, host.pid(), &cp_pids, Some(host.port)).await;
                     let alive = host.check_running();
                     host.stop().await?;
                     alive?;
@@ -230,6 +266,7 @@ pub async fn run(args: Args) -> Result<Results> {
         kcm_flags: kcm_flags(),
         host_profile: args.host_profile,
         plugin_manifest: manifest,
+        floor_inflight: args.floor_inflight,
         runs,
     })
 }
@@ -240,8 +277,19 @@ enum Seen {
     Created(Result<Duration>),
 }
 
+/// What the driver does besides creating the ReplicaSets.
+#[derive(Clone, Copy, PartialEq)]
+enum Driver {
+    /// Only watch: a controller does the rest.
+    Watch,
+    /// Also send each ReplicaSet's Pods and status itself (the floor).
+    Floor,
+}
+
 /// Create the workload in `ns` and watch it converge; `pid` is the controller's process.
-async fn drive(client: &kube::Client, ns: &str, replicasets: usize, replicas: u32, timeout: Duration, pid: u32, cp_pids: &[u32; 2], metrics_port: Option<u16>) -> Result<Run> {
+async fn drive(client: &kube::Client, ns: &str, args: &Args, driver: Driver, pid: u32, cp_pids: &[u32; 2], metrics_port: Option<u16>) -> Result<Run> {
+    let (replicasets, replicas) = (args.replicasets, args.replicas);
+    let timeout = Duration::from_secs(args.timeout_secs);
     let pods_api = Api::<Pod>::namespaced(client.clone(), ns);
     let rs_api = Api::<ReplicaSet>::namespaced(client.clone(), ns);
     let mut pods = watcher::watcher(pods_api, watcher::Config::default()).map_ok(Seen::Pod).boxed();
@@ -264,21 +312,31 @@ async fn drive(client: &kube::Client, ns: &str, replicasets: usize, replicas: u3
     let cp0 = [procfs::cpu_seconds(cp_pids[0])?, procfs::cpu_seconds(cp_pids[1])?];
     let t0 = Instant::now();
     let create = {
-        let rs_api = rs_api.clone();
+        let (rs_api, pods_api) = (rs_api.clone(), Api::<Pod>::namespaced(client.clone(), ns));
+        let (rs_permits, permits) = (Arc::new(Semaphore::new(RS_INFLIGHT)), Arc::new(Semaphore::new(args.floor_inflight)));
         async move {
-            futures::stream::iter(0..replicasets)
+            let created: Vec<Duration> = futures::stream::iter(0..replicasets)
                 .map(|i| {
-                    let api = rs_api.clone();
+                    let (rs_api, pods_api, rs_permits, permits) = (rs_api.clone(), pods_api.clone(), rs_permits.clone(), permits.clone());
                     async move {
-                        let rs: ReplicaSet = serde_json::from_value(fixtures::replicaset_spec(&format!("web-{i}"), replicas))?;
-                        api.create(&PostParams::default(), &rs).await.with_context(|| format!("creating ReplicaSet web-{i}"))?;
-                        anyhow::Ok(())
+                        let name = format!("web-{i}");
+                        let spec = fixtures::replicaset_spec(&name, replicas);
+                        let rs: ReplicaSet = serde_json::from_value(spec.clone())?;
+                        let rs = {
+                            let _permit = rs_permits.acquire().await?;
+                            rs_api.create(&PostParams::default(), &rs).await.with_context(|| format!("creating ReplicaSet {name}"))?
+                        };
+                        let created = t0.elapsed();
+                        if driver == Driver::Floor {
+                            floor_replicaset(&rs_api, &pods_api, &permits, &spec, &rs, replicas).await?;
+                        }
+                        anyhow::Ok(created)
                     }
                 })
-                .buffer_unordered(16)
-                .try_collect::<Vec<()>>()
+                .buffer_unordered(replicasets.max(1))
+                .try_collect()
                 .await?;
-            Ok(t0.elapsed())
+            Ok(created.into_iter().max().unwrap_or_default())
         }
     };
     let created = futures::stream::once(create).map(|r| Ok::<_, watcher::Error>(Seen::Created(r)));
@@ -356,4 +414,32 @@ async fn drive(client: &kube::Client, ns: &str, replicasets: usize, replicas: u3
         etcd_cpu_s: cp1[1] - cp0[1],
         host,
     })
+}
+
+/// The floor's work for one created ReplicaSet: its Pods as the ReplicaSet controller creates
+/// them (template, `generateName`, controller reference), all at once within the shared
+/// `permits`, then one status write with what KCM writes.
+async fn floor_replicaset(rs_api: &Api<ReplicaSet>, pods_api: &Api<Pod>, permits: &Semaphore, spec: &Value, rs: &ReplicaSet, replicas: u32) -> Result<()> {
+    let name = rs.metadata.name.as_deref().context("created ReplicaSet has no name")?;
+    let uid = rs.metadata.uid.as_deref().context("created ReplicaSet has no uid")?;
+    let template = &spec["spec"]["template"];
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {
+            "generateName": format!("{name}-"),
+            "labels": template["metadata"]["labels"],
+            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": name, "uid": uid,
+                                 "controller": true, "blockOwnerDeletion": true}],
+        },
+        "spec": template["spec"],
+    }))?;
+    futures::future::try_join_all((0..replicas).map(|_| async {
+        let _permit = permits.acquire().await?;
+        pods_api.create(&PostParams::default(), &pod).await.with_context(|| format!("creating a Pod of {name}"))?;
+        anyhow::Ok(())
+    }))
+    .await?;
+    let status = json!({"status": {"replicas": replicas, "fullyLabeledReplicas": replicas, "observedGeneration": rs.metadata.generation}});
+    let _permit = permits.acquire().await?;
+    rs_api.patch_status(name, &PatchParams::default(), &Patch::Merge(&status)).await.with_context(|| format!("writing the status of {name}"))?;
+    Ok(())
 }

@@ -52,6 +52,12 @@ pub struct Args {
     /// Most PATCHes in flight (the generator waits beyond that: the achieved rate is reported).
     #[arg(long, default_value_t = 256)]
     pub inflight: usize,
+    /// Run the load generator on its own thread pinned to this CPU, with its own runtime and
+    /// client (so its requests' work is not done on the host's threads). `scripts/bench.sh`
+    /// starts this process pinned to the other CPU (`taskset`), with the API server and etcd on
+    /// this one, so the figure is the host's own latency.
+    #[arg(long)]
+    pub generator_cpu: Option<usize>,
     /// Run hostile plugins beside the probe (the `hostile` and `spin-loop` test components in
     /// this directory): guests sleeping past their deadline, requeue, log and Event floods, a
     /// spinning guest. The probe's latency is then the well-behaved plugin's under attack.
@@ -73,6 +79,12 @@ pub struct Results {
     pub writes: u64,
     /// Writes per second actually sent.
     pub write_rate: f64,
+    /// The CPU the load generator was pinned to, if any.
+    #[serde(default)]
+    pub generator_cpu: Option<usize>,
+    /// The CPUs this process (the host) could run on, as `sched_getaffinity` reported them.
+    #[serde(default)]
+    pub host_cpus: Vec<usize>,
     /// Events the informer delivered during the load, per second.
     pub event_rate: f64,
     pub events: usize,
@@ -175,11 +187,88 @@ pub async fn run(args: Args) -> Result<Results> {
     delivered.lock().clear();
     probe.samples.lock().clear();
 
-    let sends: Arc<Mutex<HashMap<u64, Instant>>> = Default::default();
+    let sends: Sends = Default::default();
+    let host_cpus = allowed_cpus()?;
+    let start = Instant::now();
+    let load = match args.generator_cpu {
+        None => generate(cms.clone(), &args, &sends, start).await?,
+        Some(cpu) => {
+            let (args, sends, ns) = (args.clone(), sends.clone(), ns.clone());
+            let thread = std::thread::Builder::new().name("load-generator".into()).spawn(move || -> Result<Load> {
+                pin_this_thread(cpu)?;
+                let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+                rt.block_on(async {
+                    let client = kube_util::client(&args.kubeconfig).await?;
+                    generate(Api::namespaced(client, &ns), &args, &sends, start).await
+                })
+            })?;
+            tokio::task::spawn_blocking(move || thread.join()).await?.map_err(|_| anyhow::anyhow!("the load generator panicked"))??
+        }
+    };
+    let (sent, send_time) = (load.sent, load.send_time);
+    kube_util::wait_until("every event reconciled", Duration::from_secs(60), Duration::from_millis(20), || {
+        let pending = pending.clone();
+        async move { Ok(pending.lock().is_empty()) }
+    })
+    .await?;
+    let load_time = start.elapsed();
+    controller.shutdown(Duration::from_secs(5)).await;
+    if let Some(attackers) = attackers {
+        attackers.stop(&client).await;
+    }
+
+    let delivered = std::mem::take(&mut *delivered.lock());
+    let sends = sends.lock();
+    let mut write_to_event = Vec::new();
+    for (obj, at) in &delivered {
+        let seq: Option<u64> = obj.value()["data"]["seq"].as_str().and_then(|s| s.parse().ok());
+        if let Some(sent_at) = seq.and_then(|s| sends.get(&s)) {
+            write_to_event.push((*at - *sent_at).as_secs_f64() * 1e3);
+        }
+    }
+    let samples = std::mem::take(&mut *probe.samples.lock());
+    let _ = kube_util::delete_namespace(&client, &ns).await;
+    let results = Results {
+        under_attack: args.attack.is_some(),
+        target_rate: args.rate,
+        seconds: args.seconds,
+        keys: args.keys,
+        workers: args.workers,
+        generator_cpu: args.generator_cpu,
+        host_cpus,
+        writes: sent,
+        write_rate: sent as f64 / send_time.as_secs_f64(),
+        event_rate: delivered.len() as f64 / load_time.as_secs_f64(),
+        events: delivered.len(),
+        reconciles_measured: samples.len(),
+        event_to_reconcile_us: Summary::of(&samples).context("no reconcile was measured")?,
+        write_to_event_ms: Summary::of(&write_to_event).context("no event matched a write")?,
+    };
+    eprintln!(
+        "latency{}: {} writes at {:.0}/s, {} events, event→reconcile p50 {:.0} µs p99 {:.0} µs, write→event p50 {:.1} ms",
+        if results.under_attack { " under attack" } else { "" },
+        results.writes, results.write_rate, results.events, results.event_to_reconcile_us.median, results.event_to_reconcile_us.p99,
+        results.write_to_event_ms.median
+    );
+    Ok(results)
+}
+
+/// When each write (by sequence number) was sent.
+type Sends = Arc<Mutex<HashMap<u64, Instant>>>;
+
+/// What the load generator did.
+struct Load {
+    sent: u64,
+    /// From `start` to the last write sent (not answered).
+    send_time: Duration,
+}
+
+/// Patch the ConfigMaps at `args.rate` writes/s for `args.seconds`, at most `args.inflight` at
+/// once; every write must succeed.
+async fn generate(cms: Api<ConfigMap>, args: &Args, sends: &Sends, start: Instant) -> Result<Load> {
     let failures = Arc::new(AtomicU64::new(0));
     let total = args.rate as u64 * args.seconds;
     let permits = Arc::new(tokio::sync::Semaphore::new(args.inflight));
-    let start = Instant::now();
     let mut sent = 0u64;
     let mut tick = tokio::time::interval(Duration::from_millis(1));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
@@ -209,49 +298,20 @@ pub async fn run(args: Args) -> Result<Results> {
         t.await?;
     }
     anyhow::ensure!(failures.load(Ordering::Relaxed) == 0, "{} of {sent} PATCHes failed", failures.load(Ordering::Relaxed));
-    kube_util::wait_until("every event reconciled", Duration::from_secs(60), Duration::from_millis(20), || {
-        let pending = pending.clone();
-        async move { Ok(pending.lock().is_empty()) }
-    })
-    .await?;
-    let load_time = start.elapsed();
-    controller.shutdown(Duration::from_secs(5)).await;
-    if let Some(attackers) = attackers {
-        attackers.stop(&client).await;
-    }
+    Ok(Load { sent, send_time })
+}
 
-    let delivered = std::mem::take(&mut *delivered.lock());
-    let sends = sends.lock();
-    let mut write_to_event = Vec::new();
-    for (obj, at) in &delivered {
-        let seq: Option<u64> = obj.value()["data"]["seq"].as_str().and_then(|s| s.parse().ok());
-        if let Some(sent_at) = seq.and_then(|s| sends.get(&s)) {
-            write_to_event.push((*at - *sent_at).as_secs_f64() * 1e3);
-        }
-    }
-    let samples = std::mem::take(&mut *probe.samples.lock());
-    let _ = kube_util::delete_namespace(&client, &ns).await;
-    let results = Results {
-        under_attack: args.attack.is_some(),
-        target_rate: args.rate,
-        seconds: args.seconds,
-        keys: args.keys,
-        workers: args.workers,
-        writes: sent,
-        write_rate: sent as f64 / send_time.as_secs_f64(),
-        event_rate: delivered.len() as f64 / load_time.as_secs_f64(),
-        events: delivered.len(),
-        reconciles_measured: samples.len(),
-        event_to_reconcile_us: Summary::of(&samples).context("no reconcile was measured")?,
-        write_to_event_ms: Summary::of(&write_to_event).context("no event matched a write")?,
-    };
-    eprintln!(
-        "latency{}: {} writes at {:.0}/s, {} events, event→reconcile p50 {:.0} µs p99 {:.0} µs, write→event p50 {:.1} ms",
-        if results.under_attack { " under attack" } else { "" },
-        results.writes, results.write_rate, results.events, results.event_to_reconcile_us.median, results.event_to_reconcile_us.p99,
-        results.write_to_event_ms.median
-    );
-    Ok(results)
+/// Run the calling thread on `cpu` only.
+fn pin_this_thread(cpu: usize) -> Result<()> {
+    let mut set = rustix::thread::CpuSet::new();
+    set.set(cpu);
+    rustix::thread::sched_setaffinity(None, &set).with_context(|| format!("pinning the load generator to CPU {cpu}"))
+}
+
+/// The CPUs the calling thread may run on.
+fn allowed_cpus() -> Result<Vec<usize>> {
+    let set = rustix::thread::sched_getaffinity(None).context("sched_getaffinity")?;
+    Ok((0..rustix::thread::CpuSet::MAX_CPU).filter(|&c| set.is_set(c)).collect())
 }
 
 /// Hostile plugins in namespaces of their own, in the same host as the probe.

@@ -6,7 +6,11 @@
 //! - uncontended cost: one task adds `keys` keys, then takes and finishes them all;
 //! - dedup under bursts: `burst_keys` keys receive `burst_events` adds each while 4 workers
 //!   "reconcile" (a blocking thread busy for `work_us`, as the controller runs reconcilers);
-//!   reports how many adds folded into a pending key and how many reconciles ran.
+//!   reports how many adds folded into a pending key and how many reconciles ran;
+//! - starvation: `Low` keys (initial list, resync) added while `Normal` keys (events) keep every
+//!   worker busy; each `Low` key's wait against the bound `wasmloop::queue::priority` states,
+//!   with the `S` (longest get-to-get time of a worker) measured in the same run; and the same
+//!   flood without aging (controller-runtime's priority queue), where `Low` keys are not served.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -17,7 +21,8 @@ use anyhow::Result;
 use prometheus_client::registry::Registry;
 use serde::{Deserialize, Serialize};
 use wasmloop::kinds::ObjectKey;
-use wasmloop::queue::{QueueMetrics, RateLimitConfig, WorkQueue};
+use parking_lot::Mutex;
+use wasmloop::queue::{Priority, PriorityConfig, QueueMetrics, RateLimitConfig, WorkQueue};
 
 use crate::fixtures::rs_kind;
 use crate::stats::Summary;
@@ -42,6 +47,12 @@ pub struct Args {
     /// Simulated reconcile time in the burst runs, microseconds.
     #[arg(long, default_value_t = 50)]
     pub work_us: u64,
+    /// Aging of the starvation runs, ms (short so the run is short; the bound scales with it).
+    #[arg(long, default_value_t = 200)]
+    pub aging_ms: u64,
+    /// `Low` keys in the starvation runs.
+    #[arg(long, default_value_t = 20)]
+    pub low_keys: usize,
     #[arg(long)]
     pub out: PathBuf,
 }
@@ -77,6 +88,32 @@ pub struct Results {
     pub get_done_ns: Summary,
     pub bursts: Vec<Burst>,
     pub work_us: u64,
+    /// With aging, then without (`aging` of an hour).
+    #[serde(default)]
+    pub starvation: Vec<Starvation>,
+}
+
+/// `Low` keys under a flood of `Normal` ones.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Starvation {
+    pub aging_ms: f64,
+    pub aged_every: u32,
+    pub workers: usize,
+    pub low_keys: usize,
+    /// Reconcile time per key (a blocking thread busy for it).
+    pub hold_us: u64,
+    /// Longest time between two gets of one worker, measured (the bound's `S`).
+    pub max_get_to_get_us: f64,
+    /// How long the flood ran.
+    pub flood_ms: f64,
+    pub normal_served: usize,
+    pub low_served: usize,
+    /// Waits of the served `Low` keys, ms.
+    pub low_wait_ms: Option<Summary>,
+    /// Largest wait / its bound over the served `Low` keys (≤ 1: the bound held).
+    pub max_wait_over_bound: Option<f64>,
+    /// The bound for the last `Low` key, ms.
+    pub last_bound_ms: f64,
 }
 
 fn keys(n: usize) -> Vec<ObjectKey> {
@@ -202,6 +239,93 @@ async fn burst(pattern: &str, keys: &[ObjectKey], order: Vec<usize>, pace: Optio
     })
 }
 
+/// `low_keys` `Low` keys become ready at once while 4 workers are kept saturated with `Normal`
+/// keys (at least `NORMAL_READY` ready at any time). Runs until every `Low` key is served (or for `flood`
+/// when given, or at most a minute).
+async fn starvation(config: PriorityConfig, low_keys: usize, work: Duration, flood: Option<Duration>) -> Result<Starvation> {
+    const WORKERS: usize = 4;
+    /// Enough that the workers never drain them between two top-ups, even when the producer
+    /// is descheduled for tens of milliseconds.
+    const NORMAL_READY: usize = 4096;
+    let q = queue(true).with_priorities(config);
+    let low_served: Arc<Mutex<Vec<(usize, Instant)>>> = Default::default();
+    let normal_served = Arc::new(AtomicUsize::new(0));
+    let max_gap = Arc::new(Mutex::new(Duration::ZERO));
+    let key = |name: String| ObjectKey::new(rs_kind(), Some("flood".into()), name);
+    let mut next_normal = 0usize;
+    let mut top_up = |q: &WorkQueue<ObjectKey>| {
+        while q.len_of(Priority::Normal) < NORMAL_READY {
+            q.add(key(format!("n-{next_normal}")));
+            next_normal += 1;
+        }
+    };
+    top_up(&q);
+    let handles: Vec<_> = (0..WORKERS)
+        .map(|_| {
+            let (q, low_served, normal_served, max_gap) = (q.clone(), low_served.clone(), normal_served.clone(), max_gap.clone());
+            tokio::spawn(async move {
+                let mut last_get: Option<Instant> = None;
+                while let Some(k) = q.get().await {
+                    let now = Instant::now();
+                    if let Some(prev) = last_get {
+                        let mut m = max_gap.lock();
+                        *m = (*m).max(now - prev);
+                    }
+                    last_get = Some(now);
+                    match k.name.strip_prefix("low-") {
+                        Some(i) => low_served.lock().push((i.parse().unwrap_or(usize::MAX), now)),
+                        None => {
+                            normal_served.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                    let _ = tokio::task::spawn_blocking(move || spin(work)).await;
+                    q.done(&k);
+                }
+            })
+        })
+        .collect();
+    // Let the workers reach a steady state, then the Low keys arrive, oldest first.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let t0 = Instant::now();
+    // Each key's wait counts from its own add (the moment it became ready).
+    let added: Vec<Instant> = (0..low_keys)
+        .map(|i| {
+            q.add_with_priority(key(format!("low-{i}")), Priority::Low);
+            Instant::now()
+        })
+        .collect();
+    let limit = flood.unwrap_or(Duration::from_secs(60));
+    while t0.elapsed() < limit && (flood.is_some() || low_served.lock().len() < low_keys) {
+        top_up(&q);
+        tokio::time::sleep(Duration::from_micros(200)).await;
+    }
+    let flood_time = t0.elapsed();
+    q.shut_down();
+    for h in handles {
+        h.await?;
+    }
+    let hold = *max_gap.lock();
+    let served = std::mem::take(&mut *low_served.lock());
+    let bound = |ahead: usize| config.low_wait_bound(ahead as u32, WORKERS as u32, hold);
+    let wait = |i: usize, at: Instant| at.saturating_duration_since(added.get(i).copied().unwrap_or(t0));
+    let waits: Vec<f64> = served.iter().map(|&(i, at)| wait(i, at).as_secs_f64() * 1e3).collect();
+    let over: Vec<f64> = served.iter().map(|&(i, at)| wait(i, at).as_secs_f64() / bound(i).as_secs_f64()).collect();
+    Ok(Starvation {
+        aging_ms: config.aging.as_secs_f64() * 1e3,
+        aged_every: config.aged_every,
+        workers: WORKERS,
+        low_keys,
+        hold_us: work.as_micros() as u64,
+        max_get_to_get_us: hold.as_secs_f64() * 1e6,
+        flood_ms: flood_time.as_secs_f64() * 1e3,
+        normal_served: normal_served.load(Ordering::Relaxed),
+        low_served: served.len(),
+        low_wait_ms: (!waits.is_empty()).then(|| Summary::of(&waits)).transpose()?,
+        max_wait_over_bound: over.iter().copied().reduce(f64::max),
+        last_bound_ms: bound(low_keys.saturating_sub(1)).as_secs_f64() * 1e3,
+    })
+}
+
 pub async fn run(args: Args) -> Result<Results> {
     let all = keys(args.keys);
     let mut throughput = Vec::new();
@@ -239,6 +363,17 @@ pub async fn run(args: Args) -> Result<Results> {
         eprintln!("queue: {}: {} adds → {} reconciles, dedup ratio {:.3}", b.pattern, b.adds, b.reconciles, b.dedup_ratio);
     }
     anyhow::ensure!(bursts.iter().all(|b| b.adds as usize == events), "burst runs lost adds");
+    let aged = PriorityConfig { aging: Duration::from_millis(args.aging_ms), aged_every: 4 };
+    let with = starvation(aged, args.low_keys, work, None).await?;
+    let flood = Duration::from_secs_f64(with.flood_ms / 1e3);
+    let without = starvation(PriorityConfig { aging: Duration::from_secs(3600), ..aged }, args.low_keys, work, Some(flood)).await?;
+    for s in [&with, &without] {
+        eprintln!(
+            "queue: starvation, aging {:.0} ms: {} of {} low keys served during {:.0} ms of flood, max wait/bound {:?}",
+            s.aging_ms, s.low_served, s.low_keys, s.flood_ms, s.max_wait_over_bound
+        );
+    }
+    anyhow::ensure!(with.low_served == with.low_keys, "with aging only {} of {} low keys were served", with.low_served, with.low_keys);
     Ok(Results {
         keys: args.keys,
         runtime_threads: tokio::runtime::Handle::current().metrics().num_workers(),
@@ -247,5 +382,6 @@ pub async fn run(args: Args) -> Result<Results> {
         get_done_ns: Summary::of(&get_done)?,
         bursts,
         work_us: args.work_us,
+        starvation: vec![with, without],
     })
 }
