@@ -7,6 +7,9 @@
 //! observes opens it until `observed + lease duration - margin`, and every action checks it
 //! right before it is sent. A frozen replica wakes up with its deadline in the past and sends
 //! nothing; the standby that took over may already be writing.
+//!
+//! The controllers' workers wait for the fence too ([`Fence::wait_open`]): a warm standby keeps
+//! its informers synced and its plugins loaded, and its workers start the moment it may write.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,7 +18,7 @@ use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::Api;
 use kube::runtime::watcher::{self, watcher};
-use parking_lot::Mutex;
+use tokio::sync::watch;
 use tokio::time::Instant;
 
 /// Why a write was not sent.
@@ -32,8 +35,9 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 /// Whether this replica may write now. Cheap to clone; clones share the state.
 #[derive(Clone, Debug, Default)]
 pub struct Fence {
-    /// `None`: no leader election, always open.
-    state: Option<Arc<Mutex<Option<Instant>>>>,
+    /// `None`: no leader election, always open. Otherwise the deadline of the last renewal
+    /// observed (`None`: not leading); a watch channel, so waiters learn of each change.
+    state: Option<Arc<watch::Sender<Option<Instant>>>>,
 }
 
 impl Fence {
@@ -44,31 +48,43 @@ impl Fence {
 
     /// Leader election: closed until a renewal is observed.
     pub fn closed() -> Self {
-        Self { state: Some(Arc::new(Mutex::new(None))) }
+        Self { state: Some(Arc::new(watch::Sender::new(None))) }
     }
 
     /// Writes may go out until `until`.
     pub fn open_until(&self, until: Instant) {
         if let Some(state) = &self.state {
-            *state.lock() = Some(until);
+            state.send_replace(Some(until));
         }
     }
 
     /// No more writes (leadership lost).
     pub fn close(&self) {
         if let Some(state) = &self.state {
-            *state.lock() = None;
+            state.send_replace(None);
         }
     }
 
     /// Ok if a write may be sent now.
     pub fn check(&self) -> Result<()> {
         let Some(state) = &self.state else { return Ok(()) };
-        match *state.lock() {
+        match *state.borrow() {
             None => Err(Error::NotLeader),
             Some(until) => {
                 let now = Instant::now();
                 if now < until { Ok(()) } else { Err(Error::Expired(now - until)) }
+            }
+        }
+    }
+
+    /// Wait until a write may be sent (at once without leader election).
+    pub async fn wait_open(&self) {
+        let Some(state) = &self.state else { return };
+        // Subscribed before checking: a renewal between the check and the wait is not missed.
+        let mut changes = state.subscribe();
+        while self.check().is_err() {
+            if changes.changed().await.is_err() {
+                return; // unreachable: this fence holds the sender
             }
         }
     }
@@ -132,5 +148,21 @@ mod tests {
         assert_eq!(f.check(), Ok(()));
         f.close();
         assert_eq!(f.check(), Err(Error::NotLeader));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn waiters_start_when_a_renewal_opens_the_fence() {
+        let f = Fence::closed();
+        let waiter = tokio::spawn({
+            let f = f.clone();
+            async move { f.wait_open().await }
+        });
+        tokio::time::advance(Duration::from_secs(10)).await;
+        assert!(!waiter.is_finished(), "a waiter passed a closed fence");
+        f.open_until(Instant::now() + Duration::from_secs(3));
+        tokio::time::timeout(Duration::from_millis(1), waiter).await.expect("the waiter did not start").unwrap();
+        // Open: no wait at all; an open fence without leader election never blocks.
+        tokio::time::timeout(Duration::ZERO, f.wait_open()).await.unwrap();
+        tokio::time::timeout(Duration::ZERO, Fence::open().wait_open()).await.unwrap();
     }
 }

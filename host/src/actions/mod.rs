@@ -127,6 +127,11 @@ impl Executor {
         self
     }
 
+    /// The leader-election fence every write checks.
+    pub fn fence(&self) -> &Fence {
+        &self.fence
+    }
+
     /// The same executor, admitting plugin outcomes with these protected objects.
     pub fn with_protected(mut self, protected: Protected) -> Self {
         self.admission = Admission::new(Scopes::Discovery(self.resolver.clone()), protected);

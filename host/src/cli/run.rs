@@ -1,8 +1,11 @@
 //! `wasmloop run`: the host process.
 //!
-//! Order of events: connect → serve `/healthz` `/metrics` `/readyz` → (leader election) → load
-//! plugins from ConfigMaps → ready → reconcile until SIGTERM/SIGINT or leadership is lost →
-//! stop taking keys, let running reconciles finish (bounded), release the Lease, exit 0.
+//! Order of events: connect → serve `/healthz` `/metrics` `/readyz` → load plugins from
+//! ConfigMaps (informers synced, components compiled) → ready → reconcile until SIGTERM/SIGINT
+//! → stop taking keys, let running reconciles finish (bounded), (release the Lease), exit 0.
+//! With `--leader-elect` a replica is a warm standby until it holds the Lease: ready and
+//! loaded, its workers waiting at the write fence; it reconciles while it leads and stands by
+//! again if it loses the Lease.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -154,6 +157,8 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let mut prom = Registry::default();
     let metrics = ControllerMetrics::new(&mut prom);
     let plugin_metrics = wasmloop::hotload::metrics::PluginMetrics::new(&mut prom);
+    let leading = prometheus_client::metrics::gauge::Gauge::<i64>::default();
+    prom.register("wasmloop_leader", "1 while this replica holds the Lease and reconciles (always 1 without --leader-elect)", leading.clone());
     let prom = Arc::new(Mutex::new(prom));
     let engine = tokio::task::spawn_blocking(PluginEngine::new).await??;
 
@@ -181,6 +186,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
 
     if !args.leader_elect {
         let manager = start_manager().await.context("starting the plugin manager")?;
+        leading.set(1);
         ready.set(true);
         info!("ready");
         wait_stop(stop.clone()).await;
@@ -198,31 +204,34 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         let duration = Duration::from_secs(args.lease_duration);
         let margin = Duration::from_secs(args.lease_grace) / 2;
         let tracker = fence.track(client.clone(), &lease_ns, &args.lease_name, identity.clone(), duration, margin);
-        ready.set(true); // a standby replica is healthy and ready to take over
-        info!(lease = %format!("{lease_ns}/{}", args.lease_name), "waiting for leadership");
+        // Warm standby: informers synced and every plugin loaded and compiled before the Lease
+        // is ours; the workers wait at the fence, so nothing is reconciled or written until then.
+        let manager = start_manager().await.context("starting the plugin manager")?;
+        ready.set(true);
+        info!(lease = %format!("{lease_ns}/{}", args.lease_name), "warm: plugins loaded; waiting for leadership");
         loop {
             let mut s = stop.clone();
             tokio::select! {
                 _ = s.wait_for(|s| *s) => break,
                 changed = leader.wait_for(|l| *l) => if changed.is_err() { warn!("leader election stopped"); break; },
             }
-            info!(%identity, "became leader; loading plugins");
-            let manager = start_manager().await.context("starting the plugin manager")?;
+            info!(%identity, "became leader; reconciling");
+            leading.set(1);
             let mut s = stop.clone();
             let lost = tokio::select! {
                 _ = s.wait_for(|s| *s) => false,
                 _ = leader.wait_for(|l| !*l) => true,
             };
-            if lost {
-                // Nothing more goes out, even from reconciles still running.
-                fence.close();
-            }
-            manager.shutdown().await;
+            leading.set(0);
             if !lost {
                 break;
             }
-            warn!(%identity, "lost leadership; stopped reconciling");
+            // Nothing more goes out, even from reconciles still running; back to standby.
+            fence.close();
+            warn!(%identity, "lost leadership; standing by");
         }
+        // Stopping while leading: running reconciles finish their outcomes behind an open fence.
+        manager.shutdown().await;
         ready.set(false);
         tracker.abort();
         fence.close();

@@ -168,6 +168,8 @@ struct Inner {
     /// Swapped atomically on hot reload; each reconcile clones the current one.
     /// `None` before the first wiring and after shutdown.
     current: RwLock<Option<Current>>,
+    /// Set by [`Controller::shutdown`]: workers waiting for the fence give up their key.
+    stopping: tokio::sync::watch::Sender<bool>,
 }
 
 /// Everything that changes together when the reconciler is replaced.
@@ -210,6 +212,7 @@ impl Controller {
             failures: Mutex::new(HashMap::new()),
             config,
             current: RwLock::new(None),
+            stopping: tokio::sync::watch::Sender::new(false),
         });
         let current = inner.wire(reconciler, grants).await?;
         *inner.current.write() = Some(current);
@@ -255,6 +258,7 @@ impl Controller {
     /// Stop taking keys, let running reconciles finish (up to `grace`), release informers.
     pub async fn shutdown(mut self, grace: Duration) {
         self.inner.queue.shut_down();
+        self.inner.stopping.send_replace(true);
         if let Some(r) = self.resync.take() {
             r.abort();
         }
@@ -432,9 +436,24 @@ impl Inner {
 
     async fn work(self: Arc<Self>) {
         while let Some(key) = self.queue.get().await {
+            // A warm standby (leader election, Lease held elsewhere) holds one key per worker
+            // and starts on it the moment its writes may go out.
+            if !self.until_writable().await {
+                self.queue.done(&key);
+                break;
+            }
             let span = info_span!("reconcile", controller = %self.name, key = %key);
             self.process(&key).instrument(span).await;
             self.queue.done(&key);
+        }
+    }
+
+    /// Wait until this replica may write; false if the controller stops first.
+    async fn until_writable(&self) -> bool {
+        let mut stopping = self.stopping.subscribe();
+        tokio::select! {
+            () = self.executor.fence().wait_open() => !*stopping.borrow(),
+            _ = stopping.wait_for(|s| *s) => false,
         }
     }
 

@@ -24,7 +24,7 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use serde_json::json;
 use tokio::sync::{Mutex, broadcast};
 use tokio::task::JoinHandle;
-use tracing::{error, info, warn};
+use tracing::{debug, error, info, warn};
 
 use super::manifest::PluginManifest;
 use super::metrics::PluginMetrics;
@@ -683,6 +683,11 @@ impl Inner {
 
     /// An Event on the ConfigMap, then the status annotation (server-side apply of just that field).
     async fn report(&self, key: &ObjectKey, status: serde_json::Value, event_type: EventType, reason: &str, message: &str) {
+        if self.executor.fence().check().is_err() {
+            // A warm standby loads every plugin but writes nothing: the leader reports.
+            debug!(configmap = %key, %reason, "standby: not reporting plugin status");
+            return;
+        }
         let annotation = Action::Apply {
             object: json!({
                 "apiVersion": "v1", "kind": "ConfigMap",
