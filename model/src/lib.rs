@@ -4,9 +4,13 @@
 //!   with the syntax checks the API server applies to path segments, so a hostile plugin cannot
 //!   smuggle a subresource (`name/status`), a path traversal (`..`) or a `List` body past the
 //!   host's grant checks;
-//! - [`field`]: what a declared field path (`status.phase`) reads from an object.
+//! - [`field`]: what a declared field path (`status.phase`) reads from an object;
+//! - [`selector`]: label selectors, parsed and matched;
+//! - [`index_path`]: declared index paths, parsed and evaluated.
 
 pub mod field;
+pub mod index_path;
+pub mod selector;
 pub mod target;
 
 pub use target::{Naming, Target, TargetError, TargetName, json_type};

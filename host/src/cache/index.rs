@@ -5,7 +5,9 @@ use std::fmt;
 
 use serde_json::Value;
 
-use super::selector::validate_key;
+use wasmloop_model::index_path::{IndexPath, field_values};
+
+use super::selector::label_pair;
 use super::{CachedObject, Error, Result};
 
 /// The built-in index by namespace (every store has it).
@@ -39,32 +41,13 @@ pub enum IndexSpec {
 
 impl IndexSpec {
     /// Parse a declared index path: `labels.<key>` (or `metadata.labels.<key>`) for a label,
-    /// any other dotted path for a field.
+    /// any other dotted path for a field ([`IndexPath`], the rules shared with the SDK).
     pub fn parse(path: &str) -> Result<Self> {
-        let err = |reason: String| Error::InvalidIndexPath { path: path.into(), reason };
-        if let Some(key) = path.strip_prefix("labels.").or(path.strip_prefix("metadata.labels.")) {
-            validate_key(key).map_err(err)?;
-            return Ok(Self::Label(key.into()));
+        match IndexPath::parse(path) {
+            Ok(IndexPath::Label(key)) => Ok(Self::Label(key)),
+            Ok(IndexPath::Field(path)) => Ok(Self::Field(path)),
+            Err(reason) => Err(Error::InvalidIndexPath { path: path.into(), reason }),
         }
-        if path.is_empty() {
-            return Err(err("the path is empty".into()));
-        }
-        let (fields, map_key) = split_map_key(path);
-        if let Some(key) = map_key {
-            validate_key(key).map_err(err)?;
-        }
-        for seg in fields.split('.') {
-            if seg.is_empty() {
-                return Err(err("empty segment (leading, trailing or doubled `.`)".into()));
-            }
-            if !seg.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-') {
-                return Err(err(format!(
-                    "segment `{seg}` may contain only letters, digits, `_` and `-` \
-                     (write `spec.containers.0.image`, not `[0]`)"
-                )));
-            }
-        }
-        Ok(Self::Field(path.into()))
     }
 
     /// True if computing values needs the object's full JSON, not only its cached metadata.
@@ -88,13 +71,7 @@ impl IndexSpec {
             }
             Self::Label(key) => out.extend(obj.label(key).map(Cow::Borrowed)),
             Self::LabelPairs => out.extend(obj.labels().map(|(k, v)| Cow::Owned(label_pair(k, v)))),
-            Self::Field(path) => {
-                let (fields, map_key) = split_map_key(path);
-                let segs: Vec<&str> = fields.split('.').chain(map_key).collect();
-                collect(value, &segs, &mut out);
-                out.sort_unstable();
-                out.dedup();
-            }
+            Self::Field(path) => out = field_values(value, path),
         }
         out
     }
@@ -113,40 +90,6 @@ impl fmt::Display for IndexSpec {
     }
 }
 
-/// A value of [`LABEL_PAIRS_INDEX`]: `key=value` (neither a label key nor a value has `=`).
-pub fn label_pair(key: &str, value: &str) -> String {
-    format!("{key}={value}")
-}
-
-/// Split `metadata.annotations.<key>` / `metadata.labels.<key>` into the dotted part and the key.
-fn split_map_key(path: &str) -> (&str, Option<&str>) {
-    for map in ["metadata.annotations", "metadata.labels"] {
-        if let Some(key) = path.strip_prefix(map).and_then(|rest| rest.strip_prefix('.')) {
-            return (map, Some(key));
-        }
-    }
-    (path, None)
-}
-
-fn collect<'a>(v: &'a Value, segs: &[&str], out: &mut Vec<Cow<'a, str>>) {
-    match (v, segs.split_first()) {
-        (Value::Array(items), Some((seg, rest))) if seg.bytes().all(|b| b.is_ascii_digit()) => {
-            if let Some(item) = seg.parse::<usize>().ok().and_then(|i| items.get(i)) {
-                collect(item, rest, out);
-            }
-        }
-        (Value::Array(items), _) => items.iter().for_each(|item| collect(item, segs, out)),
-        (Value::Object(map), Some((seg, rest))) => {
-            if let Some(child) = map.get(*seg) {
-                collect(child, rest, out);
-            }
-        }
-        (Value::String(s), None) => out.push(Cow::Borrowed(s)),
-        (Value::Number(n), None) => out.push(Cow::Owned(n.to_string())),
-        (Value::Bool(b), None) => out.push(Cow::Owned(b.to_string())),
-        _ => {}
-    }
-}
 
 #[cfg(test)]
 mod tests {

@@ -1,0 +1,357 @@
+//! Tests of the fake itself: reads as the host answers them, execution, convergence.
+
+use super::*;
+use crate::kinds;
+use crate::{Mapping, Watch, cache};
+use serde_json::json;
+
+struct Probe;
+impl Reconciler for Probe {
+    fn metadata() -> Metadata {
+        Metadata::new("probe", "0")
+            .reconciles(kinds::REPLICA_SET)
+            .owns(kinds::POD)
+            .watch(Watch::new(kinds::CONFIG_MAP, Mapping::SameName).selector("team=a"))
+            .index(kinds::POD, "node", "spec.nodeName")
+            .index(kinds::POD, "app", "labels.app.kubernetes.io/name")
+            .index(kinds::POD, "ports", "spec.ports")
+            .index(kinds::POD, "image", "spec.containers.image")
+            .index(kinds::POD, "team", "metadata.annotations.example.com/team")
+    }
+    fn reconcile(req: Request) -> Result<Outcome, Error> {
+        let pods: Vec<Value> = cache::list(&kinds::POD, req.key.ns(), None)?;
+        crate::info!("{} pods", pods.len());
+        Ok(Outcome::new())
+    }
+}
+
+const FIXTURE: &str = r#"
+apiVersion: v1
+kind: List
+items:
+- apiVersion: apps/v1
+  kind: ReplicaSet
+  metadata: {name: web, namespace: prod, uid: rs-1, managedFields: [{manager: x}]}
+- apiVersion: v1
+  kind: Pod
+  metadata:
+name: web-0
+namespace: prod
+labels: {app.kubernetes.io/name: web}
+annotations: {example.com/team: blue}
+ownerReferences:
+- {apiVersion: v1, kind: ConfigMap, name: a, uid: cm-1}
+- {apiVersion: apps/v1, kind: ReplicaSet, name: web, uid: rs-1, controller: true}
+  spec:
+nodeName: n1
+ports: [80, 443]
+containers: [{name: a, image: nginx}, {name: b, image: envoy}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: other, namespace: dev}
+spec: {nodeName: n2}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: a, namespace: prod, labels: {team: a}}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: b, namespace: prod, labels: {team: b}}
+---
+apiVersion: v1
+kind: Secret
+metadata: {name: s, namespace: prod}
+"#;
+
+fn fake() -> FakeCache {
+    FakeCache::for_reconciler::<Probe>().with_yaml(FIXTURE)
+}
+
+fn names(jsons: Vec<Value>) -> Vec<String> {
+    jsons
+        .iter()
+        .map(|v| object::name(v).unwrap().to_owned())
+        .collect()
+}
+
+#[test]
+fn yaml_lists_load_and_get_strips_managed_fields() {
+    let f = fake();
+    f.enter(|| {
+        let rs: Value = cache::get(&kinds::REPLICA_SET, Some("prod"), "web")
+            .unwrap()
+            .unwrap();
+        assert!(rs["metadata"].get("managedFields").is_none());
+        assert_eq!(rs["metadata"]["uid"], "rs-1");
+        let p: Value = cache::get(&kinds::POD, Some("dev"), "other")
+            .unwrap()
+            .unwrap();
+        assert!(object::uid(&p).unwrap().starts_with("fake-uid-"));
+        assert!(
+            cache::get::<Value>(&kinds::POD, Some("prod"), "nope")
+                .unwrap()
+                .is_none()
+        );
+    });
+}
+
+#[test]
+fn builtin_and_declared_indexes_answer_like_the_host() {
+    fake().enter(|| {
+        assert_eq!(
+            names(cache::owned_by(&kinds::POD, "rs-1").unwrap()),
+            ["web-0"]
+        );
+        assert_eq!(
+            names(cache::by_index(&kinds::POD, "namespace", "dev").unwrap()),
+            ["other"]
+        );
+        assert_eq!(
+            names(cache::by_index(&kinds::POD, "node", "n2").unwrap()),
+            ["other"]
+        );
+        assert_eq!(
+            names(cache::by_index(&kinds::POD, "app", "web").unwrap()),
+            ["web-0"]
+        );
+        assert_eq!(
+            names(cache::by_index(&kinds::POD, "ports", "443").unwrap()),
+            ["web-0"]
+        );
+        assert!(
+            cache::by_index::<Value>(&kinds::POD, "node", "n3")
+                .unwrap()
+                .is_empty()
+        );
+        let e = cache::by_index::<Value>(&kinds::POD, "zone", "x").unwrap_err();
+        assert!(matches!(e, cache::Error::UnknownIndex(_)), "{e}");
+        // Declared on Pods, not on ConfigMaps.
+        let e = cache::by_index::<Value>(&kinds::CONFIG_MAP, "node", "n1").unwrap_err();
+        assert!(matches!(e, cache::Error::UnknownIndex(_)), "{e}");
+    });
+}
+
+#[test]
+fn undeclared_kinds_are_not_granted() {
+    fake().enter(|| {
+        let e = cache::get::<Value>(&kinds::SECRET, Some("prod"), "s").unwrap_err();
+        assert!(
+            matches!(&e, cache::Error::NotGranted(m) if m.contains("v1/Secret")),
+            "{e}"
+        );
+        assert!(cache::list::<Value>(&kinds::SECRET, None, None).is_err());
+        assert!(cache::by_index::<Value>(&kinds::SECRET, "namespace", "prod").is_err());
+        // `?` in a reconciler turns it into a transient error.
+        let e: Error = e.into();
+        assert!(e.is_transient());
+    });
+}
+
+#[test]
+fn watch_selectors_limit_what_is_cached() {
+    fake().enter(|| {
+        assert_eq!(
+            names(cache::list(&kinds::CONFIG_MAP, Some("prod"), None).unwrap()),
+            ["a"]
+        );
+        assert!(
+            cache::get::<Value>(&kinds::CONFIG_MAP, Some("prod"), "b")
+                .unwrap()
+                .is_none()
+        );
+    });
+}
+
+#[test]
+fn list_filters_by_namespace_and_selector() {
+    fake().enter(|| {
+        assert_eq!(
+            names(cache::list(&kinds::POD, None, None).unwrap()),
+            ["other", "web-0"]
+        );
+        assert_eq!(
+            names(cache::list(&kinds::POD, Some("prod"), None).unwrap()),
+            ["web-0"]
+        );
+        assert_eq!(
+            names(cache::list(&kinds::POD, None, Some("!app.kubernetes.io/name")).unwrap()),
+            ["other"]
+        );
+        let e = cache::list::<Value>(&kinds::POD, None, Some("a in (b")).unwrap_err();
+        assert!(matches!(e, cache::Error::Invalid(_)), "{e}");
+    });
+}
+
+#[test]
+fn decode_errors_name_the_object() {
+    #[derive(serde::Deserialize, Debug)]
+    #[allow(dead_code)]
+    struct Wrong {
+        spec: u32,
+    }
+    fake().enter(|| {
+        let e = cache::get::<Wrong>(&kinds::POD, Some("dev"), "other").unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("cannot parse a cached v1/Pod: object other: invalid type"),
+            "{e}"
+        );
+    });
+}
+
+#[test]
+fn reconcile_captures_logs_and_reads_outside_are_no_host() {
+    let f = fake();
+    let out = f
+        .reconcile::<Probe>(&kinds::REPLICA_SET.key(Some("prod"), "web"))
+        .unwrap();
+    assert!(out.is_empty());
+    assert_eq!(f.logs(), [(Level::Info, "1 pods".to_owned())]);
+    assert_eq!(
+        cache::get::<Value>(&kinds::POD, None, "x").unwrap_err(),
+        cache::Error::NoHost
+    );
+}
+
+#[test]
+fn execute_names_generate_name_creates_and_refuses_what_the_host_refuses() {
+    let fake = FakeCache::new(Metadata::new("t", "0.1.0").reconciles(kinds::POD));
+    let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"generateName": "web-", "namespace": "prod"}});
+    fake.execute(&Outcome::new().create(&pod).create(&pod));
+    let names: Vec<String> = fake.objects(&kinds::POD).iter().map(|p| object::name(p).unwrap().to_owned()).collect();
+    assert_eq!(names.len(), 2, "{names:?}");
+    assert!(names.iter().all(|n| n.starts_with("web-") && n.len() == 9), "{names:?}");
+    let bad = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p/status", "namespace": "prod"}});
+    let panic = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| fake.execute(&Outcome::new().create(&bad))));
+    let message = *panic.unwrap_err().downcast::<String>().unwrap();
+    assert!(message.contains("subresources are not action targets"), "{message}");
+}
+
+#[test]
+fn execute_plays_the_host() {
+    let f = fake();
+    let rs_key = kinds::REPLICA_SET.key(Some("prod"), "web");
+    let rs = f.get(&rs_key).unwrap();
+    let out = Outcome::new()
+        .create_owned(&rs, json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web-1"}}))
+        .create(&json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web-0", "namespace": "prod"}}))
+        .delete_key(kinds::POD.key(Some("dev"), "other"))
+        .delete_key(kinds::POD.key(Some("dev"), "missing"))
+        .status(&rs, json!({"replicas": 2}))
+        .apply(&json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a", "namespace": "prod"},
+                       "data": {"k": "v"}}))
+        .event(&rs, crate::EventType::Normal, "Scaled", "up");
+    f.execute(&out);
+    let web1 = f.get(&kinds::POD.key(Some("prod"), "web-1")).unwrap();
+    assert_eq!(object::controller_uid(&web1), Some("rs-1"));
+    // An existing object is not replaced by a create.
+    let web0 = f.get(&kinds::POD.key(Some("prod"), "web-0")).unwrap();
+    assert_eq!(web0["spec"]["nodeName"], "n1");
+    assert!(f.get(&kinds::POD.key(Some("dev"), "other")).is_none());
+    assert_eq!(f.get(&rs_key).unwrap()["status"], json!({"replicas": 2}));
+    let cm = f.get(&kinds::CONFIG_MAP.key(Some("prod"), "a")).unwrap();
+    assert_eq!(
+        (
+            cm["data"]["k"].as_str(),
+            cm["metadata"]["labels"]["team"].as_str()
+        ),
+        (Some("v"), Some("a"))
+    );
+    assert_eq!(f.events()[0].reason, "Scaled");
+}
+
+#[test]
+#[should_panic(expected = "only reconciles keys of the reconciled kind")]
+fn reconciling_another_kind_is_a_test_bug() {
+    let _ = fake().reconcile::<Probe>(&kinds::POD.key(Some("prod"), "web-0"));
+}
+
+#[test]
+#[should_panic(expected = "index \"x\" on v1/Pod: invalid path \"spec.containers[0].image\"")]
+fn invalid_index_paths_are_refused_like_the_host_does() {
+    FakeCache::new(Metadata::new("p", "0").reconciles(kinds::POD).index(
+        kinds::POD,
+        "x",
+        "spec.containers[0].image",
+    ));
+}
+
+#[test]
+fn index_path_checks() {
+    for ok in [
+        "labels.app.kubernetes.io/name",
+        "metadata.labels.app",
+        "spec.nodeName",
+        "spec.containers.0.image",
+        "metadata.annotations.example.com/x",
+    ] {
+        assert!(check_index_path(ok).is_ok(), "{ok}");
+    }
+    for bad in [
+        "",
+        "labels.",
+        "spec..x",
+        ".spec",
+        "spec.",
+        "labels.a b",
+        "metadata.annotations.",
+    ] {
+        assert!(check_index_path(bad).is_err(), "{bad:?}");
+    }
+}
+
+#[test]
+fn directories_of_fixtures_load() {
+    let dir =
+        std::env::temp_dir().join(format!("wasmloop-sdk-fixtures-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("a.yaml"), FIXTURE).unwrap();
+    std::fs::write(
+        dir.join("b.json"),
+        r#"{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "j", "namespace": "dev"}}"#,
+    )
+    .unwrap();
+    std::fs::write(dir.join("notes.txt"), "not: [an object").unwrap();
+    let f = FakeCache::for_reconciler::<Probe>().with_dir(&dir);
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert_eq!(names(f.objects(&kinds::POD)), ["j", "other", "web-0"]);
+    assert_eq!(f.objects(&kinds::CONFIG_MAP).len(), 2);
+}
+
+#[test]
+#[should_panic(expected = "has no metadata.name")]
+fn fixtures_without_names_are_rejected() {
+    FakeCache::for_reconciler::<Probe>()
+        .with_json(r#"{"apiVersion": "v1", "kind": "Pod", "metadata": {}}"#);
+}
+
+#[test]
+fn metadata_reads_give_metadata_and_declared_fields() {
+    let meta = Metadata::new("m", "0.1.0")
+        .reconciles(crate::kinds::POD)
+        .field(crate::kinds::POD, "status.phase")
+        .field(crate::kinds::POD, "spec.nodeName");
+    let f = FakeCache::new(meta).with(serde_json::json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "p", "namespace": "ns", "uid": "u", "resourceVersion": "3", "labels": {"app": "web"},
+                     "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "rs", "uid": "rs-1", "controller": true}]},
+        "status": {"phase": "Running"},
+    }));
+    f.enter(|| {
+        let pods = crate::meta::list(&crate::kinds::POD, Some("ns"), Some("app=web")).unwrap();
+        assert_eq!(pods.len(), 1);
+        let p = &pods[0];
+        let m = &p.metadata;
+        assert_eq!((m.name.as_str(), m.uid.as_str(), m.resource_version.as_deref()), ("p", "u", Some("3")));
+        assert!(m.is_controlled_by("rs-1"));
+        assert_eq!(p.object().key(), crate::kinds::POD.key(Some("ns"), "p"));
+        assert_eq!(p.field::<String>(0).as_deref(), Some("Running"));
+        assert_eq!(p.field::<String>(1), None);
+        let owned = crate::meta::owned_by(&crate::kinds::POD, "rs-1").unwrap();
+        assert_eq!(owned, pods);
+        assert_eq!(crate::meta::get(&crate::kinds::POD, Some("ns"), "p").unwrap().as_ref(), Some(p));
+        assert!(crate::meta::get(&crate::kinds::CONFIG_MAP, Some("ns"), "p").is_err());
+    });
+}
