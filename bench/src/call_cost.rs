@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use serde_json::json;
-use wasmloop::cache::CacheView;
+use wasmloop::cache::{CacheView, SharedCache};
 use wasmloop::controller::{Reason, Reconciler, Request};
 use wasmloop::grants::Grants;
 use wasmloop::kinds::{KindRef, ObjectKey};
@@ -53,8 +53,8 @@ fn us(d: Duration) -> f64 {
 }
 
 fn run(plugin: &WasmPlugin, key: &str, n: usize) -> Result<()> {
-    let cache = CacheView::from_objects(vec![json!({"apiVersion": "v1", "kind": "ConfigMap",
-        "metadata": {"namespace": "default", "name": "web", "uid": "uid-1"}, "data": {"k": "v"}})])?;
+    let cache: SharedCache = std::sync::Arc::new(CacheView::from_objects(vec![json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"namespace": "default", "name": "web", "uid": "uid-1"}, "data": {"k": "v"}})])?);
     let req = request(key);
     for _ in 0..n / 10 {
         plugin.profile_reconcile(&req, &cache).map_err(|e| anyhow::anyhow!("{e}"))?;

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use serde_json::{Value, json};
-use wasmloop::cache::CacheView;
+use wasmloop::cache::{CacheView, SharedCache};
 use wasmloop::controller::{Reason, Request};
 use wasmloop::hotload::PluginManifest;
 use wasmloop::kinds::{KindRef, ObjectKey};
@@ -110,7 +110,7 @@ pub struct Scenario {
     pub name: &'static str,
     /// Owned Pods in the cache.
     pub pods: usize,
-    pub cache: CacheView,
+    pub cache: SharedCache,
     pub request: Request,
 }
 
@@ -154,7 +154,7 @@ pub fn scenario(shape: Shape, pods: usize) -> Result<Scenario> {
     // Another ReplicaSet's Pods in the same namespace.
     objects.push(cached_replicaset("other", "1c2d3e4f-aaaa-bbbb-cccc-000000000002", 10, 10, true));
     objects.extend((0..10).map(|n| owned_pod("other", "1c2d3e4f-aaaa-bbbb-cccc-000000000002", n)));
-    let cache = CacheView::from_objects(objects).context("building the cache")?;
+    let cache: SharedCache = Arc::new(CacheView::from_objects(objects).context("building the cache")?);
     let name = if shape == Shape::Missing { "no-such-replicaset" } else { "web" };
     let request = Request::new(ObjectKey::new(rs_kind(), Some("shop".into()), name), Reason::Event);
     Ok(Scenario { name: shape.name(), pods, cache, request })

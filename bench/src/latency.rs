@@ -25,7 +25,7 @@ use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use wasmloop::actions::Executor;
-use wasmloop::cache::{CacheRead, CachedObject};
+use wasmloop::cache::{CacheRead, CachedObject, SharedCache};
 use wasmloop::controller::{Controller, ControllerConfig, ControllerMetrics, Outcome, ReconcileError, Reconciler, ReconcilerSpec, Request};
 use wasmloop::grants::Grants;
 use wasmloop::informer::{InformerKey, InformerRegistry};
@@ -110,7 +110,7 @@ impl Reconciler for Probe {
     fn spec(&self) -> &ReconcilerSpec {
         &self.spec
     }
-    fn reconcile(&self, request: &Request, _cache: &dyn CacheRead) -> Result<Outcome, ReconcileError> {
+    fn reconcile(&self, request: &Request, _cache: &SharedCache) -> Result<Outcome, ReconcileError> {
         let now = Instant::now();
         if let Some(t) = self.pending.lock().remove(&request.key.name) {
             self.samples.lock().push((now - t).as_secs_f64() * 1e6);

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
-use wasmloop::cache::{CacheRead, CachedObject, Result};
+use wasmloop::cache::{CacheRead, CachedObject, Result, SharedCache};
 use wasmloop::controller::{Outcome, ReconcileError, Reconciler, Request};
 use wasmloop::kinds::KindRef;
 
@@ -32,13 +32,13 @@ struct Marks {
 }
 
 /// A cache that times the reads going through it.
-pub struct TimedCache<'a> {
-    inner: &'a dyn CacheRead,
+pub struct TimedCache {
+    inner: SharedCache,
     marks: Mutex<Marks>,
 }
 
-impl<'a> TimedCache<'a> {
-    pub fn new(inner: &'a dyn CacheRead) -> Self {
+impl TimedCache {
+    pub fn new(inner: SharedCache) -> Self {
         Self { inner, marks: Mutex::new(Marks::default()) }
     }
 
@@ -55,7 +55,7 @@ impl<'a> TimedCache<'a> {
     }
 }
 
-impl CacheRead for TimedCache<'_> {
+impl CacheRead for TimedCache {
     fn get(&self, kind: &KindRef, namespace: Option<&str>, name: &str) -> Result<Option<Arc<CachedObject>>> {
         self.timed(|| self.inner.get(kind, namespace, name))
     }
@@ -80,12 +80,14 @@ pub struct Phases {
 }
 
 /// Run `reconciler` once through a [`TimedCache`].
-pub fn time_once(reconciler: &dyn Reconciler, request: &Request, cache: &dyn CacheRead) -> std::result::Result<Phases, ReconcileError> {
-    let timed = TimedCache::new(cache);
+pub fn time_once(reconciler: &dyn Reconciler, request: &Request, cache: &SharedCache) -> std::result::Result<Phases, ReconcileError> {
+    let timed = Arc::new(TimedCache::new(cache.clone()));
+    let shared: SharedCache = timed.clone();
     let start = Instant::now();
-    let outcome: Outcome = reconciler.reconcile(request, &timed)?;
+    let outcome: Outcome = reconciler.reconcile(request, &shared)?;
     let end = Instant::now();
-    let m = timed.marks.into_inner();
+    drop(shared);
+    let m = std::mem::take(&mut *timed.marks.lock());
     let first = m.first_start.unwrap_or(end);
     let last = m.last_end.unwrap_or(end);
     Ok(Phases {
@@ -122,7 +124,7 @@ pub fn measure(
     pods: usize,
     reconciler: &dyn Reconciler,
     request: &Request,
-    cache: &dyn CacheRead,
+    cache: &SharedCache,
     iterations: usize,
 ) -> anyhow::Result<PhaseReport> {
     for _ in 0..iterations / 10 {

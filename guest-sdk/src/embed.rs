@@ -7,17 +7,18 @@
 //! of the call. The wasmloop host does this to run a plugin's own source natively
 //! (`wasmloop::native::SdkReconciler`), so "Wasm vs native" compares the same code.
 //!
-//! The backend is only borrowed: it may hold references to the caller's cache.
+//! The backend is shared for the call (`Rc`): it holds its own handle on the caller's cache.
 //!
 //! ```
 //! use std::collections::BTreeMap;
+//! use std::rc::Rc;
 //! use wasmloop_sdk::embed::{Backend, reconcile_with};
 //! use wasmloop_sdk::{cache, kinds, log::Level, meta::Meta, KindRef, Metadata, Outcome, Reconciler, Request, Error};
 //!
 //! /// The host's cache: JSON by (namespace, name), Pods only.
-//! struct Pods<'a>(&'a BTreeMap<(String, String), String>);
+//! struct Pods(BTreeMap<(String, String), String>);
 //!
-//! impl Backend for Pods<'_> {
+//! impl Backend for Pods {
 //!     fn get(&self, kind: &KindRef, ns: Option<&str>, name: &str) -> Result<Option<String>, cache::Error> {
 //!         if kind != &kinds::POD {
 //!             return Err(cache::Error::NotGranted(kind.to_string()));
@@ -51,11 +52,13 @@
 //! }
 //!
 //! let objects = BTreeMap::from([(("shop".to_owned(), "web".to_owned()), r#"{"metadata":{}}"#.to_owned())]);
-//! let out = reconcile_with::<Exists>(&Pods(&objects), Request::new(kinds::POD.key(Some("shop"), "web")));
+//! let out = reconcile_with::<Exists>(Rc::new(Pods(objects)), Request::new(kinds::POD.key(Some("shop"), "web")));
 //! assert_eq!(out, Ok(Outcome::new()));
 //! // Outside the call there is no cache again.
 //! assert_eq!(cache::get_raw(&kinds::POD, Some("shop"), "web"), Err(cache::Error::NoHost));
 //! ```
+
+use std::rc::Rc;
 
 use crate::{Error, Outcome, Reconciler, Request};
 
@@ -71,7 +74,7 @@ pub use crate::native::Backend;
 /// Returns what the Wasm export returns to the host: the reconciler's outcome, or its error,
 /// including the permanent error of an action builder given an unusable object
 /// ([`Outcome::into_result`]).
-pub fn reconcile_with<R: Reconciler>(backend: &dyn Backend, request: Request) -> Result<Outcome, Error> {
+pub fn reconcile_with<R: Reconciler>(backend: Rc<dyn Backend>, request: Request) -> Result<Outcome, Error> {
     crate::native::with_backend(backend, || R::reconcile(request)).and_then(Outcome::into_result)
 }
 
@@ -90,19 +93,19 @@ mod tests {
     use crate::testing::FakeCache;
     use crate::{KindRef, Metadata, kinds};
 
-    /// A backend that borrows its objects (so it is not `'static`) and keeps its logs.
-    struct Borrowed<'a> {
-        pods: &'a [Value],
+    /// A backend over a list of Pods that keeps its logs.
+    struct Pods {
+        pods: Vec<Value>,
         logs: RefCell<Vec<String>>,
     }
 
-    impl<'a> Borrowed<'a> {
-        fn new(pods: &'a [Value]) -> Self {
-            Self { pods, logs: RefCell::default() }
+    impl Pods {
+        fn new(pods: Vec<Value>) -> Rc<Self> {
+            Rc::new(Self { pods, logs: RefCell::default() })
         }
     }
 
-    impl Backend for Borrowed<'_> {
+    impl Backend for Pods {
         fn get(&self, kind: &KindRef, _: Option<&str>, name: &str) -> Result<Option<String>, CacheError> {
             if kind != &kinds::POD {
                 return Err(CacheError::NotGranted(kind.to_string()));
@@ -172,13 +175,12 @@ mod tests {
     }
 
     #[test]
-    fn reads_and_logs_go_to_the_borrowed_backend_for_the_call_only() {
-        let pods = vec![pod("a", "Running"), pod("b", "Failed")];
-        let backend = Borrowed::new(&pods);
-        assert_eq!(reconcile_with::<Reaper>(&backend, req("a")), Ok(Outcome::new()));
-        let out = reconcile_with::<Reaper>(&backend, req("b")).unwrap();
+    fn reads_and_logs_go_to_the_backend_for_the_call_only() {
+        let backend = Pods::new(vec![pod("a", "Running"), pod("b", "Failed")]);
+        assert_eq!(reconcile_with::<Reaper>(backend.clone(), req("a")), Ok(Outcome::new()));
+        let out = reconcile_with::<Reaper>(backend.clone(), req("b")).unwrap();
         assert_eq!(out.deleted().map(|k| k.name.as_str()).collect::<Vec<_>>(), ["b"]);
-        assert_eq!(reconcile_with::<Reaper>(&backend, req("gone")), Ok(Outcome::new()));
+        assert_eq!(reconcile_with::<Reaper>(backend.clone(), req("gone")), Ok(Outcome::new()));
         assert_eq!(*backend.logs.borrow(), ["2 pods", "2 pods"]);
         assert_eq!(cache::get_raw(&kinds::POD, None, "a"), Err(CacheError::NoHost));
     }
@@ -186,7 +188,7 @@ mod tests {
     #[test]
     fn an_invalid_outcome_is_a_permanent_error() {
         let pods = vec![json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "c", "namespace": "ns"}})];
-        let err = reconcile_with::<Reaper>(&Borrowed::new(&pods), req("c")).unwrap_err();
+        let err = reconcile_with::<Reaper>(Pods::new(pods), req("c")).unwrap_err();
         assert!(!err.is_transient(), "{err}");
         assert!(err.message().contains("status"), "{err}");
     }
@@ -194,18 +196,17 @@ mod tests {
     #[test]
     fn the_previous_backend_is_restored_after_a_nested_call_and_after_a_panic() {
         let fake = FakeCache::for_reconciler::<Reaper>().with(pod("outer", "Running"));
-        let pods = vec![pod("inner", "Running")];
+        let backend = Pods::new(vec![pod("inner", "Running")]);
         fake.enter(|| {
             let names = || cache::list::<Value>(&kinds::POD, None, None).unwrap().iter().map(|p| p["metadata"]["name"].clone()).collect::<Vec<_>>();
             assert_eq!(names(), ["outer"]);
-            let backend = Borrowed::new(&pods);
-            crate::native::with_backend(&backend, || assert_eq!(names(), ["inner"]));
+            crate::native::with_backend(backend.clone(), || assert_eq!(names(), ["inner"]));
             assert_eq!(names(), ["outer"]);
-            let panicked = catch_unwind(AssertUnwindSafe(|| reconcile_with::<Panics>(&backend, req("x"))));
+            let panicked = catch_unwind(AssertUnwindSafe(|| reconcile_with::<Panics>(backend.clone(), req("x"))));
             assert!(panicked.is_err());
             assert_eq!(names(), ["outer"]);
         });
-        let panicked = catch_unwind(|| reconcile_with::<Panics>(&Borrowed::new(&[]), req("x")));
+        let panicked = catch_unwind(|| reconcile_with::<Panics>(Pods::new(Vec::new()), req("x")));
         assert!(panicked.is_err());
         assert_eq!(cache::get_raw(&kinds::POD, None, "x"), Err(CacheError::NoHost));
     }

@@ -2,7 +2,8 @@
 //! the duration of a call: the `testing` fake, or a host embedding the reconciler natively
 //! ([`crate::embed`]). Outside such a call reads fail with [`Error::NoHost`].
 
-use std::cell::Cell;
+use std::cell::RefCell;
+use std::rc::Rc;
 
 use crate::cache::Error;
 use crate::log::Level;
@@ -54,40 +55,31 @@ pub trait Backend {
 }
 
 thread_local! {
-    /// The backend of the innermost [`with_backend`] call running on this thread. The reference
-    /// is only truly valid while that call runs: see the SAFETY comment in `with_backend`. It
-    /// never leaves this module except as a reborrow inside one read.
-    static BACKEND: Cell<Option<&'static dyn Backend>> = const { Cell::new(None) };
+    /// The backend of the innermost [`with_backend`] call running on this thread.
+    static BACKEND: RefCell<Option<Rc<dyn Backend>>> = const { RefCell::new(None) };
 }
 
 /// Puts the previous backend back when dropped (also while unwinding from a panic).
-struct Restore(Option<&'static dyn Backend>);
+struct Restore(Option<Rc<dyn Backend>>);
 
 impl Drop for Restore {
     fn drop(&mut self) {
         // `try_with`: nothing to restore once the thread's locals are being destroyed.
-        let _ = BACKEND.try_with(|b| b.set(self.0));
+        let previous = self.0.take();
+        let _ = BACKEND.try_with(|b| *b.borrow_mut() = previous);
     }
 }
 
 /// Run `f` with `backend` answering this thread's cache reads and logs; the previously
 /// installed backend (if any) is restored when `f` returns or unwinds.
 #[cfg_attr(not(any(feature = "testing", feature = "embed")), allow(dead_code))]
-pub(crate) fn with_backend<T>(backend: &dyn Backend, f: impl FnOnce() -> T) -> T {
-    // SAFETY: only the lifetime is erased. The erased reference is stored in this thread's
-    // `BACKEND` and nowhere else, and `_restore` (a local that user code cannot forget or move)
-    // replaces it with the previous value when this function returns or unwinds, i.e. before
-    // the borrow of `backend` ends. It is read only by `current()`, whose callers in this module
-    // use it for the duration of one read, inside `f`; nested calls only shadow it, and restore
-    // it before returning. So it is never dereferenced after `backend`'s borrow ends, and never
-    // from another thread (a thread-local; `&dyn Backend` is not sent anywhere).
-    let erased = unsafe { std::mem::transmute::<&dyn Backend, &'static dyn Backend>(backend) };
-    let _restore = Restore(BACKEND.with(|b| b.replace(Some(erased))));
+pub(crate) fn with_backend<T>(backend: Rc<dyn Backend>, f: impl FnOnce() -> T) -> T {
+    let _restore = Restore(BACKEND.with(|b| b.borrow_mut().replace(backend)));
     f()
 }
 
-fn current() -> Result<&'static dyn Backend, Error> {
-    BACKEND.with(Cell::get).ok_or(Error::NoHost)
+fn current() -> Result<Rc<dyn Backend>, Error> {
+    BACKEND.with(|b| b.borrow().clone()).ok_or(Error::NoHost)
 }
 
 fn record(m: Meta) -> MetaRecord {

@@ -10,7 +10,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use parking_lot::Mutex;
 use serde_json::json;
-use wasmloop::cache::{CacheRead, IndexSpec};
+use wasmloop::cache::{CacheRead, IndexSpec, SharedCache};
 use wasmloop::controller::{Mapping, Outcome, ReconcileError, Reconciler, ReconcilerSpec, Reason, Request, WatchSpec};
 use wasmloop::informer::InformerKey;
 use wasmloop::kinds::KindRef;
@@ -64,7 +64,7 @@ impl Reconciler for Recorder {
     fn spec(&self) -> &ReconcilerSpec {
         &self.spec
     }
-    fn reconcile(&self, req: &Request, cache: &dyn CacheRead) -> Result<Outcome, ReconcileError> {
+    fn reconcile(&self, req: &Request, cache: &SharedCache) -> Result<Outcome, ReconcileError> {
         let found = cache.get(&req.key.kind, req.key.namespace.as_deref(), &req.key.name).map_err(|e| ReconcileError::Transient(e.to_string()))?.is_some();
         self.calls.lock().push(Call { name: req.key.name.clone(), reason: req.reason, found, at: Instant::now() });
         let gate = self.hold.lock().as_ref().filter(|(n, _)| *n == req.key.name).map(|(_, b)| b.clone());

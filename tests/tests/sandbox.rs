@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use wasmloop::actions::Action;
-use wasmloop::cache::CacheView;
+use wasmloop::cache::{CacheView, SharedCache};
 use wasmloop::controller::{Outcome, Reason, ReconcileError, Reconciler, Request};
 use wasmloop::grants::Grants;
 use wasmloop::kinds::{KindRef, ObjectKey};
@@ -65,8 +65,8 @@ fn config_map(ns: &str, name: &str, data: Value) -> Value {
     json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"namespace": ns, "name": name, "uid": format!("uid-{ns}-{name}")}, "data": data})
 }
 
-fn cache_of(objects: Vec<Value>) -> CacheView {
-    CacheView::from_objects(objects).expect("cache view")
+fn cache_of(objects: Vec<Value>) -> SharedCache {
+    Arc::new(CacheView::from_objects(objects).expect("cache view"))
 }
 
 fn request(ns: &str, name: &str) -> Request {

@@ -244,7 +244,7 @@ impl FakeCache {
 
     /// Run `f` with this fake answering the SDK's cache reads and logs on this thread.
     pub fn enter<T>(&self, f: impl FnOnce() -> T) -> T {
-        native::with_backend(&*self.inner, f)
+        native::with_backend(self.inner.clone(), f)
     }
 
     /// Carry out the actions as the host would, against the fake: create adds the object unless

@@ -41,6 +41,10 @@ pub enum Error {
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// Read access to cached objects across kinds. Never calls the API server.
+/// A shared, read-only cache as reconcilers receive it: whoever reads it during a call (a Wasm
+/// plugin's Store, a native backend) holds its own reference, so no lifetime is erased.
+pub type SharedCache = Arc<dyn CacheRead>;
+
 pub trait CacheRead: Send + Sync {
     /// One object, or None if it is not cached.
     fn get(&self, kind: &KindRef, namespace: Option<&str>, name: &str) -> Result<Option<Arc<CachedObject>>>;

@@ -57,6 +57,7 @@ pub fn run(args: ReconcileArgs) -> anyhow::Result<ExitCode> {
         bail!("--key {}: the plugin reconciles {}, not {}", args.key, spec.reconciles, key.kind);
     }
     let request = Request::new(key.clone(), Reason::Event);
+    let view: wasmloop::cache::SharedCache = std::sync::Arc::new(view);
     let outcome = plugin.reconcile(&request, &view);
     let mut out = json!({"plugin": spec.name, "version": spec.version, "key": args.key});
     let code = match outcome {

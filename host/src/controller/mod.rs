@@ -471,8 +471,8 @@ impl Inner {
         let started = Instant::now();
         self.metrics.worker_started(&self.name);
         let reconciler = current.reconciler.clone();
-        let view = current.view.clone();
-        let result = tokio::task::spawn_blocking(move || reconciler.reconcile(&request, view.as_ref()))
+        let view: cache::SharedCache = current.view.clone();
+        let result = tokio::task::spawn_blocking(move || reconciler.reconcile(&request, &view))
             .await
             .unwrap_or_else(|e| Err(ReconcileError::Transient(format!("reconciler panicked: {e}"))));
         let result = match result {

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use crate::actions::Action;
-use crate::cache::CacheRead;
+use crate::cache::SharedCache;
 use crate::kinds::{KindRef, ObjectKey};
 
 /// Why a key was queued (the first cause, when several were folded into one reconcile).
@@ -115,8 +115,9 @@ impl ReconcilerSpec {
 /// Reconcile logic. Implemented by native Rust reconcilers and by the Wasm plugin runtime.
 ///
 /// `reconcile` is synchronous on purpose: it reads only the in-memory cache and returns actions;
-/// the controller runs it on a blocking thread and executes the actions itself.
+/// the controller runs it on a blocking thread and executes the actions itself. The cache comes
+/// shared: what reads it during the call (a plugin's Store) holds its own reference.
 pub trait Reconciler: Send + Sync + 'static {
     fn spec(&self) -> &ReconcilerSpec;
-    fn reconcile(&self, request: &Request, cache: &dyn CacheRead) -> Result<Outcome, ReconcileError>;
+    fn reconcile(&self, request: &Request, cache: &SharedCache) -> Result<Outcome, ReconcileError>;
 }

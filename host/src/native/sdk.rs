@@ -13,12 +13,14 @@
 //! reads are limited to the kinds the plugin declares.
 
 use std::marker::PhantomData;
+use std::rc::Rc;
+use std::sync::Arc;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use wasmloop_sdk as sdk;
 use wasmloop_sdk::embed::{self, Backend};
 
-use crate::cache::{self, CacheRead, CachedObject};
+use crate::cache::{self, CachedObject, SharedCache};
 use crate::controller::{Outcome, ReconcileError, Reconciler, ReconcilerSpec, Request};
 use crate::kinds::{KindRef, ObjectKey};
 use crate::plugin::Limits;
@@ -41,7 +43,8 @@ pub enum Error {
 /// host's [`Reconciler`] trait, so it can be run and benchmarked next to its own component:
 /// `SdkReconciler::<replicaset::ReplicaSetReconciler>::new()?`.
 pub struct SdkReconciler<R> {
-    spec: ReconcilerSpec,
+    /// Shared with each call's backend.
+    spec: Arc<ReconcilerSpec>,
     limits: Limits,
     // `fn() -> R`: the reconciler is a type, never a value, so this is `Send + Sync` for any `R`.
     reconciler: PhantomData<fn() -> R>,
@@ -63,13 +66,13 @@ impl<R: sdk::Reconciler> SdkReconciler<R> {
     pub fn new() -> Result<Self, Error> {
         let metadata = catch_unwind(R::metadata).map_err(|p| Error::MetadataPanicked(panic_message(&*p)))?;
         let spec = spec_from_sdk_metadata(metadata).map_err(Error::InvalidMetadata)?;
-        Ok(Self { spec, limits: Limits::default(), reconciler: PhantomData })
+        Ok(Self { spec: Arc::new(spec), limits: Limits::default(), reconciler: PhantomData })
     }
 
     /// Run under another name (the controller's, in logs and metrics), as a manifest's grants
     /// rename a component.
     pub fn named(mut self, name: impl Into<String>) -> Self {
-        self.spec.name = name.into();
+        Arc::make_mut(&mut self.spec).name = name.into();
         self
     }
 
@@ -91,10 +94,10 @@ impl<R: sdk::Reconciler + 'static> Reconciler for SdkReconciler<R> {
 
     /// Run `R::reconcile` on this thread with `cache` answering its reads. Never panics: a
     /// panic of the plugin becomes a `Transient` error, an invalid outcome a `Permanent` one.
-    fn reconcile(&self, request: &Request, cache: &dyn CacheRead) -> Result<Outcome, ReconcileError> {
+    fn reconcile(&self, request: &Request, cache: &SharedCache) -> Result<Outcome, ReconcileError> {
         let name = &self.spec.name;
-        let backend = HostCache { cache, spec: &self.spec, key: &request.key };
-        let run = || embed::reconcile_with::<R>(&backend, to_sdk_request(request));
+        let backend = Rc::new(HostCache { cache: cache.clone(), spec: self.spec.clone(), key: request.key.clone() });
+        let run = || embed::reconcile_with::<R>(backend, to_sdk_request(request));
         match catch_unwind(AssertUnwindSafe(run)) {
             Ok(Ok(outcome)) => from_sdk_outcome(outcome, &self.limits)
                 .map_err(|why| ReconcileError::Permanent(format!("plugin {name} returned an invalid outcome: {why}"))),
@@ -116,21 +119,21 @@ fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
         .unwrap_or_else(|| "unknown panic".into())
 }
 
-/// The SDK backend of one reconcile: the host's cache, borrowed for the call.
-struct HostCache<'a> {
-    cache: &'a dyn CacheRead,
-    spec: &'a ReconcilerSpec,
+/// The SDK backend of one reconcile: the host's cache and what the plugin declared.
+struct HostCache {
+    cache: SharedCache,
+    spec: Arc<ReconcilerSpec>,
     /// The key being reconciled, for the log lines.
-    key: &'a ObjectKey,
+    key: ObjectKey,
 }
 
 type CacheResult<T> = Result<T, sdk::cache::Error>;
 
-impl HostCache<'_> {
+impl HostCache {
     /// The host's name of `kind`, if the plugin declared it readable.
     fn readable(&self, kind: &sdk::KindRef) -> CacheResult<KindRef> {
         let kind = KindRef::new(kind.api_version.as_ref(), kind.kind.as_ref());
-        let spec = self.spec;
+        let spec = &self.spec;
         let declared = spec.reconciles == kind
             || spec.watches.iter().any(|w| w.kind == kind)
             || spec.indexes.iter().any(|i| i.kind == kind);
@@ -188,7 +191,7 @@ fn jsons(objects: Vec<std::sync::Arc<CachedObject>>) -> Vec<String> {
     objects.iter().map(|o| o.json().to_owned()).collect()
 }
 
-impl Backend for HostCache<'_> {
+impl Backend for HostCache {
     fn get(&self, kind: &sdk::KindRef, namespace: Option<&str>, name: &str) -> CacheResult<Option<String>> {
         let kind = self.readable(kind)?;
         let found = self.cache.get(&kind, namespace, name).map_err(cache_error)?;

@@ -20,7 +20,7 @@ use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 use super::bindings::{cache as wit_cache, log as wit_log, types as wit};
 use super::limits::Limits;
 use super::meta;
-use crate::cache::{self, CacheRead, CachedObject};
+use crate::cache::{self, CachedObject, SharedCache};
 use crate::controller::FieldDecl;
 use crate::grants::{Grants, ReadScope};
 use crate::kinds::KindRef;
@@ -40,7 +40,7 @@ pub struct HostState {
     table: ResourceTable,
     pub(crate) limiter: MemoryLimiter,
     pub(crate) output: GuestOutput,
-    cache: Option<&'static dyn CacheRead>,
+    cache: Option<SharedCache>,
     grants: Arc<Grants>,
     /// Bytes of object JSON this call may still copy out of the cache.
     read_budget: usize,
@@ -53,15 +53,12 @@ pub struct HostState {
 impl HostState {
     /// State for one call of `plugin`. `key` tags log lines; `cache` is what reads see (None
     /// during `metadata()`: every read is refused).
-    ///
-    /// The `'static` cache reference is provided by the runtime, which erases the lifetime of a
-    /// borrowed cache for a Store that never outlives the borrow (see `runtime.rs`).
     pub(crate) fn new(
         plugin: Arc<str>,
         key: Option<String>,
         limits: &Limits,
         grants: Arc<Grants>,
-        cache: Option<&'static dyn CacheRead>,
+        cache: Option<SharedCache>,
         rate: Arc<OutputRate>,
     ) -> Self {
         let output = GuestOutput::metered(plugin.clone(), key.clone(), limits.output.as_usize(), rate);
@@ -146,8 +143,8 @@ impl HostState {
         wit_cache::CacheError::NotGranted(message)
     }
 
-    fn cache(&self) -> Result<&'static dyn CacheRead, wit_cache::CacheError> {
-        self.cache.ok_or_else(|| {
+    fn cache(&self) -> Result<SharedCache, wit_cache::CacheError> {
+        self.cache.clone().ok_or_else(|| {
             wit_cache::CacheError::NotGranted("the cache is not readable during metadata()".into())
         })
     }

@@ -23,7 +23,7 @@ use super::engine::{self, Compiled, PluginEngine};
 use super::host::{HostState, OutputRate};
 use super::limits::{self, Limits};
 use crate::actions::Action;
-use crate::cache::CacheRead;
+use crate::cache::SharedCache;
 use crate::controller::{FieldDecl, Outcome, ReconcileError, Reconciler, ReconcilerSpec, Request};
 use crate::grants::{self, Grants};
 
@@ -317,7 +317,7 @@ impl WasmPlugin {
         self.grants.check_actions(actions)
     }
 
-    fn call(&self, request: &Request, cache: &'static dyn CacheRead) -> Result<Outcome, ReconcileError> {
+    fn call(&self, request: &Request, cache: &SharedCache) -> Result<Outcome, ReconcileError> {
         let c = &self.counters;
         bump(&c.calls);
         // An instance slot first (waiting for one is not the plugin's time): every call ends by
@@ -329,7 +329,7 @@ impl WasmPlugin {
         };
         let started = Instant::now();
         let key = request.key.to_string();
-        let mut store = new_store(&self.engine, self.name.clone(), Some(key), &self.limits, self.grants.clone(), Some(cache), self.output_rate.clone());
+        let mut store = new_store(&self.engine, self.name.clone(), Some(key), &self.limits, self.grants.clone(), Some(cache.clone()), self.output_rate.clone());
         store.data_mut().declare_fields(self.fields.clone());
         let output = store.data().output.clone();
         let wit_request = to_wit_request(request);
@@ -441,12 +441,7 @@ impl Reconciler for WasmPlugin {
     /// (`spawn_blocking`), as the controller does; WASI's sync adapters block on the Tokio
     /// runtime. Never panics; traps, timeouts and out-of-memory become `Transient` errors naming
     /// which, an invalid outcome a `Permanent` one.
-    fn reconcile(&self, request: &Request, cache: &dyn CacheRead) -> Result<Outcome, ReconcileError> {
-        // SAFETY: the Store that holds this reference is created inside `call` and dropped
-        // before `call` returns (it is never stored, returned or sent elsewhere), so the
-        // reference is never used after the borrow of `cache` ends. Only the lifetime is
-        // erased: `Store<T>` requires `T: 'static`.
-        let cache: &'static dyn CacheRead = unsafe { std::mem::transmute::<&dyn CacheRead, &'static dyn CacheRead>(cache) };
+    fn reconcile(&self, request: &Request, cache: &SharedCache) -> Result<Outcome, ReconcileError> {
         // Defence in depth: a panic in the host side of a call (e.g. WASI's sync adapters when
         // called on an async worker thread instead of a blocking one) becomes an error. The
         // Store is dropped while unwinding, as on any other exit.
@@ -469,7 +464,7 @@ fn new_store(
     key: Option<String>,
     limits: &Limits,
     grants: Arc<Grants>,
-    cache: Option<&'static dyn CacheRead>,
+    cache: Option<SharedCache>,
     output_rate: Arc<OutputRate>,
 ) -> Store<HostState> {
     let state = HostState::new(plugin, key, limits, grants, cache, output_rate);
@@ -697,9 +692,7 @@ impl WasmPlugin {
     /// One reconcile on the same path as [`Reconciler::reconcile`], timed phase by phase.
     /// Contract 0.2 plugins only. For measurements, not for use.
     #[doc(hidden)]
-    pub fn profile_reconcile(&self, request: &Request, cache: &dyn CacheRead) -> Result<CallPhases, ReconcileError> {
-        // SAFETY: as in `reconcile`: the Store holding the reference is dropped before returning.
-        let cache: &'static dyn CacheRead = unsafe { std::mem::transmute::<&dyn CacheRead, &'static dyn CacheRead>(cache) };
+    pub fn profile_reconcile(&self, request: &Request, cache: &SharedCache) -> Result<CallPhases, ReconcileError> {
         let Pre::V0_2(pre) = &self.pre else { return Err(ReconcileError::Permanent("profile: contract 0.2 only".into())) };
         let t0 = Instant::now();
         let slots = self.engine.reconcile_slots().clone();
@@ -707,7 +700,7 @@ impl WasmPlugin {
         let t1 = Instant::now();
         let key = request.key.to_string();
         let mut state =
-            HostState::new(self.name.clone(), Some(key), &self.limits, self.grants.clone(), Some(cache), self.output_rate.clone());
+            HostState::new(self.name.clone(), Some(key), &self.limits, self.grants.clone(), Some(cache.clone()), self.output_rate.clone());
         state.declare_fields(self.fields.clone());
         let t2 = Instant::now();
         let mut store = Store::new(self.engine.engine(), state);
