@@ -19,7 +19,7 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use wasmloop_model::Target;
 
 use crate::actions::Action;
-use crate::controller::ReconcilerSpec;
+use crate::reconciler::ReconcilerSpec;
 use crate::kinds::KindRef;
 
 /// Errors parsing grants or checking something against them.
@@ -407,7 +407,7 @@ impl Grants {
 mod tests {
     use super::*;
     use crate::actions::EventType;
-    use crate::controller::{Mapping, WatchSpec};
+    use crate::reconciler::{Mapping, WatchSpec};
     use crate::kinds::ObjectKey;
     use serde_json::json;
 

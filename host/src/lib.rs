@@ -4,6 +4,7 @@
 //! - [`informer`]: shared List+Watch informers that fill the cache;
 //! - [`cache`]: the indexed local cache reconcilers read;
 //! - [`queue`]: work queues (dedup, one key at a time, delays, rate-limited retries);
+//! - [`reconciler`]: the contract native and Wasm reconcilers implement;
 //! - [`controller`]: maps events to keys, runs workers and resync, calls the reconciler;
 //! - [`actions`]: executes what reconcilers return, idempotently;
 //! - [`plugin`]: the wasmtime sandbox that runs Wasm reconcilers; [`grants`] what each may do;
@@ -23,4 +24,5 @@ pub mod kinds;
 pub mod native;
 pub mod plugin;
 pub mod queue;
+pub mod reconciler;
 pub mod server;

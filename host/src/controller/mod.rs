@@ -18,12 +18,12 @@
 pub mod expectations;
 mod mapping;
 mod metrics;
-pub mod reconciler;
 pub mod slow_start;
 
 pub use expectations::Expectations;
 pub use metrics::ControllerMetrics;
-pub use reconciler::{
+/// The reconciler contract, re-exported where controllers are built.
+pub use crate::reconciler::{
     FieldDecl, IndexDecl, Mapping, Outcome, ReconcileError, Reconciler, ReconcilerSpec, Reason, Request, WatchSpec,
 };
 

@@ -13,7 +13,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
-use crate::controller::Reconciler;
+use crate::reconciler::Reconciler;
 use crate::plugin::WasmPlugin;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]

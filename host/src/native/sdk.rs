@@ -21,7 +21,7 @@ use wasmloop_sdk as sdk;
 use wasmloop_sdk::embed::{self, Backend};
 
 use crate::cache::{self, CachedObject, SharedCache};
-use crate::controller::{Outcome, ReconcileError, Reconciler, ReconcilerSpec, Request};
+use crate::reconciler::{Outcome, ReconcileError, Reconciler, ReconcilerSpec, Request};
 use crate::kinds::{KindRef, ObjectKey};
 use crate::plugin::Limits;
 use crate::plugin::bindings::types as wit;
@@ -261,7 +261,7 @@ mod tests {
     use super::*;
     use crate::actions::{Action, EventType, Preconditions};
     use crate::cache::CacheView;
-    use crate::controller::{FieldDecl, Mapping, Reason};
+    use crate::reconciler::{FieldDecl, Mapping, Reason};
 
     /// A small ReplicaSet-like reconciler; the key's name picks what it does.
     struct Tiny;

@@ -14,7 +14,7 @@ use super::bindings::types as wit;
 use super::limits::Limits;
 use crate::actions::{Action, EventType, PatchType, Preconditions};
 use crate::cache::IndexSpec;
-use crate::controller::{FieldDecl, IndexDecl, Mapping, Outcome, Reason, ReconcilerSpec, Request, WatchSpec};
+use crate::reconciler::{FieldDecl, IndexDecl, Mapping, Outcome, Reason, ReconcilerSpec, Request, WatchSpec};
 use crate::kinds::{KindRef, ObjectKey};
 use wasmloop_sdk as sdk;
 

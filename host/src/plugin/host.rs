@@ -21,7 +21,7 @@ use super::bindings::{cache as wit_cache, log as wit_log, types as wit};
 use super::limits::Limits;
 use super::meta;
 use crate::cache::{self, CachedObject, SharedCache};
-use crate::controller::FieldDecl;
+use crate::reconciler::FieldDecl;
 use crate::grants::{Grants, ReadScope};
 use crate::kinds::KindRef;
 

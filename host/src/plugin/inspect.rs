@@ -9,7 +9,7 @@ use super::bindings;
 use super::engine::PluginEngine;
 use super::limits::Limits;
 use super::runtime::{self, Result};
-use crate::controller::{Mapping, ReconcilerSpec};
+use crate::reconciler::{Mapping, ReconcilerSpec};
 
 /// What `inspect` found.
 #[derive(Clone, Debug)]

@@ -24,7 +24,7 @@ use super::host::{HostState, OutputRate};
 use super::limits::{self, Limits};
 use crate::actions::Action;
 use crate::cache::SharedCache;
-use crate::controller::{FieldDecl, Outcome, ReconcileError, Reconciler, ReconcilerSpec, Request};
+use crate::reconciler::{FieldDecl, Outcome, ReconcileError, Reconciler, ReconcilerSpec, Request};
 use crate::grants::{self, Grants};
 
 /// Why a plugin was not loaded.
