@@ -77,17 +77,31 @@ impl fmt::Display for InformerKey {
 /// A callback run, in order, for every change the informer applies to its store.
 pub type Handler = Arc<dyn Fn(&Change) + Send + Sync>;
 
+/// The subscribers, copy-on-write: dispatch takes a snapshot and calls the handlers without
+/// holding the lock, so a handler may subscribe or unsubscribe (or block) without deadlocking
+/// or stalling (un)subscriptions.
 #[derive(Default)]
 struct Handlers {
     next_id: AtomicU64,
-    list: RwLock<Vec<(u64, Handler)>>,
+    list: RwLock<Arc<[(u64, Handler)]>>,
 }
 
 impl Handlers {
     fn dispatch(&self, change: &Change) {
-        for (_, h) in self.list.read().iter() {
+        let snapshot = self.list.read().clone();
+        for (_, h) in snapshot.iter() {
             h(change);
         }
+    }
+
+    fn add(&self, id: u64, handler: Handler) {
+        let mut list = self.list.write();
+        *list = list.iter().cloned().chain([(id, handler)]).collect();
+    }
+
+    fn remove(&self, id: u64) {
+        let mut list = self.list.write();
+        *list = list.iter().filter(|(i, _)| *i != id).cloned().collect();
     }
 }
 
@@ -133,7 +147,7 @@ impl Informer {
     /// need them read the store (after subscribing, so nothing falls in between).
     pub fn subscribe(self: &Arc<Self>, handler: Handler) -> Subscription {
         let id = self.handlers.next_id.fetch_add(1, Ordering::Relaxed);
-        self.handlers.list.write().push((id, handler));
+        self.handlers.add(id, handler);
         Subscription { informer: self.clone(), id }
     }
 
@@ -164,7 +178,7 @@ impl Subscription {
 
 impl Drop for Subscription {
     fn drop(&mut self) {
-        self.informer.handlers.list.write().retain(|(id, _)| *id != self.id);
+        self.informer.handlers.remove(self.id);
     }
 }
 
@@ -326,4 +340,33 @@ fn delayed<T: Send + 'static>(mut stream: BoxStream<'static, T>, delay: Duration
 
 fn to_value(obj: DynamicObject) -> serde_json::Result<serde_json::Value> {
     serde_json::to_value(obj)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::AtomicUsize;
+
+    use super::*;
+    use crate::cache::CachedObject;
+
+    #[test]
+    fn a_handler_may_unsubscribe_and_subscribe_while_being_dispatched() {
+        let handlers = Arc::new(Handlers::default());
+        let calls = Arc::new(AtomicUsize::new(0));
+        let h: Handler = {
+            let (handlers, calls) = (Arc::downgrade(&handlers), calls.clone());
+            Arc::new(move |_| {
+                calls.fetch_add(1, Ordering::Relaxed);
+                let handlers = handlers.upgrade().expect("handlers alive");
+                handlers.remove(1); // itself: with the lock held during dispatch this deadlocked
+                handlers.add(2, Arc::new(|_| {}));
+            })
+        };
+        handlers.add(1, h);
+        let change = Change::Added(Arc::new(CachedObject::from_value(serde_json::json!({"metadata": {"name": "x"}})).unwrap()));
+        handlers.dispatch(&change);
+        handlers.dispatch(&change);
+        assert_eq!(calls.load(Ordering::Relaxed), 1, "the handler ran once, then was gone");
+        assert_eq!(handlers.list.read().iter().map(|(id, _)| *id).collect::<Vec<_>>(), [2]);
+    }
 }
