@@ -217,7 +217,8 @@ pub async fn run(args: Args) -> Result<Results> {
             let started = Instant::now();
             let result = match controller {
                 "kcm" => {
-                    let kcm = Kcm::start(&args.control_plane_script, &args.control_plane_dir, &kcm_flags(), Duration::from_secs(60)).await?;
+                    let kcm =
+                        Kcm::start(&args.control_plane_script, &args.control_plane_dir, &kcm_flags(), Duration::from_secs(60)).await?;
                     let ready_s = started.elapsed().as_secs_f64();
                     tokio::time::sleep(Duration::from_secs(1)).await;
                     let r = drive(&client, &ns, &args, Driver::Watch, kcm.pid(), &cp_pids, None).await;
@@ -287,7 +288,15 @@ enum Driver {
 }
 
 /// Create the workload in `ns` and watch it converge; `pid` is the controller's process.
-async fn drive(client: &kube::Client, ns: &str, args: &Args, driver: Driver, pid: u32, cp_pids: &[u32; 2], metrics_port: Option<u16>) -> Result<Run> {
+async fn drive(
+    client: &kube::Client,
+    ns: &str,
+    args: &Args,
+    driver: Driver,
+    pid: u32,
+    cp_pids: &[u32; 2],
+    metrics_port: Option<u16>,
+) -> Result<Run> {
     let (replicasets, replicas) = (args.replicasets, args.replicas);
     let timeout = Duration::from_secs(args.timeout_secs);
     let pods_api = Api::<Pod>::namespaced(client.clone(), ns);
@@ -419,7 +428,14 @@ async fn drive(client: &kube::Client, ns: &str, args: &Args, driver: Driver, pid
 /// The floor's work for one created ReplicaSet: its Pods as the ReplicaSet controller creates
 /// them (template, `generateName`, controller reference), all at once within the shared
 /// `permits`, then one status write with what KCM writes.
-async fn floor_replicaset(rs_api: &Api<ReplicaSet>, pods_api: &Api<Pod>, permits: &Semaphore, spec: &Value, rs: &ReplicaSet, replicas: u32) -> Result<()> {
+async fn floor_replicaset(
+    rs_api: &Api<ReplicaSet>,
+    pods_api: &Api<Pod>,
+    permits: &Semaphore,
+    spec: &Value,
+    rs: &ReplicaSet,
+    replicas: u32,
+) -> Result<()> {
     let name = rs.metadata.name.as_deref().context("created ReplicaSet has no name")?;
     let uid = rs.metadata.uid.as_deref().context("created ReplicaSet has no uid")?;
     let template = &spec["spec"]["template"];
@@ -440,6 +456,9 @@ async fn floor_replicaset(rs_api: &Api<ReplicaSet>, pods_api: &Api<Pod>, permits
     .await?;
     let status = json!({"status": {"replicas": replicas, "fullyLabeledReplicas": replicas, "observedGeneration": rs.metadata.generation}});
     let _permit = permits.acquire().await?;
-    rs_api.patch_status(name, &PatchParams::default(), &Patch::Merge(&status)).await.with_context(|| format!("writing the status of {name}"))?;
+    rs_api
+        .patch_status(name, &PatchParams::default(), &Patch::Merge(&status))
+        .await
+        .with_context(|| format!("writing the status of {name}"))?;
     Ok(())
 }

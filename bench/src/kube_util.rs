@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use k8s_openapi::api::apps::v1::ReplicaSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod};
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::Client;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 use wasmloop::hotload::pack;
 
@@ -180,7 +180,11 @@ pub fn http_get(port: u16, path: &str) -> Result<String> {
     s.read_to_end(&mut raw)?;
     let text = String::from_utf8(raw).context("response is not UTF-8")?;
     let (head, body) = text.split_once("\r\n\r\n").context("no end of headers")?;
-    anyhow::ensure!(head.starts_with("HTTP/1.1 200") || head.starts_with("HTTP/1.0 200"), "GET {path}: {}", head.lines().next().unwrap_or(""));
+    anyhow::ensure!(
+        head.starts_with("HTTP/1.1 200") || head.starts_with("HTTP/1.0 200"),
+        "GET {path}: {}",
+        head.lines().next().unwrap_or("")
+    );
     if !head.to_ascii_lowercase().contains("transfer-encoding: chunked") {
         return Ok(body.to_string());
     }

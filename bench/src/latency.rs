@@ -174,9 +174,16 @@ pub async fn run(args: Args) -> Result<Results> {
         samples: Mutex::new(Vec::new()),
     });
     let config = ControllerConfig { namespace: Some(ns.clone()), workers: args.workers, ..Default::default() };
-    let controller = Controller::start(probe.clone(), config, Arc::new(Grants::all()), registry.clone(), executor.clone(), ControllerMetrics::unregistered())
-        .await
-        .context("starting the probe controller")?;
+    let controller = Controller::start(
+        probe.clone(),
+        config,
+        Arc::new(Grants::all()),
+        registry.clone(),
+        executor.clone(),
+        ControllerMetrics::unregistered(),
+    )
+    .await
+    .context("starting the probe controller")?;
     let attackers = match &args.attack {
         Some(dir) => Some(attack::start(&client, &registry, &executor, dir).await.context("starting the attack")?),
         None => None,
@@ -247,7 +254,11 @@ pub async fn run(args: Args) -> Result<Results> {
     eprintln!(
         "latency{}: {} writes at {:.0}/s, {} events, event→reconcile p50 {:.0} µs p99 {:.0} µs, write→event p50 {:.1} ms",
         if results.under_attack { " under attack" } else { "" },
-        results.writes, results.write_rate, results.events, results.event_to_reconcile_us.median, results.event_to_reconcile_us.p99,
+        results.writes,
+        results.write_rate,
+        results.events,
+        results.event_to_reconcile_us.median,
+        results.event_to_reconcile_us.p99,
         results.write_to_event_ms.median
     );
     Ok(results)
@@ -367,13 +378,22 @@ mod attack {
         let spin = PluginManifest::parse(&format!("name: spin-loop\nnamespace: {spin_ns}\n{grants}"), "spin-loop")?;
         for (file, manifest) in [("hostile.wasm", &hostile), ("spin_loop.wasm", &spin)] {
             let p = plugin(&engine, &dir.join(file), manifest).await?;
-            let c = Controller::start(p.clone(), manifest.controller.clone(), p.grants().clone(), registry.clone(), executor.clone(), ControllerMetrics::unregistered())
-                .await?;
+            let c = Controller::start(
+                p.clone(),
+                manifest.controller.clone(),
+                p.grants().clone(),
+                registry.clone(),
+                executor.clone(),
+                ControllerMetrics::unregistered(),
+            )
+            .await?;
             controllers.push(c);
         }
         let noise: Vec<Value> = (0..1000)
-            .map(|i| json!({"event": {"regarding": {"apiVersion": "v1", "kind": "ConfigMap", "namespace": "$NS", "name": "$NAME"},
-                                      "type": "Normal", "reason": "Noise", "message": format!("event {i}")}}))
+            .map(|i| {
+                json!({"event": {"regarding": {"apiVersion": "v1", "kind": "ConfigMap", "namespace": "$NS", "name": "$NAME"},
+                                      "type": "Normal", "reason": "Noise", "message": format!("event {i}")}})
+            })
             .collect();
         let cases = [
             ("sleepy-1", json!({"sleepMs": "60000"})),
@@ -384,7 +404,8 @@ mod attack {
         ];
         let cms = Api::<ConfigMap>::namespaced(client.clone(), &hostile_ns);
         for (name, data) in cases {
-            let cm: ConfigMap = serde_json::from_value(json!({"metadata": {"name": name, "labels": {"wasmloop.dev/hostile-test": "true"}}, "data": data}))?;
+            let cm: ConfigMap =
+                serde_json::from_value(json!({"metadata": {"name": name, "labels": {"wasmloop.dev/hostile-test": "true"}}, "data": data}))?;
             cms.create(&PostParams::default(), &cm).await?;
         }
         let spin_cm: ConfigMap = serde_json::from_value(json!({"metadata": {"name": "spin"}}))?;

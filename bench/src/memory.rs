@@ -113,13 +113,18 @@ pub async fn run(args: Args) -> Result<Results> {
             host.check_running()?;
             tokio::time::sleep(settle).await;
             let rss = procfs::settled_rss(host.pid(), 10, Duration::from_millis(300))?;
-            eprintln!("memory: run {r}: {count:>3} plugins loaded: RSS {:.1} MiB (idle {:.1} MiB)", rss as f64 / 1048576.0, idle as f64 / 1048576.0);
+            eprintln!(
+                "memory: run {r}: {count:>3} plugins loaded: RSS {:.1} MiB (idle {:.1} MiB)",
+                rss as f64 / 1048576.0,
+                idle as f64 / 1048576.0
+            );
             loaded.push((count, rss, procfs::rss_parts(host.pid())?));
         }
         host.stop().await?;
-        Api::<ConfigMap>::namespaced(client.clone(), &plugin_ns).delete_collection(&DeleteParams::default(), &ListParams::default()).await?;
+        Api::<ConfigMap>::namespaced(client.clone(), &plugin_ns)
+            .delete_collection(&DeleteParams::default(), &ListParams::default())
+            .await?;
         runs.push(Run { idle_rss_bytes: idle, idle_parts, loaded });
     }
     Ok(Results { counts: args.counts, runs })
 }
-

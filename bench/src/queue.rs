@@ -18,10 +18,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
+use parking_lot::Mutex;
 use prometheus_client::registry::Registry;
 use serde::{Deserialize, Serialize};
 use wasmloop::kinds::ObjectKey;
-use parking_lot::Mutex;
 use wasmloop::queue::{Priority, PriorityConfig, QueueMetrics, RateLimitConfig, WorkQueue};
 
 use crate::fixtures::rs_kind;
@@ -56,8 +56,6 @@ pub struct Args {
     #[arg(long)]
     pub out: PathBuf,
 }
-
-
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Throughput {

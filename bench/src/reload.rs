@@ -23,8 +23,8 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::broadcast;
 use wasmloop::actions::Executor;
 use wasmloop::controller::ControllerMetrics;
-use wasmloop::hotload::{LoadEvent, PluginManager, PluginManagerConfig, PluginMetrics, pack};
 use wasmloop::hotload::source::PLUGIN_LABEL;
+use wasmloop::hotload::{LoadEvent, PluginManager, PluginManagerConfig, PluginMetrics, pack};
 use wasmloop::informer::{InformerKey, InformerRegistry};
 use wasmloop::kinds::{KindRef, KindResolver};
 use wasmloop::plugin::PluginEngine;
@@ -106,9 +106,22 @@ pub async fn run(args: Args) -> Result<Results> {
         ("precompiled cache", Some(precompiled.path().to_path_buf()), args.cached_runs, false),
         (MANIFEST_ONLY, Some(precompiled.path().to_path_buf()), args.cached_runs, true),
     ] {
-        let plugin_ns = format!("bench-reload-{tag}-{}", if referenced { "ref" } else if dir.is_some() { "cached" } else { "compile" });
+        let plugin_ns = format!(
+            "bench-reload-{tag}-{}",
+            if referenced {
+                "ref"
+            } else if dir.is_some() {
+                "cached"
+            } else {
+                "compile"
+            }
+        );
         ensure_namespace(&client, &plugin_ns).await?;
-        let config = PluginManagerConfig { precompiled_dir: dir, shutdown_grace: Duration::from_secs(5), ..PluginManagerConfig::new(Some(plugin_ns.clone())) };
+        let config = PluginManagerConfig {
+            precompiled_dir: dir,
+            shutdown_grace: Duration::from_secs(5),
+            ..PluginManagerConfig::new(Some(plugin_ns.clone()))
+        };
         let manager = PluginManager::start(
             engine.clone(),
             registry.clone(),

@@ -59,21 +59,13 @@ impl fmt::Display for Error {
 impl std::error::Error for Error {}
 
 /// The JSON of one object, or `None` if it is not in the cache.
-pub fn get_raw(
-    kind: &KindRef,
-    namespace: Option<&str>,
-    name: &str,
-) -> Result<Option<String>, Error> {
+pub fn get_raw(kind: &KindRef, namespace: Option<&str>, name: &str) -> Result<Option<String>, Error> {
     crate::sys::cache_get(kind, namespace, name)
 }
 
 /// The JSON of the objects of `kind`, optionally in one namespace and matching a label selector
 /// (`app=web,tier in (a,b),!legacy`).
-pub fn list_raw(
-    kind: &KindRef,
-    namespace: Option<&str>,
-    selector: Option<&str>,
-) -> Result<Vec<String>, Error> {
+pub fn list_raw(kind: &KindRef, namespace: Option<&str>, selector: Option<&str>) -> Result<Vec<String>, Error> {
     crate::sys::cache_list(kind, namespace, selector)
 }
 
@@ -84,14 +76,8 @@ pub fn by_index_raw(kind: &KindRef, index: &str, value: &str) -> Result<Vec<Stri
 
 /// One object, or `None` if it is not in the cache (not created yet, deleted, or filtered out by
 /// a selector).
-pub fn get<T: DeserializeOwned>(
-    kind: &KindRef,
-    namespace: Option<&str>,
-    name: &str,
-) -> Result<Option<T>, Error> {
-    get_raw(kind, namespace, name)?
-        .map(|json| decode(kind, &json))
-        .transpose()
+pub fn get<T: DeserializeOwned>(kind: &KindRef, namespace: Option<&str>, name: &str) -> Result<Option<T>, Error> {
+    get_raw(kind, namespace, name)?.map(|json| decode(kind, &json)).transpose()
 }
 
 /// The object with this key (e.g. `request.key`), or `None` if it is not in the cache.
@@ -100,28 +86,14 @@ pub fn get_key<T: DeserializeOwned>(key: &ObjectKey) -> Result<Option<T>, Error>
 }
 
 /// Objects of `kind`, optionally in one namespace and matching a label selector.
-pub fn list<T: DeserializeOwned>(
-    kind: &KindRef,
-    namespace: Option<&str>,
-    selector: Option<&str>,
-) -> Result<Vec<T>, Error> {
-    list_raw(kind, namespace, selector)?
-        .iter()
-        .map(|json| decode(kind, json))
-        .collect()
+pub fn list<T: DeserializeOwned>(kind: &KindRef, namespace: Option<&str>, selector: Option<&str>) -> Result<Vec<T>, Error> {
+    list_raw(kind, namespace, selector)?.iter().map(|json| decode(kind, json)).collect()
 }
 
 /// Objects whose index `index` has the value `value`: `namespace`, `owner`, or an index the
 /// plugin declared in its metadata.
-pub fn by_index<T: DeserializeOwned>(
-    kind: &KindRef,
-    index: &str,
-    value: &str,
-) -> Result<Vec<T>, Error> {
-    by_index_raw(kind, index, value)?
-        .iter()
-        .map(|json| decode(kind, json))
-        .collect()
+pub fn by_index<T: DeserializeOwned>(kind: &KindRef, index: &str, value: &str) -> Result<Vec<T>, Error> {
+    by_index_raw(kind, index, value)?.iter().map(|json| decode(kind, json)).collect()
 }
 
 /// Objects of `kind` whose controller owner has this UID (index `owner`): the children a
@@ -138,9 +110,6 @@ fn decode<T: DeserializeOwned>(kind: &KindRef, json: &str) -> Result<T, Error> {
             .and_then(|v| crate::object::key(&v).ok())
             .map(|k| format!(" {}", k.name))
             .unwrap_or_default();
-        Error::Decode {
-            kind: kind.to_string(),
-            message: format!("object{name}: {e}"),
-        }
+        Error::Decode { kind: kind.to_string(), message: format!("object{name}: {e}") }
     })
 }

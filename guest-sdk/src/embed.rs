@@ -198,7 +198,8 @@ mod tests {
         let fake = FakeCache::for_reconciler::<Reaper>().with(pod("outer", "Running"));
         let backend = Pods::new(vec![pod("inner", "Running")]);
         fake.enter(|| {
-            let names = || cache::list::<Value>(&kinds::POD, None, None).unwrap().iter().map(|p| p["metadata"]["name"].clone()).collect::<Vec<_>>();
+            let names =
+                || cache::list::<Value>(&kinds::POD, None, None).unwrap().iter().map(|p| p["metadata"]["name"].clone()).collect::<Vec<_>>();
             assert_eq!(names(), ["outer"]);
             crate::native::with_backend(backend.clone(), || assert_eq!(names(), ["inner"]));
             assert_eq!(names(), ["outer"]);

@@ -24,18 +24,12 @@ pub struct Error {
 impl Error {
     /// An error worth retrying (a stale or incomplete cache, a conflict).
     pub fn transient(message: impl fmt::Display) -> Self {
-        Self {
-            kind: ErrorKind::Transient,
-            message: message.to_string(),
-        }
+        Self { kind: ErrorKind::Transient, message: message.to_string() }
     }
 
     /// An error retrying will not fix; the key is reconciled again when its objects change.
     pub fn permanent(message: impl fmt::Display) -> Self {
-        Self {
-            kind: ErrorKind::Permanent,
-            message: message.to_string(),
-        }
+        Self { kind: ErrorKind::Permanent, message: message.to_string() }
     }
 
     /// Transient or permanent.

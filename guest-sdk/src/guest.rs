@@ -28,10 +28,7 @@ use bindings::wasmloop::controller::{cache, log as wit_log, types as wit};
 pub use bindings::exports::wasmloop::controller::plugin::Guest;
 
 fn wit_kind(kind: &KindRef) -> wit::KindRef {
-    wit::KindRef {
-        api_version: kind.api_version.to_string(),
-        kind: kind.kind.to_string(),
-    }
+    wit::KindRef { api_version: kind.api_version.to_string(), kind: kind.kind.to_string() }
 }
 
 fn cache_error(e: cache::CacheError) -> CacheError {
@@ -42,27 +39,15 @@ fn cache_error(e: cache::CacheError) -> CacheError {
     }
 }
 
-pub(crate) fn cache_get(
-    kind: &KindRef,
-    namespace: Option<&str>,
-    name: &str,
-) -> Result<Option<String>, CacheError> {
+pub(crate) fn cache_get(kind: &KindRef, namespace: Option<&str>, name: &str) -> Result<Option<String>, CacheError> {
     cache::get(&wit_kind(kind), namespace, name).map_err(cache_error)
 }
 
-pub(crate) fn cache_list(
-    kind: &KindRef,
-    namespace: Option<&str>,
-    selector: Option<&str>,
-) -> Result<Vec<String>, CacheError> {
+pub(crate) fn cache_list(kind: &KindRef, namespace: Option<&str>, selector: Option<&str>) -> Result<Vec<String>, CacheError> {
     cache::list(&wit_kind(kind), namespace, selector).map_err(cache_error)
 }
 
-pub(crate) fn cache_by_index(
-    kind: &KindRef,
-    index: &str,
-    value: &str,
-) -> Result<Vec<String>, CacheError> {
+pub(crate) fn cache_by_index(kind: &KindRef, index: &str, value: &str) -> Result<Vec<String>, CacheError> {
     cache::by_index(&wit_kind(kind), index, value).map_err(cache_error)
 }
 
@@ -97,34 +82,16 @@ fn object_meta(m: wit::ObjectMeta) -> MetaRecord {
     (metadata, m.fields)
 }
 
-pub(crate) fn cache_get_meta(
-    kind: &KindRef,
-    namespace: Option<&str>,
-    name: &str,
-) -> Result<Option<MetaRecord>, CacheError> {
-    cache::get_meta(&wit_kind(kind), namespace, name)
-        .map(|m| m.map(object_meta))
-        .map_err(cache_error)
+pub(crate) fn cache_get_meta(kind: &KindRef, namespace: Option<&str>, name: &str) -> Result<Option<MetaRecord>, CacheError> {
+    cache::get_meta(&wit_kind(kind), namespace, name).map(|m| m.map(object_meta)).map_err(cache_error)
 }
 
-pub(crate) fn cache_list_meta(
-    kind: &KindRef,
-    namespace: Option<&str>,
-    selector: Option<&str>,
-) -> Result<Vec<MetaRecord>, CacheError> {
-    cache::list_meta(&wit_kind(kind), namespace, selector)
-        .map(|v| v.into_iter().map(object_meta).collect())
-        .map_err(cache_error)
+pub(crate) fn cache_list_meta(kind: &KindRef, namespace: Option<&str>, selector: Option<&str>) -> Result<Vec<MetaRecord>, CacheError> {
+    cache::list_meta(&wit_kind(kind), namespace, selector).map(|v| v.into_iter().map(object_meta).collect()).map_err(cache_error)
 }
 
-pub(crate) fn cache_by_index_meta(
-    kind: &KindRef,
-    index: &str,
-    value: &str,
-) -> Result<Vec<MetaRecord>, CacheError> {
-    cache::by_index_meta(&wit_kind(kind), index, value)
-        .map(|v| v.into_iter().map(object_meta).collect())
-        .map_err(cache_error)
+pub(crate) fn cache_by_index_meta(kind: &KindRef, index: &str, value: &str) -> Result<Vec<MetaRecord>, CacheError> {
+    cache::by_index_meta(&wit_kind(kind), index, value).map(|v| v.into_iter().map(object_meta).collect()).map_err(cache_error)
 }
 
 pub(crate) fn log(level: Level, message: &str) {
@@ -170,36 +137,15 @@ pub fn metadata<R: Reconciler>() -> wit::PluginMetadata {
                 selector: w.selector,
             })
             .collect(),
-        indexes: m
-            .indexes
-            .into_iter()
-            .map(|i| wit::Index {
-                kind: wit_kind(&i.kind),
-                name: i.name,
-                path: i.path,
-            })
-            .collect(),
-        fields: m
-            .fields
-            .into_iter()
-            .map(|f| wit::Field {
-                kind: wit_kind(&f.kind),
-                path: f.path,
-            })
-            .collect(),
+        indexes: m.indexes.into_iter().map(|i| wit::Index { kind: wit_kind(&i.kind), name: i.name, path: i.path }).collect(),
+        fields: m.fields.into_iter().map(|f| wit::Field { kind: wit_kind(&f.kind), path: f.path }).collect(),
     }
 }
 
 /// `Guest::reconcile` for reconciler `R`.
-pub fn reconcile<R: Reconciler>(
-    request: wit::Request,
-) -> Result<wit::Outcome, wit::ReconcileError> {
+pub fn reconcile<R: Reconciler>(request: wit::Request) -> Result<wit::Outcome, wit::ReconcileError> {
     let k = request.key;
-    let key = ObjectKey {
-        kind: KindRef::new(k.api_version, k.kind),
-        namespace: k.namespace,
-        name: k.name,
-    };
+    let key = ObjectKey { kind: KindRef::new(k.api_version, k.kind), namespace: k.namespace, name: k.name };
     let reason = match request.reason {
         wit::Reason::Event => Reason::Event,
         wit::Reason::Resync => Reason::Resync,
@@ -207,9 +153,7 @@ pub fn reconcile<R: Reconciler>(
         wit::Reason::Retry(n) => Reason::Retry(n),
     };
     let last_error = request.last_error;
-    let outcome = R::reconcile(Request { key, reason, last_error })
-        .and_then(Outcome::into_result)
-        .and_then(wit_outcome);
+    let outcome = R::reconcile(Request { key, reason, last_error }).and_then(Outcome::into_result).and_then(wit_outcome);
     outcome.map_err(|e| {
         if e.is_transient() {
             wit::ReconcileError::Transient(e.message().to_owned())
@@ -220,10 +164,7 @@ pub fn reconcile<R: Reconciler>(
 }
 
 fn wit_preconditions(p: Preconditions) -> wit::Preconditions {
-    wit::Preconditions {
-        uid: p.uid,
-        resource_version: p.resource_version,
-    }
+    wit::Preconditions { uid: p.uid, resource_version: p.resource_version }
 }
 
 fn wit_outcome(outcome: Outcome) -> Result<wit::Outcome, Error> {
@@ -232,10 +173,9 @@ fn wit_outcome(outcome: Outcome) -> Result<wit::Outcome, Error> {
         actions.push(match a {
             Action::Create(v) => wit::Action::Create(serde_json::to_string(&v)?),
             Action::Apply(v) => wit::Action::Apply(serde_json::to_string(&v)?),
-            Action::Delete(k) => wit::Action::Delete(wit::Deletion {
-                key: wit_key(k),
-                preconditions: wit_preconditions(Default::default()),
-            }),
+            Action::Delete(k) => {
+                wit::Action::Delete(wit::Deletion { key: wit_key(k), preconditions: wit_preconditions(Default::default()) })
+            }
             Action::Patch(p) => wit::Action::Patch(wit::Patch {
                 key: wit_key(p.key),
                 status: p.status,
@@ -246,10 +186,9 @@ fn wit_outcome(outcome: Outcome) -> Result<wit::Outcome, Error> {
                 body: serde_json::to_string(&p.body)?,
                 preconditions: wit_preconditions(p.preconditions),
             }),
-            Action::UpdateStatus { key, status } => wit::Action::UpdateStatus(wit::StatusUpdate {
-                key: wit_key(key),
-                status: serde_json::to_string(&status)?,
-            }),
+            Action::UpdateStatus { key, status } => {
+                wit::Action::UpdateStatus(wit::StatusUpdate { key: wit_key(key), status: serde_json::to_string(&status)? })
+            }
             Action::Event(e) => wit::Action::Event(wit::Event {
                 regarding: wit_key(e.regarding),
                 event_type: match e.event_type {
@@ -261,11 +200,6 @@ fn wit_outcome(outcome: Outcome) -> Result<wit::Outcome, Error> {
             }),
         });
     }
-    let requeue_after_ms = outcome
-        .requeue_after
-        .map(|d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
-    Ok(wit::Outcome {
-        actions,
-        requeue_after_ms,
-    })
+    let requeue_after_ms = outcome.requeue_after.map(|d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+    Ok(wit::Outcome { actions, requeue_after_ms })
 }

@@ -98,9 +98,7 @@ macro_rules! export_reconciler {
         const _: () = {
             struct __WasmloopReconciler;
             impl $crate::__private::Guest for __WasmloopReconciler {
-                fn metadata()
-                -> $crate::__private::bindings::wasmloop::controller::types::PluginMetadata
-                {
+                fn metadata() -> $crate::__private::bindings::wasmloop::controller::types::PluginMetadata {
                     $crate::__private::metadata::<$ty>()
                 }
                 fn reconcile(

@@ -102,11 +102,7 @@ pub(crate) fn cache_get_meta(kind: &KindRef, namespace: Option<&str>, name: &str
     Ok(current()?.get_meta(kind, namespace, name)?.map(record))
 }
 
-pub(crate) fn cache_list_meta(
-    kind: &KindRef,
-    namespace: Option<&str>,
-    selector: Option<&str>,
-) -> Result<Vec<MetaRecord>, Error> {
+pub(crate) fn cache_list_meta(kind: &KindRef, namespace: Option<&str>, selector: Option<&str>) -> Result<Vec<MetaRecord>, Error> {
     Ok(current()?.list_meta(kind, namespace, selector)?.into_iter().map(record).collect())
 }
 

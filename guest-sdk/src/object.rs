@@ -58,9 +58,7 @@ impl ObjectMeta {
 
     /// The owner reference with `controller: true`, if any.
     pub fn controller(&self) -> Option<&OwnerReference> {
-        self.owner_references
-            .iter()
-            .find(|r| r.controller == Some(true))
+        self.owner_references.iter().find(|r| r.controller == Some(true))
     }
 
     /// Whether the object's controller owner has this UID.
@@ -153,9 +151,7 @@ pub fn label<'a>(obj: &'a Value, key: &str) -> Option<&'a str> {
 
 /// Whether deletion of a JSON object has started (`metadata.deletionTimestamp` is set).
 pub fn is_deleting(obj: &Value) -> bool {
-    obj.get("metadata")
-        .and_then(|m| m.get("deletionTimestamp"))
-        .is_some_and(|t| !t.is_null())
+    obj.get("metadata").and_then(|m| m.get("deletionTimestamp")).is_some_and(|t| !t.is_null())
 }
 
 /// The UID in the controller owner reference of a JSON object.
@@ -174,9 +170,7 @@ pub fn key(obj: &Value) -> Result<ObjectKey, String> {
     let field = |f: &str| obj.get(f).and_then(Value::as_str).filter(|s| !s.is_empty());
     let api_version = field("apiVersion").ok_or("object has no apiVersion")?;
     let kind = field("kind").ok_or("object has no kind")?;
-    let name = name(obj)
-        .filter(|s| !s.is_empty())
-        .ok_or_else(|| format!("{kind} has no metadata.name"))?;
+    let name = name(obj).filter(|s| !s.is_empty()).ok_or_else(|| format!("{kind} has no metadata.name"))?;
     Ok(KindRef::new(api_version, kind).key(namespace(obj), name))
 }
 
@@ -215,14 +209,8 @@ mod tests {
 
     #[test]
     fn key_of_incomplete_object_is_an_error() {
-        assert_eq!(
-            key(&json!({"kind": "Pod"})).unwrap_err(),
-            "object has no apiVersion"
-        );
-        assert_eq!(
-            key(&json!({"apiVersion": "v1", "kind": "Pod"})).unwrap_err(),
-            "Pod has no metadata.name"
-        );
+        assert_eq!(key(&json!({"kind": "Pod"})).unwrap_err(), "object has no apiVersion");
+        assert_eq!(key(&json!({"apiVersion": "v1", "kind": "Pod"})).unwrap_err(), "Pod has no metadata.name");
     }
 
     #[test]

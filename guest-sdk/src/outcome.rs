@@ -94,12 +94,9 @@ impl Outcome {
     pub fn create(self, obj: &impl Serialize) -> Self {
         self.with_object("create", obj, |v| {
             check_type(&v)?;
-            let named = ["name", "generateName"].iter().any(|f| {
-                v.get("metadata")
-                    .and_then(|m| m.get(*f))
-                    .and_then(Value::as_str)
-                    .is_some_and(|s| !s.is_empty())
-            });
+            let named = ["name", "generateName"]
+                .iter()
+                .any(|f| v.get("metadata").and_then(|m| m.get(*f)).and_then(Value::as_str).is_some_and(|s| !s.is_empty()));
             if !named {
                 return Err("object has neither metadata.name nor metadata.generateName".into());
             }
@@ -154,10 +151,7 @@ impl Outcome {
     /// Write `.status` of `obj` through the `/status` subresource (merge patch): fields given
     /// are replaced, fields not given are kept.
     pub fn status(self, obj: &impl Serialize, status: impl Serialize) -> Self {
-        let key = match serde_json::to_value(obj)
-            .map_err(|e| e.to_string())
-            .and_then(|v| object::key(&v))
-        {
+        let key = match serde_json::to_value(obj).map_err(|e| e.to_string()).and_then(|v| object::key(&v)) {
             Ok(k) => k,
             Err(e) => return self.invalid(format!("status: {e}")),
         };
@@ -171,25 +165,14 @@ impl Outcome {
                 self.actions.push(Action::UpdateStatus { key, status });
                 self
             }
-            Ok(other) => self.invalid(format!(
-                "status of {key}: expected a JSON object, got {other}"
-            )),
+            Ok(other) => self.invalid(format!("status of {key}: expected a JSON object, got {other}")),
             Err(e) => self.invalid(format!("status of {key}: does not serialize: {e}")),
         }
     }
 
     /// Record an Event about `obj`.
-    pub fn event(
-        self,
-        obj: &impl Serialize,
-        event_type: EventType,
-        reason: impl Into<String>,
-        message: impl Into<String>,
-    ) -> Self {
-        let key = match serde_json::to_value(obj)
-            .map_err(|e| e.to_string())
-            .and_then(|v| object::key(&v))
-        {
+    pub fn event(self, obj: &impl Serialize, event_type: EventType, reason: impl Into<String>, message: impl Into<String>) -> Self {
+        let key = match serde_json::to_value(obj).map_err(|e| e.to_string()).and_then(|v| object::key(&v)) {
             Ok(k) => k,
             Err(e) => return self.invalid(format!("event: {e}")),
         };
@@ -197,23 +180,12 @@ impl Outcome {
     }
 
     /// Record an Event about the object with this key.
-    pub fn event_key(
-        mut self,
-        regarding: ObjectKey,
-        event_type: EventType,
-        reason: impl Into<String>,
-        message: impl Into<String>,
-    ) -> Self {
+    pub fn event_key(mut self, regarding: ObjectKey, event_type: EventType, reason: impl Into<String>, message: impl Into<String>) -> Self {
         let reason = reason.into();
         if reason.is_empty() {
             return self.invalid("event: empty reason");
         }
-        self.actions.push(Action::Event(Event {
-            regarding,
-            event_type,
-            reason,
-            message: message.into(),
-        }));
+        self.actions.push(Action::Event(Event { regarding, event_type, reason, message: message.into() }));
         self
     }
 
@@ -292,15 +264,8 @@ impl Outcome {
         self
     }
 
-    fn with_object(
-        self,
-        what: &str,
-        obj: &impl Serialize,
-        f: impl FnOnce(Value) -> Result<Action, String>,
-    ) -> Self {
-        let action = serde_json::to_value(obj)
-            .map_err(|e| format!("object does not serialize: {e}"))
-            .and_then(f);
+    fn with_object(self, what: &str, obj: &impl Serialize, f: impl FnOnce(Value) -> Result<Action, String>) -> Self {
+        let action = serde_json::to_value(obj).map_err(|e| format!("object does not serialize: {e}")).and_then(f);
         match action {
             Ok(a) => {
                 let mut s = self;
@@ -324,9 +289,7 @@ fn check_type(v: &Value) -> Result<(), String> {
 /// The owner's namespace and a controller reference to it.
 fn controller_ref(owner: &Value) -> Result<(Option<String>, Value), String> {
     let key = object::key(owner).map_err(|e| format!("owner: {e}"))?;
-    let uid = object::uid(owner)
-        .filter(|u| !u.is_empty())
-        .ok_or_else(|| format!("owner {key} has no metadata.uid"))?;
+    let uid = object::uid(owner).filter(|u| !u.is_empty()).ok_or_else(|| format!("owner {key} has no metadata.uid"))?;
     let r = json!({
         "apiVersion": key.kind.api_version,
         "kind": key.kind.kind,
@@ -342,9 +305,7 @@ fn set_owner(mut child: Value, owner_ns: Option<&str>, owner_ref: Value) -> Resu
     let Some(obj) = child.as_object_mut() else {
         return Err("child is not a JSON object".into());
     };
-    let meta = obj
-        .entry("metadata")
-        .or_insert_with(|| Value::Object(Map::new()));
+    let meta = obj.entry("metadata").or_insert_with(|| Value::Object(Map::new()));
     let Some(meta) = meta.as_object_mut() else {
         return Err("child metadata is not a JSON object".into());
     };
@@ -354,23 +315,16 @@ fn set_owner(mut child: Value, owner_ns: Option<&str>, owner_ref: Value) -> Resu
                 meta.insert("namespace".into(), owner_ns.into());
             }
             Some(ns) if ns != owner_ns => {
-                return Err(format!(
-                    "child in namespace {ns:?} cannot be owned by an object in {owner_ns:?}"
-                ));
+                return Err(format!("child in namespace {ns:?} cannot be owned by an object in {owner_ns:?}"));
             }
             Some(_) => {}
         }
     }
-    let refs = meta
-        .entry("ownerReferences")
-        .or_insert_with(|| Value::Array(Vec::new()));
+    let refs = meta.entry("ownerReferences").or_insert_with(|| Value::Array(Vec::new()));
     let Some(refs) = refs.as_array_mut() else {
         return Err("child ownerReferences is not an array".into());
     };
-    if let Some(other) = refs
-        .iter()
-        .find(|r| r.get("controller").and_then(Value::as_bool) == Some(true))
-    {
+    if let Some(other) = refs.iter().find(|r| r.get("controller").and_then(Value::as_bool) == Some(true)) {
         if other.get("uid") != owner_ref.get("uid") {
             return Err(format!("child already has a controller: {other}"));
         }
@@ -393,10 +347,7 @@ mod tests {
     #[test]
     fn create_owned_sets_controller_ref_and_namespace() {
         let out = Outcome::new()
-            .create_owned(
-                &owner(),
-                json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web-0"}}),
-            )
+            .create_owned(&owner(), json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web-0"}}))
             .into_result()
             .unwrap();
         let pod = out.created().next().unwrap();
@@ -411,23 +362,13 @@ mod tests {
     #[test]
     fn create_owned_rejects_cross_namespace_and_second_controller() {
         let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "other"}});
-        let e = Outcome::new()
-            .create_owned(&owner(), pod)
-            .into_result()
-            .unwrap_err();
+        let e = Outcome::new().create_owned(&owner(), pod).into_result().unwrap_err();
         assert!(!e.is_transient());
-        assert!(
-            e.message()
-                .contains("cannot be owned by an object in \"prod\""),
-            "{e}"
-        );
+        assert!(e.message().contains("cannot be owned by an object in \"prod\""), "{e}");
 
         let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p",
             "ownerReferences": [{"apiVersion": "v1", "kind": "X", "name": "x", "uid": "x", "controller": true}]}});
-        let e = Outcome::new()
-            .create_owned(&owner(), pod)
-            .into_result()
-            .unwrap_err();
+        let e = Outcome::new().create_owned(&owner(), pod).into_result().unwrap_err();
         assert!(e.message().contains("already has a controller"), "{e}");
     }
 
@@ -435,16 +376,10 @@ mod tests {
     fn create_owned_needs_owner_uid() {
         let owner = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}});
         let e = Outcome::new()
-            .create_owned(
-                &owner,
-                json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}}),
-            )
+            .create_owned(&owner, json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}}))
             .into_result()
             .unwrap_err();
-        assert_eq!(
-            e.message(),
-            "invalid action: create_owned: owner v1/ConfigMap c has no metadata.uid"
-        );
+        assert_eq!(e.message(), "invalid action: create_owned: owner v1/ConfigMap c has no metadata.uid");
     }
 
     #[test]
@@ -454,22 +389,10 @@ mod tests {
             .delete(&json!({"apiVersion": "v1", "kind": "Pod"}))
             .into_result()
             .unwrap_err();
-        assert_eq!(
-            e.message(),
-            "invalid action: create: object has no apiVersion"
-        );
-        let e = Outcome::new()
-            .create(&json!({"apiVersion": "v1", "kind": "Pod"}))
-            .into_result()
-            .unwrap_err();
-        assert!(
-            e.message()
-                .contains("neither metadata.name nor metadata.generateName")
-        );
-        let e = Outcome::new()
-            .status_key(kinds::POD.key(None, "p"), 3)
-            .into_result()
-            .unwrap_err();
+        assert_eq!(e.message(), "invalid action: create: object has no apiVersion");
+        let e = Outcome::new().create(&json!({"apiVersion": "v1", "kind": "Pod"})).into_result().unwrap_err();
+        assert!(e.message().contains("neither metadata.name nor metadata.generateName"));
+        let e = Outcome::new().status_key(kinds::POD.key(None, "p"), 3).into_result().unwrap_err();
         assert!(e.message().contains("expected a JSON object, got 3"));
     }
 
@@ -492,16 +415,9 @@ mod tests {
         assert_eq!(key.to_string(), "apps/v1/ReplicaSet prod/web");
         assert_eq!(status["replicas"], 1);
         let ev = out.events().next().unwrap();
-        assert_eq!(
-            (ev.event_type, ev.reason.as_str()),
-            (EventType::Warning, "Failed")
-        );
+        assert_eq!((ev.event_type, ev.reason.as_str()), (EventType::Warning, "Failed"));
         assert_eq!(out.requeue_after, Some(Duration::from_secs(5)));
         assert!(!out.is_empty());
-        assert!(
-            Outcome::new()
-                .requeue_after(Duration::from_secs(1))
-                .is_empty()
-        );
+        assert!(Outcome::new().requeue_after(Duration::from_secs(1)).is_empty());
     }
 }

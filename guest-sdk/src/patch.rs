@@ -97,8 +97,7 @@ impl Patch {
 /// The owner reference that makes `owner` the controller of its dependents.
 pub fn controller_ref(owner: &Value) -> Result<Value, String> {
     let s = |p: &str| owner.pointer(p).and_then(Value::as_str).filter(|s| !s.is_empty());
-    let (Some(api_version), Some(kind), Some(name), Some(uid)) =
-        (s("/apiVersion"), s("/kind"), s("/metadata/name"), s("/metadata/uid"))
+    let (Some(api_version), Some(kind), Some(name), Some(uid)) = (s("/apiVersion"), s("/kind"), s("/metadata/name"), s("/metadata/uid"))
     else {
         return Err("the owner needs apiVersion, kind, metadata.name and metadata.uid".into());
     };
@@ -321,10 +320,13 @@ mod tests {
         let owners = json!([{"uid": "other"}, {"uid": "rs-1", "controller": true}]);
         let out = Outcome::new().release("rs-1", &pod(owners));
         let p = out.patches().next().unwrap();
-        assert_eq!(p.body, json!([
-            {"op": "test", "path": "/metadata/ownerReferences/1/uid", "value": "rs-1"},
-            {"op": "remove", "path": "/metadata/ownerReferences/1"},
-        ]));
+        assert_eq!(
+            p.body,
+            json!([
+                {"op": "test", "path": "/metadata/ownerReferences/1/uid", "value": "rs-1"},
+                {"op": "remove", "path": "/metadata/ownerReferences/1"},
+            ])
+        );
         assert!(Outcome::new().release("nobody", &pod(json!([]))).is_empty());
     }
 

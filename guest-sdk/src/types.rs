@@ -18,18 +18,12 @@ pub struct KindRef {
 impl KindRef {
     /// A kind from owned or borrowed strings.
     pub fn new(api_version: impl Into<String>, kind: impl Into<String>) -> Self {
-        Self {
-            api_version: Cow::Owned(api_version.into()),
-            kind: Cow::Owned(kind.into()),
-        }
+        Self { api_version: Cow::Owned(api_version.into()), kind: Cow::Owned(kind.into()) }
     }
 
     /// A kind from string literals, usable in `const` items.
     pub const fn from_static(api_version: &'static str, kind: &'static str) -> Self {
-        Self {
-            api_version: Cow::Borrowed(api_version),
-            kind: Cow::Borrowed(kind),
-        }
+        Self { api_version: Cow::Borrowed(api_version), kind: Cow::Borrowed(kind) }
     }
 
     /// The kind of a `k8s-openapi` type, e.g. `KindRef::of::<k8s::api::core::v1::Pod>()`.
@@ -45,11 +39,7 @@ impl KindRef {
 
     /// An object key of this kind.
     pub fn key(&self, namespace: Option<&str>, name: impl Into<String>) -> ObjectKey {
-        ObjectKey {
-            kind: self.clone(),
-            namespace: namespace.map(str::to_owned),
-            name: name.into(),
-        }
+        ObjectKey { kind: self.clone(), namespace: namespace.map(str::to_owned), name: name.into() }
     }
 }
 
@@ -119,11 +109,7 @@ pub struct Request {
 impl Request {
     /// A request caused by an event, the common case (handy in tests).
     pub fn new(key: ObjectKey) -> Self {
-        Self {
-            key,
-            reason: Reason::Event,
-            last_error: None,
-        }
+        Self { key, reason: Reason::Event, last_error: None }
     }
 }
 
@@ -155,11 +141,7 @@ pub struct Watch {
 impl Watch {
     /// Watch every object of `kind`.
     pub fn new(kind: KindRef, mapping: Mapping) -> Self {
-        Self {
-            kind,
-            mapping,
-            selector: None,
-        }
+        Self { kind, mapping, selector: None }
     }
 
     /// Watch (and cache) only objects matching this label selector, e.g. `app=web,tier!=db`.
@@ -265,17 +247,8 @@ impl Metadata {
 
     /// Declare index `name` on `kind` over `path` (`labels.<key>` or a dotted field path).
     /// Declaring an index also makes `kind` readable.
-    pub fn index(
-        mut self,
-        kind: KindRef,
-        name: impl Into<String>,
-        path: impl Into<String>,
-    ) -> Self {
-        self.indexes.push(Index {
-            kind,
-            name: name.into(),
-            path: path.into(),
-        });
+    pub fn index(mut self, kind: KindRef, name: impl Into<String>, path: impl Into<String>) -> Self {
+        self.indexes.push(Index { kind, name: name.into(), path: path.into() });
         self
     }
 
@@ -295,11 +268,7 @@ impl Metadata {
     /// without duplicates (the host grants exactly these).
     pub fn readable_kinds(&self) -> Vec<&KindRef> {
         let mut out: Vec<&KindRef> = Vec::new();
-        let all = self
-            .reconciles
-            .iter()
-            .chain(self.watches.iter().map(|w| &w.kind))
-            .chain(self.indexes.iter().map(|i| &i.kind));
+        let all = self.reconciles.iter().chain(self.watches.iter().map(|w| &w.kind)).chain(self.indexes.iter().map(|i| &i.kind));
         for k in all {
             if !out.contains(&k) {
                 out.push(k);
@@ -310,17 +279,11 @@ impl Metadata {
 
     /// The reconciled kind, or a clear panic when the builder forgot it. The host cannot load a
     /// plugin without one, so this is a programming error caught at load (or in the first test).
-    #[cfg_attr(
-        all(not(target_arch = "wasm32"), not(feature = "testing")),
-        allow(dead_code)
-    )]
+    #[cfg_attr(all(not(target_arch = "wasm32"), not(feature = "testing")), allow(dead_code))]
     pub(crate) fn reconciled_kind(&self) -> &KindRef {
-        self.reconciles.as_ref().unwrap_or_else(|| {
-            panic!(
-                "plugin {:?}: Metadata has no reconciled kind; call .reconciles(kind)",
-                self.name
-            )
-        })
+        self.reconciles
+            .as_ref()
+            .unwrap_or_else(|| panic!("plugin {:?}: Metadata has no reconciled kind; call .reconciles(kind)", self.name))
     }
 }
 
@@ -369,10 +332,7 @@ mod tests {
     #[test]
     fn key_display_with_and_without_namespace() {
         assert_eq!(kinds::POD.key(Some("ns"), "p").to_string(), "v1/Pod ns/p");
-        assert_eq!(
-            kinds::NAMESPACE.key(None, "team-a").to_string(),
-            "v1/Namespace team-a"
-        );
+        assert_eq!(kinds::NAMESPACE.key(None, "team-a").to_string(), "v1/Namespace team-a");
     }
 
     #[test]
@@ -383,10 +343,7 @@ mod tests {
             .watches(kinds::REPLICA_SET, Mapping::SameName)
             .index(kinds::POD, "node", "spec.nodeName")
             .index(kinds::NODE, "zone", "labels.zone");
-        assert_eq!(
-            m.readable_kinds(),
-            vec![&kinds::REPLICA_SET, &kinds::POD, &kinds::NODE]
-        );
+        assert_eq!(m.readable_kinds(), vec![&kinds::REPLICA_SET, &kinds::POD, &kinds::NODE]);
     }
 
     #[test]

@@ -109,8 +109,7 @@ fn is_collection(path: &str) -> bool {
 pub async fn build(kubeconfig: Option<&str>) -> Result<(Client, ApiRequests)> {
     let config = match kubeconfig {
         Some(path) => {
-            let kc = Kubeconfig::read_from(path)
-                .map_err(|source| Error::Kubeconfig { path: path.to_string(), source })?;
+            let kc = Kubeconfig::read_from(path).map_err(|source| Error::Kubeconfig { path: path.to_string(), source })?;
             Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
                 .await
                 .map_err(|source| Error::Kubeconfig { path: path.to_string(), source })?

@@ -16,10 +16,7 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 /// `"10h"`, `"1m30s"` or `"1.5s"`. Units: `ns`, `us` (or `µs`), `ms`, `s`, `m`, `h`.
 /// A bare `"0"` is zero; negative durations are rejected.
 pub fn parse(input: &str) -> Result<Duration> {
-    let invalid = |reason: &str| Error {
-        input: input.to_owned(),
-        reason: reason.to_owned(),
-    };
+    let invalid = |reason: &str| Error { input: input.to_owned(), reason: reason.to_owned() };
     let text = input.trim();
     if text == "0" {
         return Ok(Duration::ZERO);
@@ -30,13 +27,9 @@ pub fn parse(input: &str) -> Result<Duration> {
     let mut total_nanos: u128 = 0;
     let mut rest = text;
     while !rest.is_empty() {
-        let number_len = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .unwrap_or(rest.len());
+        let number_len = rest.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(rest.len());
         let (number, after) = rest.split_at(number_len);
-        let unit_len = after
-            .find(|c: char| c.is_ascii_digit() || c == '.')
-            .unwrap_or(after.len());
+        let unit_len = after.find(|c: char| c.is_ascii_digit() || c == '.').unwrap_or(after.len());
         let (unit, after) = after.split_at(unit_len);
         let unit_nanos: u128 = match unit {
             "ns" => 1,
@@ -52,23 +45,13 @@ pub fn parse(input: &str) -> Result<Duration> {
         if whole.is_empty() && fraction.is_empty() {
             return Err(invalid("missing number"));
         }
-        let digits = |s: &str| -> Result<u128> {
-            if s.is_empty() {
-                Ok(0)
-            } else {
-                s.parse::<u128>().map_err(|_| invalid("bad number"))
-            }
-        };
-        let mut nanos = digits(whole)?
-            .checked_mul(unit_nanos)
-            .ok_or_else(|| invalid("too large"))?;
+        let digits = |s: &str| -> Result<u128> { if s.is_empty() { Ok(0) } else { s.parse::<u128>().map_err(|_| invalid("bad number")) } };
+        let mut nanos = digits(whole)?.checked_mul(unit_nanos).ok_or_else(|| invalid("too large"))?;
         // Fraction digits beyond nanosecond precision are dropped.
         let fraction = &fraction[..fraction.len().min(18)];
         let scale = 10u128.pow(u32::try_from(fraction.len()).unwrap_or(18));
         nanos += digits(fraction)?.saturating_mul(unit_nanos) / scale;
-        total_nanos = total_nanos
-            .checked_add(nanos)
-            .ok_or_else(|| invalid("too large"))?;
+        total_nanos = total_nanos.checked_add(nanos).ok_or_else(|| invalid("too large"))?;
         rest = after;
     }
     let secs = u64::try_from(total_nanos / 1_000_000_000).map_err(|_| invalid("too large"))?;
@@ -159,20 +142,8 @@ mod tests {
         for (text, expected) in cases {
             assert_eq!(parse(text).ok(), Some(expected), "{text}");
         }
-        for bad in [
-            "",
-            "5",
-            "ms",
-            "5x",
-            "-5s",
-            "1.2.3s",
-            "5 s",
-            "99999999999999999999999h",
-        ] {
-            assert!(
-                matches!(parse(bad), Err(Error { .. })),
-                "{bad:?} should be rejected"
-            );
+        for bad in ["", "5", "ms", "5x", "-5s", "1.2.3s", "5 s", "99999999999999999999999h"] {
+            assert!(matches!(parse(bad), Err(Error { .. })), "{bad:?} should be rejected");
         }
     }
 

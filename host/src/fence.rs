@@ -92,7 +92,15 @@ impl Fence {
     /// Follow the Lease `namespace/name`: each version held by `identity` opens the fence for
     /// `duration - margin` from when it is observed; any other holder closes it. Runs until the
     /// returned task is aborted.
-    pub fn track(&self, client: kube::Client, namespace: &str, name: &str, identity: String, duration: Duration, margin: Duration) -> tokio::task::JoinHandle<()> {
+    pub fn track(
+        &self,
+        client: kube::Client,
+        namespace: &str,
+        name: &str,
+        identity: String,
+        duration: Duration,
+        margin: Duration,
+    ) -> tokio::task::JoinHandle<()> {
         let fence = self.clone();
         let api: Api<Lease> = Api::namespaced(client, namespace);
         let config = watcher::Config::default().fields(&format!("metadata.name={name}"));

@@ -19,8 +19,8 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use wasmloop_model::Target;
 
 use crate::actions::Action;
-use crate::reconciler::ReconcilerSpec;
 use crate::kinds::KindRef;
+use crate::reconciler::ReconcilerSpec;
 
 /// Errors parsing grants or checking something against them.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -169,8 +169,7 @@ impl FromStr for KindPattern {
         }
         let invalid = || Error::InvalidKind(s.to_owned());
         let (api_version, kind) = s.rsplit_once('/').ok_or_else(invalid)?;
-        let kind_ok = kind.chars().next().is_some_and(|c| c.is_ascii_alphabetic())
-            && kind.chars().all(|c| c.is_ascii_alphanumeric());
+        let kind_ok = kind.chars().next().is_some_and(|c| c.is_ascii_alphabetic()) && kind.chars().all(|c| c.is_ascii_alphanumeric());
         let k = KindRef::new(api_version, kind);
         if !kind_ok || k.group_version().is_err() {
             return Err(invalid());
@@ -338,8 +337,7 @@ impl Grants {
         } else if with_verb.is_empty() {
             format!("no grant for verb {verb}")
         } else {
-            let mut granted: Vec<&str> =
-                with_verb.iter().flat_map(|g| g.namespaces.iter().flatten()).map(String::as_str).collect();
+            let mut granted: Vec<&str> = with_verb.iter().flat_map(|g| g.namespaces.iter().flatten()).map(String::as_str).collect();
             granted.sort_unstable();
             granted.dedup();
             format!("{verb} on {kind} is granted only in namespaces {}", granted.join(", "))
@@ -365,11 +363,8 @@ impl Grants {
     /// [`crate::admission`] for the whole admission). The error names verb, kind, namespace and object.
     pub fn check_action(&self, action: &Action) -> Result<()> {
         let verb = Verb::of(action);
-        let target = action.target().map_err(|e| Error::InvalidAction {
-            plugin: self.plugin_label().to_owned(),
-            verb,
-            reason: e.to_string(),
-        })?;
+        let target =
+            action.target().map_err(|e| Error::InvalidAction { plugin: self.plugin_label().to_owned(), verb, reason: e.to_string() })?;
         self.check_target(verb, &target)
     }
 
@@ -407,8 +402,8 @@ impl Grants {
 mod tests {
     use super::*;
     use crate::actions::EventType;
-    use crate::reconciler::{Mapping, WatchSpec};
     use crate::kinds::ObjectKey;
+    use crate::reconciler::{Mapping, WatchSpec};
     use serde_json::json;
 
     const YAML: &str = r#"
@@ -483,9 +478,7 @@ grants:
             "plugin podset may not delete v1/Pod web-1 in namespace kube-system: \
              delete on v1/Pod is granted only in namespaces shop"
         );
-        let apply = Action::Apply {
-            object: json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "shop"}}),
-        };
+        let apply = Action::Apply { object: json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "shop"}}) };
         let err = g.check_action(&apply).unwrap_err().to_string();
         assert_eq!(err, "plugin podset may not apply v1/Pod p in namespace shop: no grant for verb apply");
         let secret = Action::delete(ObjectKey::new(KindRef::new("v1", "Secret"), Some("shop".into()), "s"));
@@ -501,8 +494,9 @@ grants:
             message: "m".into(),
         };
         assert!(g.check_action(&event).is_ok());
-        let create =
-            Action::Create { object: json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"generateName": "web-", "namespace": "shop"}}) };
+        let create = Action::Create {
+            object: json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"generateName": "web-", "namespace": "shop"}}),
+        };
         assert!(g.check_action(&create).is_ok());
     }
 
@@ -515,10 +509,8 @@ grants:
         let no_name = Action::Apply { object: json!({"apiVersion": "v1", "kind": "Pod", "metadata": {}}) };
         let err = g.check_action(&no_name).unwrap_err().to_string();
         assert!(err.contains("the object has no metadata.name"), "{err}");
-        let actions = vec![
-            Action::delete(ObjectKey::new(pod(), Some("shop".into()), "ok")),
-            Action::delete(ObjectKey::new(pod(), None, "cluster")),
-        ];
+        let actions =
+            vec![Action::delete(ObjectKey::new(pod(), Some("shop".into()), "ok")), Action::delete(ObjectKey::new(pod(), None, "cluster"))];
         let err = g.check_actions(&actions).unwrap_err().to_string();
         assert!(err.starts_with("action 1: plugin podset may not delete v1/Pod cluster (cluster-scoped)"), "{err}");
     }

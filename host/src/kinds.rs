@@ -106,14 +106,8 @@ impl KindResolver {
             return Ok(r.clone());
         }
         let gvk = kind.gvk()?;
-        let (resource, caps) = discovery::pinned_kind(&self.client, &gvk)
-            .await
-            .map_err(|e| Error::NotServed(kind.clone(), e))?;
-        let resolved = ResolvedKind {
-            kind: kind.clone(),
-            resource,
-            namespaced: caps.scope == Scope::Namespaced,
-        };
+        let (resource, caps) = discovery::pinned_kind(&self.client, &gvk).await.map_err(|e| Error::NotServed(kind.clone(), e))?;
+        let resolved = ResolvedKind { kind: kind.clone(), resource, namespaced: caps.scope == Scope::Namespaced };
         self.cache.lock().insert(kind.clone(), resolved.clone());
         Ok(resolved)
     }

@@ -57,9 +57,7 @@ pub async fn serve(
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
         .with_state(AppState { registry, ready });
-    let task = tokio::spawn(async move {
-        axum::serve(listener, app).with_graceful_shutdown(shutdown).await.map_err(Error::Serve)
-    });
+    let task = tokio::spawn(async move { axum::serve(listener, app).with_graceful_shutdown(shutdown).await.map_err(Error::Serve) });
     Ok((bound, task))
 }
 
@@ -67,11 +65,7 @@ async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
     let mut body = String::new();
     let encoded = prometheus_client::encoding::text::encode(&mut body, &state.registry.lock());
     match encoded {
-        Ok(()) => (
-            StatusCode::OK,
-            [(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")],
-            body,
-        ),
+        Ok(()) => (StatusCode::OK, [(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], body),
         Err(e) => (
             StatusCode::INTERNAL_SERVER_ERROR,
             [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],

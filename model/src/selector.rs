@@ -344,16 +344,11 @@ pub fn validate_key(key: &str) -> Result<(), String> {
     if let Some(p) = prefix {
         let ok = !p.is_empty()
             && p.len() <= 253
-            && p.bytes()
-                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
-            && p.split('.').all(|part| {
-                part.starts_with(|c: char| c.is_ascii_alphanumeric())
-                    && part.ends_with(|c: char| c.is_ascii_alphanumeric())
-            });
+            && p.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
+            && p.split('.')
+                .all(|part| part.starts_with(|c: char| c.is_ascii_alphanumeric()) && part.ends_with(|c: char| c.is_ascii_alphanumeric()));
         if !ok {
-            return Err(format!(
-                "invalid label key `{key}`: the prefix must be a lowercase DNS subdomain"
-            ));
+            return Err(format!("invalid label key `{key}`: the prefix must be a lowercase DNS subdomain"));
         }
     }
     if name.is_empty() || !is_label_name(name) {

@@ -203,9 +203,8 @@ fn check_api_version(v: &str) -> Result<(), TargetError> {
 }
 
 fn check_kind(kind: &str) -> Result<(), TargetError> {
-    let ok = kind.len() <= 63
-        && kind.chars().next().is_some_and(|c| c.is_ascii_alphabetic())
-        && kind.chars().all(|c| c.is_ascii_alphanumeric());
+    let ok =
+        kind.len() <= 63 && kind.chars().next().is_some_and(|c| c.is_ascii_alphabetic()) && kind.chars().all(|c| c.is_ascii_alphanumeric());
     if !ok {
         return Err(TargetError::Kind(kind.to_owned()));
     }
@@ -263,7 +262,8 @@ mod tests {
         let t = create(json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"generateName": "web-", "namespace": "a"}})).unwrap();
         assert_eq!(t.name, TargetName::GenerateName("web-".into()));
         assert_eq!(t.to_string(), "v1/Pod a/web-*");
-        let t = apply(json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "system:x"}})).unwrap();
+        let t =
+            apply(json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "system:x"}})).unwrap();
         assert_eq!(t.namespace, None);
         assert_eq!(t.to_string(), "rbac.authorization.k8s.io/v1/ClusterRole system:x");
         let t = apply(json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": ""}})).unwrap();

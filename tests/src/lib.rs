@@ -12,8 +12,8 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use k8s_openapi::api::core::v1::Namespace;
-use kube::api::{Api, DeleteParams, PostParams};
 use kube::Client;
+use kube::api::{Api, DeleteParams, PostParams};
 
 /// The workspace root (where `scripts/` lives).
 pub fn workspace_root() -> PathBuf {
@@ -23,10 +23,7 @@ pub fn workspace_root() -> PathBuf {
 /// The kubeconfig of this run's control plane, starting one if needed.
 pub fn kubeconfig() -> Result<PathBuf> {
     static KUBECONFIG: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-    KUBECONFIG
-        .get_or_init(|| start_or_reuse().map_err(|e| format!("{e:#}")))
-        .clone()
-        .map_err(|e| anyhow::anyhow!(e))
+    KUBECONFIG.get_or_init(|| start_or_reuse().map_err(|e| format!("{e:#}"))).clone().map_err(|e| anyhow::anyhow!(e))
 }
 
 fn start_or_reuse() -> Result<PathBuf> {
@@ -38,11 +35,8 @@ fn start_or_reuse() -> Result<PathBuf> {
         return Ok(path);
     }
     let script = workspace_root().join("scripts/control-plane.sh");
-    let out = Command::new(&script)
-        .arg("start")
-        .stderr(Stdio::inherit())
-        .output()
-        .with_context(|| format!("running {}", script.display()))?;
+    let out =
+        Command::new(&script).arg("start").stderr(Stdio::inherit()).output().with_context(|| format!("running {}", script.display()))?;
     if !out.status.success() {
         bail!("{} start failed (run `{} build` first?)", script.display(), script.display());
     }
@@ -51,10 +45,7 @@ fn start_or_reuse() -> Result<PathBuf> {
     let pid = std::process::id();
     Command::new("sh")
         .arg("-c")
-        .arg(format!(
-            "while kill -0 {pid} 2>/dev/null; do sleep 1; done; '{}' stop '{dir}' >/dev/null 2>&1",
-            script.display()
-        ))
+        .arg(format!("while kill -0 {pid} 2>/dev/null; do sleep 1; done; '{}' stop '{dir}' >/dev/null 2>&1", script.display()))
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -83,7 +74,10 @@ impl TestNamespace {
         prefix.truncate(40);
         let name = format!("{}-{suffix}", prefix.trim_end_matches('-'));
         let ns: Namespace = serde_json::from_value(serde_json::json!({"metadata": {"name": name}}))?;
-        Api::<Namespace>::all(client.clone()).create(&PostParams::default(), &ns).await.with_context(|| format!("creating namespace {name}"))?;
+        Api::<Namespace>::all(client.clone())
+            .create(&PostParams::default(), &ns)
+            .await
+            .with_context(|| format!("creating namespace {name}"))?;
         Ok(Self { name, client: client.clone() })
     }
 
@@ -189,9 +183,8 @@ impl Host {
 /// A built plugin component: `$WASMLOOP_PLUGIN_DIR/<name>.wasm`, default
 /// `<workspace>/target/wasm32-wasip2/plugin/`. Missing → an error saying how to build it.
 pub fn plugin_path(name: &str) -> Result<PathBuf> {
-    let dir = std::env::var_os("WASMLOOP_PLUGIN_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| workspace_root().join("target/wasm32-wasip2/plugin"));
+    let dir =
+        std::env::var_os("WASMLOOP_PLUGIN_DIR").map(PathBuf::from).unwrap_or_else(|| workspace_root().join("target/wasm32-wasip2/plugin"));
     let path = dir.join(format!("{}.wasm", name.replace('-', "_")));
     if !path.exists() {
         bail!("{} is missing: run scripts/build-plugins.sh and scripts/build-test-plugins.sh first", path.display());
@@ -213,7 +206,8 @@ pub async fn ensure_podset_crd(client: &Client) -> Result<()> {
         let name = name.clone();
         async move {
             let crd = api.get(&name).await?;
-            let established = crd.status.and_then(|s| s.conditions).unwrap_or_default().iter().any(|c| c.type_ == "Established" && c.status == "True");
+            let established =
+                crd.status.and_then(|s| s.conditions).unwrap_or_default().iter().any(|c| c.type_ == "Established" && c.status == "True");
             Ok(established.then_some(()))
         }
     })

@@ -88,8 +88,18 @@ async fn patches_and_deletes_honour_preconditions_and_report_conflicts() -> anyh
     for (what, action) in [
         ("merge, stale resourceVersion", patch(PatchType::Merge, json!({"data": {"value": "x"}}), pre(None, Some(&rv)))),
         ("merge, other uid", patch(PatchType::Merge, json!({"data": {"value": "x"}}), pre(Some("not-the-uid"), None))),
-        ("json, stale resourceVersion", patch(PatchType::Json, json!([{"op": "replace", "path": "/data/value", "value": "x"}]), pre(None, Some(&rv)))),
-        ("json, failed test", patch(PatchType::Json, json!([{"op": "test", "path": "/data/value", "value": "1"}, {"op": "replace", "path": "/data/value", "value": "x"}]), pre(None, None))),
+        (
+            "json, stale resourceVersion",
+            patch(PatchType::Json, json!([{"op": "replace", "path": "/data/value", "value": "x"}]), pre(None, Some(&rv))),
+        ),
+        (
+            "json, failed test",
+            patch(
+                PatchType::Json,
+                json!([{"op": "test", "path": "/data/value", "value": "1"}, {"op": "replace", "path": "/data/value", "value": "x"}]),
+                pre(None, None),
+            ),
+        ),
         ("delete, other uid", Action::Delete { key: key.clone(), preconditions: pre(Some("not-the-uid"), None) }),
     ] {
         let err = executor.execute("test", &action).await.expect_err(what);

@@ -27,12 +27,15 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, ServiceAccount};
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, RoleBinding};
+use kube::Client;
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
-use kube::Client;
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use wasmloop_tests::{TestNamespace, apply_plugin, ensure_podset_crd, client, eventually, init_tracing, kubeconfig, plugin_path, sa_kubeconfig, workspace_root};
+use wasmloop_tests::{
+    TestNamespace, apply_plugin, client, ensure_podset_crd, eventually, init_tracing, kubeconfig, plugin_path, sa_kubeconfig,
+    workspace_root,
+};
 
 /// The deploy's namespace and ServiceAccount (deploy/serviceaccount.yaml).
 const DEPLOY_NS: &str = "wasmloop";
@@ -62,7 +65,13 @@ fn kubectl(args: &[&str]) -> Result<String> {
         .output()
         .context("running kubectl")?;
     if !out.status.success() {
-        bail!("kubectl {} failed ({}):\n{}{}", args.join(" "), out.status, String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        bail!(
+            "kubectl {} failed ({}):\n{}{}",
+            args.join(" "),
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
     Ok(String::from_utf8(out.stdout)?)
 }
@@ -158,8 +167,7 @@ async fn pods(client: &Client, ns: &str) -> Result<Vec<Pod>> {
 /// by no existing PodSet are returned under `""`.
 async fn pods_by_podset(client: &Client, ns: &str) -> Result<BTreeMap<String, Vec<String>>> {
     let sets = podsets(client, ns).list(&ListParams::default()).await?.items;
-    let by_uid: BTreeMap<String, String> =
-        sets.iter().filter_map(|p| Some((p.metadata.uid.clone()?, p.metadata.name.clone()?))).collect();
+    let by_uid: BTreeMap<String, String> = sets.iter().filter_map(|p| Some((p.metadata.uid.clone()?, p.metadata.name.clone()?))).collect();
     let mut out: BTreeMap<String, Vec<String>> = sets.iter().filter_map(|p| p.metadata.name.clone()).map(|n| (n, vec![])).collect();
     for pod in pods(client, ns).await? {
         let owner = pod
@@ -342,7 +350,8 @@ async fn http_get(addr: SocketAddr, path: &str) -> Result<(u16, String)> {
     let text = String::from_utf8(buf)?;
     let (head, body) = text.split_once("\r\n\r\n").context("HTTP response without a header end")?;
     let code: u16 = head.split_whitespace().nth(1).context("no status code")?.parse()?;
-    let chunked = head.lines().any(|l| l.to_ascii_lowercase().starts_with("transfer-encoding:") && l.to_ascii_lowercase().contains("chunked"));
+    let chunked =
+        head.lines().any(|l| l.to_ascii_lowercase().starts_with("transfer-encoding:") && l.to_ascii_lowercase().contains("chunked"));
     let body = if chunked { dechunk(body)? } else { body.to_string() };
     Ok((code, body))
 }
@@ -443,7 +452,8 @@ async fn kubectl_apply_k_deploy_creates_valid_objects() -> Result<()> {
     // From a clean clone: every file the base lists is committed, none is generated.
     let base = std::fs::read_to_string(workspace_root().join("deploy/kustomization.yaml"))?;
     for file in base.lines().filter_map(|l| l.trim().strip_prefix("- ")).filter(|f| f.ends_with(".yaml")) {
-        let tracked = Command::new("git").args(["ls-files", "--error-unmatch", &format!("deploy/{file}")]).current_dir(workspace_root()).output()?;
+        let tracked =
+            Command::new("git").args(["ls-files", "--error-unmatch", &format!("deploy/{file}")]).current_dir(workspace_root()).output()?;
         assert!(tracked.status.success(), "deploy/kustomization.yaml lists deploy/{file}, which is not committed");
     }
 
@@ -504,7 +514,8 @@ async fn kubectl_apply_k_deploy_creates_valid_objects() -> Result<()> {
         let m = m.with_context(|| format!("no resource {what}"))?;
         assert!(m.contains_key("cpu") && m.contains_key("memory"), "{what}: {m:?}");
     }
-    let probe_path = |p: &Option<k8s_openapi::api::core::v1::Probe>| p.as_ref().and_then(|p| p.http_get.as_ref()).and_then(|h| h.path.clone());
+    let probe_path =
+        |p: &Option<k8s_openapi::api::core::v1::Probe>| p.as_ref().and_then(|p| p.http_get.as_ref()).and_then(|h| h.path.clone());
     assert_eq!(probe_path(&c.liveness_probe).as_deref(), Some("/healthz"));
     assert_eq!(probe_path(&c.readiness_probe).as_deref(), Some("/readyz"));
 
@@ -549,9 +560,7 @@ async fn host_converges_podsets_with_the_deploy_rbac_only() -> Result<()> {
     let want = BTreeMap::from([("web".to_string(), 3), ("worker".to_string(), 2)]);
     converged(&admin, &ns.name, &want).await?;
     // Delete: scale down.
-    podsets(&admin, &ns.name)
-        .patch("web", &PatchParams::default(), &Patch::Merge(json!({"spec": {"replicas": 1}})))
-        .await?;
+    podsets(&admin, &ns.name).patch("web", &PatchParams::default(), &Patch::Merge(json!({"spec": {"replicas": 1}}))).await?;
     let want = BTreeMap::from([("web".to_string(), 1), ("worker".to_string(), 2)]);
     converged(&admin, &ns.name, &want).await?;
 
@@ -590,7 +599,12 @@ async fn a_missing_rbac_rule_is_reported_naming_verb_and_resource() -> Result<()
     let crbs = Api::<ClusterRoleBinding>::all(admin.clone()).list(&ListParams::default()).await?.items;
     let bound: Vec<String> = crbs
         .iter()
-        .filter(|b| b.subjects.iter().flatten().any(|s| s.kind == "ServiceAccount" && s.name == DEPLOY_SA && s.namespace.as_deref() == Some(DEPLOY_NS)))
+        .filter(|b| {
+            b.subjects
+                .iter()
+                .flatten()
+                .any(|s| s.kind == "ServiceAccount" && s.name == DEPLOY_SA && s.namespace.as_deref() == Some(DEPLOY_NS))
+        })
         .map(|b| b.role_ref.name.clone())
         .collect();
     assert!(bound.contains(&"wasmloop-plugin-podset".to_string()), "deploy bindings: {bound:?}");
@@ -655,7 +669,11 @@ async fn a_missing_rbac_rule_is_reported_naming_verb_and_resource() -> Result<()
     .await?;
     assert!(later > first);
     let m = host.metrics().await?;
-    assert!(m.sum("controller_runtime_reconcile_errors_total", &[("controller", "podset")]) >= 2.0, "reconcile errors not counted:\n{}", m.0);
+    assert!(
+        m.sum("controller_runtime_reconcile_errors_total", &[("controller", "podset")]) >= 2.0,
+        "reconcile errors not counted:\n{}",
+        m.0
+    );
     assert!(m.sum("controller_runtime_reconcile_total", &[("controller", "podset"), ("result", "error")]) >= 2.0);
     assert!(m.sum("workqueue_retries_total", &[("name", "podset")]) >= 1.0, "retries not counted");
     assert!(pods(&admin, &ns.name).await?.is_empty(), "a Pod was created without the permission");
@@ -669,7 +687,8 @@ struct ClusterScopedCleanup(String);
 
 impl Drop for ClusterScopedCleanup {
     fn drop(&mut self) {
-        let _ = kubectl(&["delete", "clusterrolebinding,clusterrole", "-l", &format!("wasmloop.dev/test={}", self.0), "--ignore-not-found"]);
+        let _ =
+            kubectl(&["delete", "clusterrolebinding,clusterrole", "-l", &format!("wasmloop.dev/test={}", self.0), "--ignore-not-found"]);
     }
 }
 
@@ -787,8 +806,10 @@ async fn the_host_stays_healthy_under_attack() -> Result<()> {
     apply_plugin(&admin, &ns.name, "hostile", &std::fs::read(plugin_path("hostile")?)?, &hostile_manifest).await?;
     install_podset_plugin(&admin, &ns.name).await?;
     let noise: Vec<Value> = (0..1000)
-        .map(|i| json!({"event": {"regarding": {"apiVersion": "v1", "kind": "ConfigMap", "namespace": "$NS", "name": "$NAME"},
-                                  "type": "Normal", "reason": "Noise", "message": format!("event {i}")}}))
+        .map(|i| {
+            json!({"event": {"regarding": {"apiVersion": "v1", "kind": "ConfigMap", "namespace": "$NS", "name": "$NAME"},
+                                  "type": "Normal", "reason": "Noise", "message": format!("event {i}")}})
+        })
         .collect();
     for (name, data) in [
         ("sleepy-1", json!({"sleepMs": "60000"})),
@@ -798,16 +819,15 @@ async fn the_host_stays_healthy_under_attack() -> Result<()> {
         ("chatty", json!({"logLines": "5000", "requeueAfterMs": "0"})),
         ("noisy", json!({"actions": Value::Array(noise).to_string(), "requeueAfterMs": "0"})),
     ] {
-        let cm: ConfigMap = serde_json::from_value(json!({"metadata": {"name": name, "labels": {"wasmloop.dev/hostile-test": "true"}}, "data": data}))?;
+        let cm: ConfigMap =
+            serde_json::from_value(json!({"metadata": {"name": name, "labels": {"wasmloop.dev/hostile-test": "true"}}, "data": data}))?;
         cms.create(&PostParams::default(), &cm).await?;
     }
     let kc = kubeconfig()?;
     let args = ["--plugin-namespace", ns.name.as_str(), "--leader-elect", "--lease-duration", "4", "--lease-grace", "2"];
     let host = HostProcess::start(&format!("attacked-{}", ns.name), &kc, dir.path(), &args).await?;
-    eventually("both plugins loaded", WAIT, || async {
-        Ok((host.metrics().await?.sum("wasmloop_plugin_info", &[]) >= 2.0).then_some(()))
-    })
-    .await?;
+    eventually("both plugins loaded", WAIT, || async { Ok((host.metrics().await?.sum("wasmloop_plugin_info", &[]) >= 2.0).then_some(())) })
+        .await?;
     let leases = Api::<Lease>::namespaced(admin.clone(), &ns.name);
     let renewed = |l: &Lease| l.spec.as_ref().and_then(|s| s.renew_time.clone()).map(|t| t.0);
     let first_renewal = renewed(&leases.get("wasmloop").await?);
@@ -861,7 +881,10 @@ async fn a_frozen_leader_sends_no_writes_after_it_resumes() -> Result<()> {
     let b = HostProcess::start(&format!("b-{}", ns.name), &kc, dir.path(), &args).await?;
     let leader_name = eventually("a Lease holder", WAIT, || async { holder(&admin, &ns.name).await }).await?;
     let (leader, standby) = if leader_name == a.name { (a, b) } else { (b, a) };
-    eventually("the leader to load the plugin", WAIT, || async { Ok(leader.metrics().await?.has("wasmloop_plugin_info", &[]).then_some(())) }).await?;
+    eventually("the leader to load the plugin", WAIT, || async {
+        Ok(leader.metrics().await?.has("wasmloop_plugin_info", &[]).then_some(()))
+    })
+    .await?;
     create_podset(&admin, &ns.name, "slow", 30).await?;
     eventually("the leader to be mid-outcome", WAIT, || async { Ok((pods(&admin, &ns.name).await?.len() >= 3).then_some(())) }).await?;
 
@@ -946,7 +969,10 @@ async fn leader_election_one_reconciles_and_the_other_takes_over() -> Result<()>
     assert!(took_lease < Duration::from_secs(LEASE_SECS + 3), "takeover took {took_lease:?}");
     // Warm: nothing to load or sync after the Lease, only the fence opening on the Lease watch
     // (the goal is 1 s; the margin is for the polls on a loaded CI machine).
-    assert!(took_over.saturating_sub(took_lease) < Duration::from_secs(2), "the warm standby took {took_over:?} to reconcile, the Lease after {took_lease:?}");
+    assert!(
+        took_over.saturating_sub(took_lease) < Duration::from_secs(2),
+        "the warm standby took {took_over:?} to reconcile, the Lease after {took_lease:?}"
+    );
     create_podset(&admin, &ns.name, "after-kill", 1).await?;
     converged(&admin, &ns.name, &BTreeMap::from([("ha".to_string(), 2), ("ha2".to_string(), 1), ("after-kill".to_string(), 1)])).await?;
     drop(leader);
@@ -1003,7 +1029,13 @@ async fn sigterm_under_load_exits_zero_without_half_applied_reconciles() -> Resu
     let d = Api::<Deployment>::namespaced(admin.clone(), DEPLOY_NS).get("wasmloop").await?;
     let pod = d.spec.context("spec")?.template.spec.context("pod spec")?;
     let tgps = Duration::from_secs(pod.termination_grace_period_seconds.context("terminationGracePeriodSeconds")? as u64);
-    let grace = pod.containers[0].env.iter().flatten().find(|e| e.name == "WASMLOOP_SHUTDOWN_GRACE").and_then(|e| e.value.clone()).context("WASMLOOP_SHUTDOWN_GRACE")?;
+    let grace = pod.containers[0]
+        .env
+        .iter()
+        .flatten()
+        .find(|e| e.name == "WASMLOOP_SHUTDOWN_GRACE")
+        .and_then(|e| e.value.clone())
+        .context("WASMLOOP_SHUTDOWN_GRACE")?;
 
     let kc = sa_kubeconfig(&admin, DEPLOY_NS, DEPLOY_SA, dir.path()).await?;
     let mut host = HostProcess::start("term-host", &kc, dir.path(), &["--plugin-namespace", &ns.name, "--shutdown-grace", &grace]).await?;
@@ -1016,7 +1048,10 @@ async fn sigterm_under_load_exits_zero_without_half_applied_reconciles() -> Resu
     host.signal("TERM")?;
     let status = host.wait_exit(tgps).await?;
     let took = termed.elapsed();
-    eprintln!("SIGTERM under load ({created_at_signal} creates done): exited with {status} after {:.2}s (grace period {tgps:?})", took.as_secs_f64());
+    eprintln!(
+        "SIGTERM under load ({created_at_signal} creates done): exited with {status} after {:.2}s (grace period {tgps:?})",
+        took.as_secs_f64()
+    );
     assert!(status.success(), "exit status {status}:\n{}", host.log_tail(30));
     let log = host.log_text();
     assert!(log.contains("SIGTERM: shutting down") && log.contains("\"stopped\""), "{}", host.log_tail(30));

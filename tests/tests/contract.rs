@@ -15,7 +15,7 @@ use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::watcher;
 use parking_lot::Mutex;
 use serde_json::json;
-use wasmloop_tests::{start_plugin, Host, TestNamespace, eventually, init_tracing};
+use wasmloop_tests::{Host, TestNamespace, eventually, init_tracing, start_plugin};
 
 const WAIT: Duration = Duration::from_secs(90);
 
@@ -33,10 +33,8 @@ async fn a_contract_0_1_plugin_loads_and_reconciles_on_the_0_2_host() -> Result<
     init_tracing();
     let host = Host::new().await?;
     let ns = TestNamespace::create(&host.client, "contract-v01").await?;
-    let manifest = format!(
-        "namespace: {}\ngrants:\n  - kinds: [\"v1/ConfigMap\"]\n    verbs: [read, create, apply, delete, event]\n",
-        ns.name
-    );
+    let manifest =
+        format!("namespace: {}\ngrants:\n  - kinds: [\"v1/ConfigMap\"]\n    verbs: [read, create, apply, delete, event]\n", ns.name);
     let t = Instant::now();
     let (ctl, wasm) = start_plugin(&host, "contract-v0-1", &manifest).await?;
     assert_eq!(wasm.contract_version(), "0.1.0", "the fixture is built against contract 0.1");
@@ -98,13 +96,8 @@ async fn a_contract_0_1_plugin_loads_and_reconciles_on_the_0_2_host() -> Result<
     let copied = eventually("Copied Events on src", WAIT, || {
         let events = events.clone();
         async move {
-            let copied: Vec<Event> = events
-                .list(&ListParams::default())
-                .await?
-                .items
-                .into_iter()
-                .filter(|e| e.reason.as_deref() == Some("Copied"))
-                .collect();
+            let copied: Vec<Event> =
+                events.list(&ListParams::default()).await?.items.into_iter().filter(|e| e.reason.as_deref() == Some("Copied")).collect();
             Ok((!copied.is_empty()).then_some(copied))
         }
     })

@@ -11,7 +11,7 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use parking_lot::Mutex;
 use serde_json::json;
 use wasmloop::cache::{CacheRead, IndexSpec, SharedCache};
-use wasmloop::controller::{Mapping, Outcome, ReconcileError, Reconciler, ReconcilerSpec, Reason, Request, WatchSpec};
+use wasmloop::controller::{Mapping, Outcome, Reason, ReconcileError, Reconciler, ReconcilerSpec, Request, WatchSpec};
 use wasmloop::informer::InformerKey;
 use wasmloop::kinds::KindRef;
 use wasmloop_tests::{Host, TestNamespace, eventually, init_tracing};
@@ -46,7 +46,15 @@ struct Recorder {
 impl Recorder {
     fn new(kind: KindRef, watches: Vec<WatchSpec>) -> Arc<Self> {
         Arc::new(Self {
-            spec: ReconcilerSpec { name: "recorder".into(), version: "1".into(), reconciles: kind, selector: None, watches, indexes: vec![], fields: vec![] },
+            spec: ReconcilerSpec {
+                name: "recorder".into(),
+                version: "1".into(),
+                reconciles: kind,
+                selector: None,
+                watches,
+                indexes: vec![],
+                fields: vec![],
+            },
             calls: Mutex::new(Vec::new()),
             fail_first: Mutex::new(Default::default()),
             hold: Mutex::new(None),
@@ -65,7 +73,10 @@ impl Reconciler for Recorder {
         &self.spec
     }
     fn reconcile(&self, req: &Request, cache: &SharedCache) -> Result<Outcome, ReconcileError> {
-        let found = cache.get(&req.key.kind, req.key.namespace.as_deref(), &req.key.name).map_err(|e| ReconcileError::Transient(e.to_string()))?.is_some();
+        let found = cache
+            .get(&req.key.kind, req.key.namespace.as_deref(), &req.key.name)
+            .map_err(|e| ReconcileError::Transient(e.to_string()))?
+            .is_some();
         self.calls.lock().push(Call { name: req.key.name.clone(), reason: req.reason, found, at: Instant::now() });
         let gate = self.hold.lock().as_ref().filter(|(n, _)| *n == req.key.name).map(|(_, b)| b.clone());
         if let Some(b) = gate {
@@ -101,7 +112,8 @@ async fn informer_lists_a_baseline_then_watches_updates_and_deletes() -> Result<
     assert_eq!(inf.store().by_index("app", "a")?.len(), 3);
 
     // Watch: an update reaches the cache, and the label index follows the label change.
-    api.patch("before-0", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"labels": {"app": "b"}}, "data": {"v": "1"}}))).await?;
+    api.patch("before-0", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"labels": {"app": "b"}}, "data": {"v": "1"}})))
+        .await?;
     let store = inf.store().clone();
     let nsn = ns.name.clone();
     eventually("the update in the cache", WAIT, || {
@@ -247,10 +259,11 @@ async fn failures_are_retried_with_growing_delays_and_forgotten_after_success() 
     let api: Api<ConfigMap> = Api::namespaced(host.client.clone(), &ns.name);
     let rec = Recorder::new(cm_kind(), vec![]);
     rec.fail_first.lock().insert("flaky".into(), 5);
-    let ctl = host.start(rec.clone(), &ns.name, |c| {
-        c.rate_limits.base_delay = Duration::from_millis(50);
-    })
-    .await?;
+    let ctl = host
+        .start(rec.clone(), &ns.name, |c| {
+            c.rate_limits.base_delay = Duration::from_millis(50);
+        })
+        .await?;
     api.create(&PostParams::default(), &cm("flaky", json!({}))).await?;
     let r = rec.clone();
     eventually("5 failures and a success", WAIT, || {

@@ -93,99 +93,217 @@ fn cases(team: &str, victim: &str, host_ns: &str, all_ns: &str, host_role: &str,
     use Grants::{All, Team};
     vec![
         // A namespace on a cluster-scoped kind does not make it namespaced.
-        Case { name: "ns-delete-in-team", grants: Team, actions: json!([{"delete": key("v1", "Namespace", Some(team), victim)}]),
-               expect: &["invalid action", "v1/Namespace is cluster-scoped, but the action names namespace"] },
-        Case { name: "crb-in-team", grants: Team, actions: json!([{"apply": team_crb}]),
-               expect: &["rbac.authorization.k8s.io/v1/ClusterRoleBinding is cluster-scoped, but the action names namespace"] },
-        Case { name: "ns-delete", grants: Team, actions: json!([{"delete": key("v1", "Namespace", None, victim)}]),
-               expect: &["may not delete v1/Namespace", "(cluster-scoped)"] },
-        Case { name: "pod-elsewhere", grants: Team, actions: json!([{"create": {"apiVersion": "v1", "kind": "Pod",
+        Case {
+            name: "ns-delete-in-team",
+            grants: Team,
+            actions: json!([{"delete": key("v1", "Namespace", Some(team), victim)}]),
+            expect: &["invalid action", "v1/Namespace is cluster-scoped, but the action names namespace"],
+        },
+        Case {
+            name: "crb-in-team",
+            grants: Team,
+            actions: json!([{"apply": team_crb}]),
+            expect: &["rbac.authorization.k8s.io/v1/ClusterRoleBinding is cluster-scoped, but the action names namespace"],
+        },
+        Case {
+            name: "ns-delete",
+            grants: Team,
+            actions: json!([{"delete": key("v1", "Namespace", None, victim)}]),
+            expect: &["may not delete v1/Namespace", "(cluster-scoped)"],
+        },
+        Case {
+            name: "pod-elsewhere",
+            grants: Team,
+            actions: json!([{"create": {"apiVersion": "v1", "kind": "Pod",
                    "metadata": {"name": "pwned-pod", "namespace": victim}, "spec": {"containers": [{"name": "c", "image": "x"}]}}}]),
-               expect: &["may not create v1/Pod pwned-pod in namespace", "granted only in namespaces"] },
-        Case { name: "status-elsewhere", grants: Team,
-               actions: json!([{"updateStatus": {"key": key("v1", "ConfigMap", Some(victim), "precious"), "status": {"p": 1}}}]),
-               expect: &["may not update-status v1/ConfigMap precious"] },
-        Case { name: "namespaced-without-ns", grants: Team, actions: json!([{"create": cm("pwned-nons", None)}]),
-               expect: &["v1/ConfigMap is namespaced, but the action names no namespace"] },
-        Case { name: "other-api-version", grants: Team, actions: json!([{"apply": {"apiVersion": "rbac.authorization.k8s.io/v1beta1",
+            expect: &["may not create v1/Pod pwned-pod in namespace", "granted only in namespaces"],
+        },
+        Case {
+            name: "status-elsewhere",
+            grants: Team,
+            actions: json!([{"updateStatus": {"key": key("v1", "ConfigMap", Some(victim), "precious"), "status": {"p": 1}}}]),
+            expect: &["may not update-status v1/ConfigMap precious"],
+        },
+        Case {
+            name: "namespaced-without-ns",
+            grants: Team,
+            actions: json!([{"create": cm("pwned-nons", None)}]),
+            expect: &["v1/ConfigMap is namespaced, but the action names no namespace"],
+        },
+        Case {
+            name: "other-api-version",
+            grants: Team,
+            actions: json!([{"apply": {"apiVersion": "rbac.authorization.k8s.io/v1beta1",
                    "kind": "ClusterRole", "metadata": {"name": "pwned-beta"}}}]),
-               expect: &["may not apply rbac.authorization.k8s.io/v1beta1/ClusterRole pwned-beta"] },
+            expect: &["may not apply rbac.authorization.k8s.io/v1beta1/ClusterRole pwned-beta"],
+        },
         // Targets the API server would read as something else.
-        Case { name: "subresource", grants: Team, actions: json!([{"delete": key("v1", "Pod", Some(team), "x/status")}]),
-               expect: &["ReconcileFailed", "subresources are not action targets"] },
-        Case { name: "dotdot", grants: Team, actions: json!([{"delete": key("v1", "ConfigMap", Some(team), "..")}]),
-               expect: &["`.` and `..` are not names"] },
-        Case { name: "ns-traversal", grants: Team, actions: json!([{"create": cm("pwned-trav", Some("../kube-system"))}]),
-               expect: &["invalid namespace \"../kube-system\""] },
-        Case { name: "list-body", grants: Team, actions: json!([{"create": {"apiVersion": "v1", "kind": "List",
+        Case {
+            name: "subresource",
+            grants: Team,
+            actions: json!([{"delete": key("v1", "Pod", Some(team), "x/status")}]),
+            expect: &["ReconcileFailed", "subresources are not action targets"],
+        },
+        Case {
+            name: "dotdot",
+            grants: Team,
+            actions: json!([{"delete": key("v1", "ConfigMap", Some(team), "..")}]),
+            expect: &["`.` and `..` are not names"],
+        },
+        Case {
+            name: "ns-traversal",
+            grants: Team,
+            actions: json!([{"create": cm("pwned-trav", Some("../kube-system"))}]),
+            expect: &["invalid namespace \"../kube-system\""],
+        },
+        Case {
+            name: "list-body",
+            grants: Team,
+            actions: json!([{"create": {"apiVersion": "v1", "kind": "List",
                    "metadata": {"name": "pwned-list", "namespace": team}, "items": [cm("pwned-in-list", Some(victim))]}}]),
-               expect: &["kind List is a list"] },
+            expect: &["kind List is a list"],
+        },
         // Bodies: owners and Event subjects must be readable, with the uid the cache holds.
-        Case { name: "owner-unreadable", grants: Team, actions: json!([{"create": owned("pwned-owner1", "Secret", "s", "x")}]),
-               expect: &["ownerReferences[0]: owner v1/Secret", "the plugin may not read it"] },
-        Case { name: "owner-wrong-uid", grants: Team, actions: json!([{"create": owned("pwned-owner2", "ConfigMap", "owner-wrong-uid", "bogus")}]),
-               expect: &["the reference says bogus"] },
-        Case { name: "event-unreadable", grants: Team, actions: json!([{"event": {"regarding": key("v1", "Secret", Some(team), "s"),
+        Case {
+            name: "owner-unreadable",
+            grants: Team,
+            actions: json!([{"create": owned("pwned-owner1", "Secret", "s", "x")}]),
+            expect: &["ownerReferences[0]: owner v1/Secret", "the plugin may not read it"],
+        },
+        Case {
+            name: "owner-wrong-uid",
+            grants: Team,
+            actions: json!([{"create": owned("pwned-owner2", "ConfigMap", "owner-wrong-uid", "bogus")}]),
+            expect: &["the reference says bogus"],
+        },
+        Case {
+            name: "event-unreadable",
+            grants: Team,
+            actions: json!([{"event": {"regarding": key("v1", "Secret", Some(team), "s"),
                    "type": "Normal", "reason": "Hi", "message": "m"}}]),
-               expect: &["an Event may only be about an object the plugin may read"] },
+            expect: &["an Event may only be about an object the plugin may read"],
+        },
         // One refused action refuses the whole outcome.
-        Case { name: "all-or-nothing", grants: Team,
-               actions: json!([{"create": cm("pwned-first", Some(team))}, {"delete": key("v1", "Namespace", None, victim)}]),
-               expect: &["action 1 (delete v1/Namespace"] },
+        Case {
+            name: "all-or-nothing",
+            grants: Team,
+            actions: json!([{"create": cm("pwned-first", Some(team))}, {"delete": key("v1", "Namespace", None, victim)}]),
+            expect: &["action 1 (delete v1/Namespace"],
+        },
         // Protected objects: no grant unlocks them.
         Case { name: "plugin-label", grants: All, actions: json!([{"apply": plugin_cm}]), expect: &["(plugin-label)"] },
-        Case { name: "host-ns-configmap", grants: All, actions: json!([{"apply": cm("precious", Some(host_ns))}]),
-               expect: &["(plugin-configmap)"] },
-        Case { name: "host-lease", grants: All, actions: json!([{"apply": {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+        Case {
+            name: "host-ns-configmap",
+            grants: All,
+            actions: json!([{"apply": cm("precious", Some(host_ns))}]),
+            expect: &["(plugin-configmap)"],
+        },
+        Case {
+            name: "host-lease",
+            grants: All,
+            actions: json!([{"apply": {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
                    "metadata": {"name": "pwned-lease", "namespace": host_ns}, "spec": {"holderIdentity": "pwned"}}}]),
-               expect: &["(host-lease)"] },
-        Case { name: "host-role", grants: All, actions: json!([{"apply": rbac("Role", "pwned-role", Some(host_ns))}]),
-               expect: &["(host-rbac)"] },
-        Case { name: "host-ns-secret-pod", grants: All, actions: json!([{"create": secret_pod}]),
-               expect: &["(host-service-account-pod)", "would give a Pod in the host's namespace"] },
-        Case { name: "host-ns-delete", grants: All, actions: json!([{"delete": key("v1", "Namespace", None, host_ns)}]),
-               expect: &["(host-namespace)"] },
-        Case { name: "host-sa-pod", grants: All, actions: json!([{"create": host_pod}]),
-               expect: &["(host-service-account-pod)", "would run a Pod as the host's ServiceAccount"] },
+            expect: &["(host-lease)"],
+        },
+        Case {
+            name: "host-role",
+            grants: All,
+            actions: json!([{"apply": rbac("Role", "pwned-role", Some(host_ns))}]),
+            expect: &["(host-rbac)"],
+        },
+        Case {
+            name: "host-ns-secret-pod",
+            grants: All,
+            actions: json!([{"create": secret_pod}]),
+            expect: &["(host-service-account-pod)", "would give a Pod in the host's namespace"],
+        },
+        Case {
+            name: "host-ns-delete",
+            grants: All,
+            actions: json!([{"delete": key("v1", "Namespace", None, host_ns)}]),
+            expect: &["(host-namespace)"],
+        },
+        Case {
+            name: "host-sa-pod",
+            grants: All,
+            actions: json!([{"create": host_pod}]),
+            expect: &["(host-service-account-pod)", "would run a Pod as the host's ServiceAccount"],
+        },
         Case { name: "host-sa-token", grants: All, actions: json!([{"create": token}]), expect: &["(host-service-account)"] },
-        Case { name: "bind-host-sa", grants: All, actions: json!([{"apply": admin_binding("pwned-crb", host_sa)}]),
-               expect: &["(host-rbac-binding)"] },
+        Case {
+            name: "bind-host-sa",
+            grants: All,
+            actions: json!([{"apply": admin_binding("pwned-crb", host_sa)}]),
+            expect: &["(host-rbac-binding)"],
+        },
         Case { name: "bind-host-group", grants: All, actions: json!([{"apply": group_binding}]), expect: &["(host-rbac-binding)"] },
-        Case { name: "grow-host-role", grants: All, actions: json!([{"apply": grow_host_role}]),
-               expect: &["(host-rbac-role)", "is bound to the host's ServiceAccount"] },
-        Case { name: "unbind-host", grants: All,
-               actions: json!([{"delete": key("rbac.authorization.k8s.io/v1", "ClusterRoleBinding", None, host_binding)}]),
-               expect: &["(host-rbac-binding)"] },
+        Case {
+            name: "grow-host-role",
+            grants: All,
+            actions: json!([{"apply": grow_host_role}]),
+            expect: &["(host-rbac-role)", "is bound to the host's ServiceAccount"],
+        },
+        Case {
+            name: "unbind-host",
+            grants: All,
+            actions: json!([{"delete": key("rbac.authorization.k8s.io/v1", "ClusterRoleBinding", None, host_binding)}]),
+            expect: &["(host-rbac-binding)"],
+        },
         Case { name: "aggregate", grants: All, actions: json!([{"apply": aggregating}]), expect: &["(host-rbac-role)", "aggregate-to"] },
-        Case { name: "plugin-configmap", grants: All, actions: json!([{"delete": key("v1", "ConfigMap", Some(all_ns), "plugin-x")}]),
-               expect: &["(plugin-configmap)"] },
+        Case {
+            name: "plugin-configmap",
+            grants: All,
+            actions: json!([{"delete": key("v1", "ConfigMap", Some(all_ns), "plugin-x")}]),
+            expect: &["(plugin-configmap)"],
+        },
         // Patches (contract 0.2): what they write is admitted like a body.
-        Case { name: "patch-elsewhere", grants: Team,
-               actions: json!([{"patch": {"key": key("v1", "ConfigMap", Some(victim), "precious"), "body": {"data": {"x": "pwned"}}}}]),
-               expect: &["may not patch v1/ConfigMap precious"] },
-        Case { name: "patch-owner-unreadable", grants: Team,
-               actions: json!([{"patch": {"key": key("v1", "ConfigMap", Some(team), "patch-target"),
+        Case {
+            name: "patch-elsewhere",
+            grants: Team,
+            actions: json!([{"patch": {"key": key("v1", "ConfigMap", Some(victim), "precious"), "body": {"data": {"x": "pwned"}}}}]),
+            expect: &["may not patch v1/ConfigMap precious"],
+        },
+        Case {
+            name: "patch-owner-unreadable",
+            grants: Team,
+            actions: json!([{"patch": {"key": key("v1", "ConfigMap", Some(team), "patch-target"),
                    "body": {"metadata": {"ownerReferences": [{"apiVersion": "v1", "kind": "Secret", "name": "s", "uid": "x"}]}}}}]),
-               expect: &["ownerReferences[0]: owner v1/Secret", "the plugin may not read it"] },
-        Case { name: "json-patch-owner-unreadable", grants: Team,
-               actions: json!([{"patch": {"key": key("v1", "ConfigMap", Some(team), "patch-target"), "type": "json",
+            expect: &["ownerReferences[0]: owner v1/Secret", "the plugin may not read it"],
+        },
+        Case {
+            name: "json-patch-owner-unreadable",
+            grants: Team,
+            actions: json!([{"patch": {"key": key("v1", "ConfigMap", Some(team), "patch-target"), "type": "json",
                    "body": [{"op": "add", "path": "/metadata/ownerReferences/-", "value": {"apiVersion": "v1", "kind": "Secret", "name": "s", "uid": "x"}}]}}]),
-               expect: &["ownerReferences[0]: owner v1/Secret", "the plugin may not read it"] },
-        Case { name: "json-patch-copy", grants: Team,
-               actions: json!([{"patch": {"key": key("v1", "ConfigMap", Some(team), "patch-target"), "type": "json",
+            expect: &["ownerReferences[0]: owner v1/Secret", "the plugin may not read it"],
+        },
+        Case {
+            name: "json-patch-copy",
+            grants: Team,
+            actions: json!([{"patch": {"key": key("v1", "ConfigMap", Some(team), "patch-target"), "type": "json",
                    "body": [{"op": "copy", "from": "/data", "path": "/metadata/labels"}]}}]),
-               expect: &["ReconcileFailed", "op \"copy\" is not one of add, remove, replace, test"] },
-        Case { name: "patch-plugin-label", grants: All,
-               actions: json!([{"patch": {"key": key("v1", "ConfigMap", Some(all_ns), "precious"), "type": "json",
+            expect: &["ReconcileFailed", "op \"copy\" is not one of add, remove, replace, test"],
+        },
+        Case {
+            name: "patch-plugin-label",
+            grants: All,
+            actions: json!([{"patch": {"key": key("v1", "ConfigMap", Some(all_ns), "precious"), "type": "json",
                    "body": [{"op": "add", "path": "/metadata/labels", "value": {"wasmloop.dev/plugin": "true"}}]}}]),
-               expect: &["(plugin-label)"] },
-        Case { name: "patch-host-lease", grants: All,
-               actions: json!([{"patch": {"key": key("coordination.k8s.io/v1", "Lease", Some(host_ns), "wasmloop"), "body": {"spec": {"holderIdentity": "pwned"}}}}]),
-               expect: &["(host-lease)"] },
-        Case { name: "patch-host-binding", grants: All,
-               actions: json!([{"patch": {"key": key("rbac.authorization.k8s.io/v1", "ClusterRoleBinding", None, host_binding),
+            expect: &["(plugin-label)"],
+        },
+        Case {
+            name: "patch-host-lease",
+            grants: All,
+            actions: json!([{"patch": {"key": key("coordination.k8s.io/v1", "Lease", Some(host_ns), "wasmloop"), "body": {"spec": {"holderIdentity": "pwned"}}}}]),
+            expect: &["(host-lease)"],
+        },
+        Case {
+            name: "patch-host-binding",
+            grants: All,
+            actions: json!([{"patch": {"key": key("rbac.authorization.k8s.io/v1", "ClusterRoleBinding", None, host_binding),
                    "type": "json", "body": [{"op": "replace", "path": "/roleRef/name", "value": "view"}]}}]),
-               expect: &["(host-rbac-binding)"] },
+            expect: &["(host-rbac-binding)"],
+        },
     ]
 }
 
@@ -241,8 +359,9 @@ async fn start_hostile(
     let m = PluginManifest::parse(manifest, "hostile")?;
     let bytes = std::fs::read(plugin_path("hostile")?)?;
     let (limits, grants) = (m.limits.clone(), m.grants.clone());
-    let plugin = tokio::task::spawn_blocking(move || -> Result<WasmPlugin> { Ok(WasmPlugin::load(&PluginEngine::new()?, &bytes, limits, grants)?) })
-        .await??;
+    let plugin =
+        tokio::task::spawn_blocking(move || -> Result<WasmPlugin> { Ok(WasmPlugin::load(&PluginEngine::new()?, &bytes, limits, grants)?) })
+            .await??;
     let plugin = Arc::new(plugin);
     let config = ControllerConfig { namespace: namespace.or(m.controller.namespace.clone()), ..m.controller.clone() };
     let controller =
@@ -277,9 +396,12 @@ async fn a_hostile_plugin_stays_inside_its_grants() -> Result<()> {
     binding["subjects"] = json!([{"kind": "ServiceAccount", "name": "host", "namespace": host_ns.name}]);
     bindings.create(&pp, &serde_json::from_value(binding)?).await?;
     for ns in [&victim.name, &host_ns.name] {
-        Api::<ConfigMap>::namespaced(client.clone(), ns).create(&pp, &serde_json::from_value(json!({"metadata": {"name": "precious"}}))?).await?;
+        Api::<ConfigMap>::namespaced(client.clone(), ns)
+            .create(&pp, &serde_json::from_value(json!({"metadata": {"name": "precious"}}))?)
+            .await?;
     }
-    let plugin_cm: ConfigMap = serde_json::from_value(json!({"metadata": {"name": "plugin-x", "labels": {"wasmloop.dev/plugin": "true"}}}))?;
+    let plugin_cm: ConfigMap =
+        serde_json::from_value(json!({"metadata": {"name": "plugin-x", "labels": {"wasmloop.dev/plugin": "true"}}}))?;
     Api::<ConfigMap>::namespaced(client.clone(), &all_ns.name).create(&pp, &plugin_cm).await?;
 
     let hosts = HostObjects {
@@ -308,7 +430,8 @@ async fn a_hostile_plugin_stays_inside_its_grants() -> Result<()> {
     // Namespace-restricted reads scope the watches: no cluster-wide ConfigMap informer.
     let running = host.registry.running();
     let cm_kind = KindRef::new("v1", "ConfigMap");
-    let case_informers: Vec<_> = running.iter().filter(|k| k.kind == cm_kind && k.selector.as_deref() == Some("wasmloop.dev/hostile-test=true")).collect();
+    let case_informers: Vec<_> =
+        running.iter().filter(|k| k.kind == cm_kind && k.selector.as_deref() == Some("wasmloop.dev/hostile-test=true")).collect();
     assert!(case_informers.iter().all(|k| k.namespace.is_some()), "a hostile-test informer watches all namespaces: {case_informers:?}");
     assert!(case_informers.iter().any(|k| k.namespace.as_deref() == Some(&team.name)), "{case_informers:?}");
 
@@ -431,7 +554,9 @@ async fn next_load(events: &mut broadcast::Receiver<LoadEvent>, configmap: &str)
             match events.recv().await {
                 Ok(e) => {
                     let cm = match &e {
-                        LoadEvent::Loaded { configmap, .. } | LoadEvent::Rejected { configmap, .. } | LoadEvent::Removed { configmap, .. } => configmap,
+                        LoadEvent::Loaded { configmap, .. }
+                        | LoadEvent::Rejected { configmap, .. }
+                        | LoadEvent::Removed { configmap, .. } => configmap,
                     };
                     if cm == configmap {
                         return Ok(e);
@@ -511,7 +636,9 @@ async fn plugins_run_under_their_own_unique_name() -> Result<()> {
     apply_plugin(&host.client, &ns.name, "greedy", &echo, &greedy).await?;
     match next_load(&mut events, "greedy").await? {
         LoadEvent::Rejected { error, .. } => assert!(
-            error.contains("needs 64Mi of plugin memory (limits.memory × concurrency), but the host's budget is 160Mi and 128Mi of it is held"),
+            error.contains(
+                "needs 64Mi of plugin memory (limits.memory × concurrency), but the host's budget is 160Mi and 128Mi of it is held"
+            ),
             "{error}"
         ),
         other => bail!("a plugin over the memory budget loaded: {other:?}"),
@@ -530,13 +657,16 @@ async fn namespace_restricted_reads_work_under_namespace_rbac() -> Result<()> {
     let team = TestNamespace::create(&admin.client, "hostile-rbac").await?;
     let pp = PostParams::default();
     let sas = dynamic(&admin.client, "", "v1", "ServiceAccount", "serviceaccounts", Some(&team.name));
-    sas.create(&pp, &serde_json::from_value(json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "limited"}}))?).await?;
+    sas.create(&pp, &serde_json::from_value(json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "limited"}}))?)
+        .await?;
     let mut role = rbac("Role", "limited", Some(&team.name));
     role["rules"] = json!([
         {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list", "watch", "create", "patch"]},
         {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]},
     ]);
-    dynamic(&admin.client, "rbac.authorization.k8s.io", "v1", "Role", "roles", Some(&team.name)).create(&pp, &serde_json::from_value(role)?).await?;
+    dynamic(&admin.client, "rbac.authorization.k8s.io", "v1", "Role", "roles", Some(&team.name))
+        .create(&pp, &serde_json::from_value(role)?)
+        .await?;
     let mut binding = rbac("RoleBinding", "limited", Some(&team.name));
     binding["roleRef"] = json!({"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "limited"});
     binding["subjects"] = json!([{"kind": "ServiceAccount", "name": "limited", "namespace": team.name}]);
@@ -627,8 +757,10 @@ async fn a_plugin_cannot_stall_or_flood_the_host() -> Result<()> {
 
     // 1000 Events in one outcome: ten go out (the Event budget's burst), the rest are dropped.
     let noise: Vec<Value> = (0..1000)
-        .map(|i| json!({"event": {"regarding": {"apiVersion": "v1", "kind": "ConfigMap", "namespace": "$NS", "name": "$NAME"},
-                                  "type": "Normal", "reason": "Noise", "message": format!("event {i}")}}))
+        .map(|i| {
+            json!({"event": {"regarding": {"apiVersion": "v1", "kind": "ConfigMap", "namespace": "$NS", "name": "$NAME"},
+                                  "type": "Normal", "reason": "Noise", "message": format!("event {i}")}})
+        })
         .collect();
     cms.create(&pp, &data_configmap("noisy", json!({"actions": Value::Array(noise).to_string()}))).await?;
     let dropped = eventually("Events over the budget dropped", WAIT, || {
@@ -675,7 +807,17 @@ async fn the_loader_bounds_component_size_and_compile_time() -> Result<()> {
         let host = &host;
         async move {
             let engine = tokio::task::spawn_blocking(PluginEngine::new).await??;
-            anyhow::Ok(PluginManager::start(engine, host.registry.clone(), host.executor.clone(), host.metrics.clone(), PluginMetrics::unregistered(), config).await?)
+            anyhow::Ok(
+                PluginManager::start(
+                    engine,
+                    host.registry.clone(),
+                    host.executor.clone(),
+                    host.metrics.clone(),
+                    PluginMetrics::unregistered(),
+                    config,
+                )
+                .await?,
+            )
         }
     };
     let grants = format!("namespace: {}\ngrants:\n  - kinds: [v1/ConfigMap]\n    verbs: [read, update-status]\n", ns.name);

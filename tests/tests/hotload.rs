@@ -65,7 +65,11 @@ async fn start_manager(host: &Host, ns: &str, precompiled: &std::path::Path) -> 
         host.executor.clone(),
         host.metrics.clone(),
         PluginMetrics::unregistered(),
-        PluginManagerConfig { precompiled_dir: Some(precompiled.to_path_buf()), shutdown_grace: Duration::from_secs(10), ..PluginManagerConfig::new(Some(ns.to_string())) },
+        PluginManagerConfig {
+            precompiled_dir: Some(precompiled.to_path_buf()),
+            shutdown_grace: Duration::from_secs(10),
+            ..PluginManagerConfig::new(Some(ns.to_string()))
+        },
     )
     .await?)
 }
@@ -95,7 +99,8 @@ async fn plugins_are_loaded_swapped_refused_restarted_and_removed_from_configmap
     let ns = TestNamespace::create(&host.client, "hotload").await?;
     let precompiled = tempfile::tempdir()?;
     let (client, n) = (host.client.clone(), ns.name.clone());
-    let (sets, pods, cms) = (podsets(&client, &n), Api::<Pod>::namespaced(client.clone(), &n), Api::<ConfigMap>::namespaced(client.clone(), &n));
+    let (sets, pods, cms) =
+        (podsets(&client, &n), Api::<Pod>::namespaced(client.clone(), &n), Api::<ConfigMap>::namespaced(client.clone(), &n));
 
     // 1. Apply the podset ConfigMap → the plugin loads (compiled) → PodSets reconcile.
     let manager = start_manager(&host, &n, precompiled.path()).await?;
@@ -156,7 +161,10 @@ async fn plugins_are_loaded_swapped_refused_restarted_and_removed_from_configmap
         let p = pods.clone();
         let got = eventually(&format!("{want} pods for {name} (no key lost across the swap)"), WAIT, || {
             let (p, name) = (p.clone(), name.clone());
-            async move { let n = pods_of(&p, &name).await?.len(); Ok((n == want).then_some(n)) }
+            async move {
+                let n = pods_of(&p, &name).await?.len();
+                Ok((n == want).then_some(n))
+            }
         })
         .await?;
         assert_eq!(got, want);
@@ -166,7 +174,10 @@ async fn plugins_are_loaded_swapped_refused_restarted_and_removed_from_configmap
     let p = pods.clone();
     let after = eventually("pods of after-v2", WAIT, || {
         let p = p.clone();
-        async move { let v = pods_of(&p, "after-v2").await?; Ok((v.len() == 2).then_some(v)) }
+        async move {
+            let v = pods_of(&p, "after-v2").await?;
+            Ok((v.len() == 2).then_some(v))
+        }
     })
     .await?;
     assert!(after.iter().all(is_v2), "new Pods must carry v2's label");
@@ -192,7 +203,10 @@ async fn plugins_are_loaded_swapped_refused_restarted_and_removed_from_configmap
     let c = cms.clone();
     let status = eventually("the Rejected annotation", WAIT, || {
         let c = c.clone();
-        async move { let s = status_annotation(&c).await?; Ok((s["state"] == "Rejected").then_some(s)) }
+        async move {
+            let s = status_annotation(&c).await?;
+            Ok((s["state"] == "Rejected").then_some(s))
+        }
     })
     .await?;
     assert_eq!(status["error"], json!(error), "the annotation names the error");
@@ -200,9 +214,7 @@ async fn plugins_are_loaded_swapped_refused_restarted_and_removed_from_configmap
     let ev = Api::<Event>::namespaced(client.clone(), &n);
     let rejected = eventually("a PluginRejected Event", WAIT, || {
         let ev = ev.clone();
-        async move {
-            Ok(ev.list(&ListParams::default()).await?.items.into_iter().find(|e| e.reason.as_deref() == Some("PluginRejected")))
-        }
+        async move { Ok(ev.list(&ListParams::default()).await?.items.into_iter().find(|e| e.reason.as_deref() == Some("PluginRejected"))) }
     })
     .await?;
     let note = rejected.note.unwrap_or_default();
@@ -212,7 +224,10 @@ async fn plugins_are_loaded_swapped_refused_restarted_and_removed_from_configmap
     let p = pods.clone();
     let ps0 = eventually("ps-0 scaled by v2 while v3 is refused", WAIT, || {
         let p = p.clone();
-        async move { let v = pods_of(&p, "ps-0").await?; Ok((v.len() == 3).then_some(v)) }
+        async move {
+            let v = pods_of(&p, "ps-0").await?;
+            Ok((v.len() == 3).then_some(v))
+        }
     })
     .await?;
     assert!(ps0.iter().any(is_v2), "the new ps-0 Pod comes from v2");
@@ -246,7 +261,10 @@ async fn plugins_are_loaded_swapped_refused_restarted_and_removed_from_configmap
     let c = cms.clone();
     let s = eventually("the annotation after restart", WAIT, || {
         let c = c.clone();
-        async move { let s = status_annotation(&c).await?; Ok((s["origin"] == "from the precompiled cache").then_some(s)) }
+        async move {
+            let s = status_annotation(&c).await?;
+            Ok((s["origin"] == "from the precompiled cache").then_some(s))
+        }
     })
     .await?;
     eprintln!("hotload: restart loaded v2 from the precompiled cache in {} ms", s["loadMillis"]);
@@ -317,7 +335,8 @@ async fn referenced_payloads_load_reload_on_manifest_changes_refuse_mismatches_a
     let ns = TestNamespace::create(&host.client, "hotload-ref").await?;
     let precompiled = tempfile::tempdir()?;
     let (client, n) = (host.client.clone(), ns.name.clone());
-    let (sets, pods, cms) = (podsets(&client, &n), Api::<Pod>::namespaced(client.clone(), &n), Api::<ConfigMap>::namespaced(client.clone(), &n));
+    let (sets, pods, cms) =
+        (podsets(&client, &n), Api::<Pod>::namespaced(client.clone(), &n), Api::<ConfigMap>::namespaced(client.clone(), &n));
     let manager = start_manager(&host, &n, precompiled.path()).await?;
     let mut events = manager.events();
 
@@ -333,7 +352,10 @@ async fn referenced_payloads_load_reload_on_manifest_changes_refuse_mismatches_a
     let c = cms.clone();
     let status = eventually("the Loaded annotation naming the payload", WAIT, || {
         let c = c.clone();
-        async move { let s = status_annotation(&c).await?; Ok((s["state"] == "Loaded").then_some(s)) }
+        async move {
+            let s = status_annotation(&c).await?;
+            Ok((s["state"] == "Loaded").then_some(s))
+        }
     })
     .await?;
     assert_eq!(status["payload"], json!(payload1));
@@ -369,7 +391,10 @@ async fn referenced_payloads_load_reload_on_manifest_changes_refuse_mismatches_a
     let c = cms.clone();
     eventually("the annotation of the reused component", WAIT, || {
         let c = c.clone();
-        async move { let s = status_annotation(&c).await?; Ok(s["origin"].as_str().is_some_and(|o| o.starts_with("reusing")).then_some(())) }
+        async move {
+            let s = status_annotation(&c).await?;
+            Ok(s["origin"].as_str().is_some_and(|o| o.starts_with("reusing")).then_some(()))
+        }
     })
     .await?;
     sets.patch("ref-0", &PatchParams::default(), &Patch::Merge(json!({"spec": {"replicas": 3}}))).await?;
@@ -389,7 +414,10 @@ async fn referenced_payloads_load_reload_on_manifest_changes_refuse_mismatches_a
     let c = cms.clone();
     eventually("the annotation after the restart", WAIT, || {
         let c = c.clone();
-        async move { let s = status_annotation(&c).await?; Ok((s["origin"] == "from the precompiled cache").then_some(())) }
+        async move {
+            let s = status_annotation(&c).await?;
+            Ok((s["origin"] == "from the precompiled cache").then_some(()))
+        }
     })
     .await?;
 
@@ -405,7 +433,10 @@ async fn referenced_payloads_load_reload_on_manifest_changes_refuse_mismatches_a
     let c = cms.clone();
     let status = eventually("the Rejected annotation", WAIT, || {
         let c = c.clone();
-        async move { let s = status_annotation(&c).await?; Ok((s["state"] == "Rejected").then_some(s)) }
+        async move {
+            let s = status_annotation(&c).await?;
+            Ok((s["state"] == "Rejected").then_some(s))
+        }
     })
     .await?;
     assert!(status["serving"].as_str().is_some_and(|s| s.contains("0.1.0")), "{status}");
@@ -454,7 +485,10 @@ async fn referenced_payloads_load_reload_on_manifest_changes_refuse_mismatches_a
     let p = pods.clone();
     let made = eventually("ref-v2's pods from v2", WAIT, || {
         let p = p.clone();
-        async move { let v = pods_of(&p, "ref-v2").await?; Ok((v.len() == 2).then_some(v)) }
+        async move {
+            let v = pods_of(&p, "ref-v2").await?;
+            Ok((v.len() == 2).then_some(v))
+        }
     })
     .await?;
     assert!(made.iter().all(is_v2), "v2 serves");

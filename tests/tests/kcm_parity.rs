@@ -356,13 +356,20 @@ impl Cx {
     async fn bind(&self, name: &str) -> Result<()> {
         let binding = json!({"apiVersion": "v1", "kind": "Binding", "metadata": {"name": name},
                              "target": {"apiVersion": "v1", "kind": "Node", "name": "node-1"}});
-        self.pods().create_subresource::<_, Value>("binding", name, &PostParams::default(), &binding).await.with_context(|| format!("binding {name}"))?;
+        self.pods()
+            .create_subresource::<_, Value>("binding", name, &PostParams::default(), &binding)
+            .await
+            .with_context(|| format!("binding {name}"))?;
         Ok(())
     }
 
     /// Phase Running, and Ready since now if `ready`, as a kubelet would report.
     async fn set_running(&self, name: &str, ready: bool) -> Result<()> {
-        let conditions = if ready { json!([{"type": "Ready", "status": "True", "lastTransitionTime": Time(k8s_openapi::jiff::Timestamp::now())}]) } else { json!([]) };
+        let conditions = if ready {
+            json!([{"type": "Ready", "status": "True", "lastTransitionTime": Time(k8s_openapi::jiff::Timestamp::now())}])
+        } else {
+            json!([])
+        };
         self.pods()
             .patch_status(name, &PatchParams::default(), &Patch::Merge(json!({"status": {"phase": "Running", "conditions": conditions}})))
             .await?;
@@ -388,7 +395,8 @@ impl Cx {
         eventually(&format!("ReplicaSet {rs} in {}: {what}", self.ns), timeout, || async move {
             let rs = self.sets().get(rs).await?;
             let status = rs.status.unwrap_or_default();
-            Ok((status.observed_generation.is_some() && status.observed_generation == rs.metadata.generation && check(&status)).then_some(()))
+            Ok((status.observed_generation.is_some() && status.observed_generation == rs.metadata.generation && check(&status))
+                .then_some(()))
         })
         .await
     }
@@ -464,12 +472,18 @@ impl Summary {
         let pods = cx.pods().list(&lp).await?.items;
         let mut owners: HashMap<String, String> = HashMap::new();
         for rs in &sets {
-            owners.insert(rs.metadata.uid.clone().unwrap_or_default(), format!("ReplicaSet/{}", rs.metadata.name.as_deref().unwrap_or_default()));
+            owners.insert(
+                rs.metadata.uid.clone().unwrap_or_default(),
+                format!("ReplicaSet/{}", rs.metadata.name.as_deref().unwrap_or_default()),
+            );
         }
         let foreign = |p: &Pod| controller_uid(p).is_some_and(|uid| !owners.contains_key(uid));
         if pods.iter().any(foreign) {
             for cm in Api::<ConfigMap>::namespaced(cx.client.clone(), &cx.ns).list(&lp).await?.items {
-                owners.insert(cm.metadata.uid.clone().unwrap_or_default(), format!("ConfigMap/{}", cm.metadata.name.as_deref().unwrap_or_default()));
+                owners.insert(
+                    cm.metadata.uid.clone().unwrap_or_default(),
+                    format!("ConfigMap/{}", cm.metadata.name.as_deref().unwrap_or_default()),
+                );
             }
         }
         let mut rows = BTreeMap::new();
@@ -490,12 +504,21 @@ impl Summary {
             .iter()
             .map(|rs| {
                 let s = rs.status.clone().unwrap_or_default();
-                let mut conditions: Vec<_> =
-                    s.conditions.iter().flatten().map(|c| (c.type_.clone(), c.status.clone(), c.reason.clone().unwrap_or_default())).collect();
+                let mut conditions: Vec<_> = s
+                    .conditions
+                    .iter()
+                    .flatten()
+                    .map(|c| (c.type_.clone(), c.status.clone(), c.reason.clone().unwrap_or_default()))
+                    .collect();
                 conditions.sort();
                 SetStatus {
                     name: rs.metadata.name.clone().unwrap_or_default(),
-                    counts: [s.replicas, s.fully_labeled_replicas.unwrap_or(0), s.ready_replicas.unwrap_or(0), s.available_replicas.unwrap_or(0)],
+                    counts: [
+                        s.replicas,
+                        s.fully_labeled_replicas.unwrap_or(0),
+                        s.ready_replicas.unwrap_or(0),
+                        s.available_replicas.unwrap_or(0),
+                    ],
                     observed: s.observed_generation.is_some() && s.observed_generation == rs.metadata.generation,
                     conditions,
                 }
@@ -617,7 +640,12 @@ impl Kcm {
 
     /// Stop it; an error if it had exited on its own.
     fn stop(self) -> Result<()> {
-        ensure!(self.alive(), "kube-controller-manager exited during the scenarios; log {}:\n{}", self.log().display(), tail(&self.log(), 20));
+        ensure!(
+            self.alive(),
+            "kube-controller-manager exited during the scenarios; log {}:\n{}",
+            self.log().display(),
+            tail(&self.log(), 20)
+        );
         Ok(()) // stopped by drop
     }
 }
@@ -657,8 +685,15 @@ impl PluginDriver {
     async fn start(&self, ns: &str) -> Result<Controller> {
         let m = PluginManifest::parse(&plugin_manifest(ns), "replicaset")?;
         let h = &self.host;
-        Ok(Controller::start(self.wasm.clone(), m.controller.clone(), self.wasm.grants().clone(), h.registry.clone(), h.executor.clone(), h.metrics.clone())
-            .await?)
+        Ok(Controller::start(
+            self.wasm.clone(),
+            m.controller.clone(),
+            self.wasm.grants().clone(),
+            h.registry.clone(),
+            h.executor.clone(),
+            h.metrics.clone(),
+        )
+        .await?)
     }
 }
 
@@ -717,11 +752,20 @@ async fn replicaset_plugin_matches_kube_controller_manager() -> Result<()> {
         let expected = (sc.expected)();
         match kcm {
             Ok(k) if *k == expected => {}
-            _ => failures.push(format!("scenario {}: KCM's outcome is not the expected one\n  expected: {expected}\n  KCM:      {}", sc.name, show(kcm))),
+            _ => failures.push(format!(
+                "scenario {}: KCM's outcome is not the expected one\n  expected: {expected}\n  KCM:      {}",
+                sc.name,
+                show(kcm)
+            )),
         }
         match (kcm, wasm) {
             (Ok(k), Ok(w)) if k == w => {}
-            _ => failures.push(format!("scenario {}: the plugin diverges from KCM\n  KCM:    {}\n  plugin: {}", sc.name, show(kcm), show(wasm))),
+            _ => failures.push(format!(
+                "scenario {}: the plugin diverges from KCM\n  KCM:    {}\n  plugin: {}",
+                sc.name,
+                show(kcm),
+                show(wasm)
+            )),
         }
     }
     if !failures.is_empty() {

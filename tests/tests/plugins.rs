@@ -11,12 +11,14 @@ use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod};
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::json;
-use wasmloop_tests::{start_plugin, Host, TestNamespace, ensure_podset_crd, eventually, init_tracing, workspace_root};
+use wasmloop_tests::{Host, TestNamespace, ensure_podset_crd, eventually, init_tracing, start_plugin, workspace_root};
 
 const WAIT: Duration = Duration::from_secs(90);
 
 fn podset_manifest(ns: &str) -> String {
-    format!("namespace: {ns}\nconcurrency: 2\ngrants:\n  - kinds: [\"wasmloop.dev/v1alpha1/PodSet\"]\n    verbs: [read, update-status, event]\n  - kinds: [\"v1/Pod\"]\n    verbs: [read, create, delete, patch]\n")
+    format!(
+        "namespace: {ns}\nconcurrency: 2\ngrants:\n  - kinds: [\"wasmloop.dev/v1alpha1/PodSet\"]\n    verbs: [read, update-status, event]\n  - kinds: [\"v1/Pod\"]\n    verbs: [read, create, delete, patch]\n"
+    )
 }
 
 fn podsets(client: &kube::Client, ns: &str) -> Api<DynamicObject> {
@@ -128,10 +130,18 @@ async fn podset_plugin_creates_scales_and_deletes_ten_podsets_idempotently() -> 
     let writes = host.requests.snapshot().write;
     let ok_before = wasm.stats().ok;
     for _ in 0..10 {
-        ctl.queue().add(wasmloop::kinds::ObjectKey::new(wasmloop::kinds::KindRef::new("wasmloop.dev/v1alpha1", "PodSet"), Some(ns.name.clone()), "ps-3"));
+        ctl.queue().add(wasmloop::kinds::ObjectKey::new(
+            wasmloop::kinds::KindRef::new("wasmloop.dev/v1alpha1", "PodSet"),
+            Some(ns.name.clone()),
+            "ps-3",
+        ));
         let w = wasm.clone();
         let target = w.stats().ok + 1;
-        eventually("one more reconcile", WAIT, || { let w = w.clone(); async move { Ok((w.stats().ok >= target).then_some(())) } }).await?;
+        eventually("one more reconcile", WAIT, || {
+            let w = w.clone();
+            async move { Ok((w.stats().ok >= target).then_some(())) }
+        })
+        .await?;
     }
     assert!(wasm.stats().ok >= ok_before + 10);
     assert_eq!(host.requests.snapshot().write, writes, "reconciling a converged PodSet ten times must write nothing");
@@ -175,14 +185,18 @@ async fn podset_adopts_labelled_orphans_and_releases_pods_that_lose_the_label() 
         anyhow::Ok((list.len(), owned))
     };
     let (p, u) = (pods.clone(), uid.clone());
-    let owned = eventually("the orphan adopted and one Pod created", WAIT, || {
-        let (p, u) = (p.clone(), u.clone());
-        async move { Ok(Some(owned_by(p, u).await?).filter(|(n, owned)| *n == 2 && owned.len() == 2 && owned.contains(&"stray".to_string()))) }
-    })
-    .await?;
+    let owned =
+        eventually("the orphan adopted and one Pod created", WAIT, || {
+            let (p, u) = (p.clone(), u.clone());
+            async move {
+                Ok(Some(owned_by(p, u).await?).filter(|(n, owned)| *n == 2 && owned.len() == 2 && owned.contains(&"stray".to_string())))
+            }
+        })
+        .await?;
     eprintln!("podset claim: adopted, owned {:?}", owned.1);
 
-    pods.patch("stray", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"labels": {"wasmloop.dev/podset": "elsewhere"}}}))).await?;
+    pods.patch("stray", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"labels": {"wasmloop.dev/podset": "elsewhere"}}})))
+        .await?;
     let (p, u) = (pods.clone(), uid.clone());
     eventually("the relabelled Pod released and replaced", WAIT, || {
         let (p, u) = (p.clone(), u.clone());
@@ -203,7 +217,10 @@ async fn replicaset_plugin_converges_100_replicasets_of_10() -> Result<()> {
     init_tracing();
     let host = Host::new().await?;
     let ns = TestNamespace::create(&host.client, "rs100").await?;
-    let manifest = format!("namespace: {}\nconcurrency: 4\nqueue: {{qps: 1000, burst: 1000}}\napi: {{qps: 1000, burst: 1000}}\ngrants:\n  - kinds: [\"apps/v1/ReplicaSet\"]\n    verbs: [read, update-status]\n  - kinds: [\"v1/Pod\"]\n    verbs: [read, create, delete, patch]\n", ns.name);
+    let manifest = format!(
+        "namespace: {}\nconcurrency: 4\nqueue: {{qps: 1000, burst: 1000}}\napi: {{qps: 1000, burst: 1000}}\ngrants:\n  - kinds: [\"apps/v1/ReplicaSet\"]\n    verbs: [read, update-status]\n  - kinds: [\"v1/Pod\"]\n    verbs: [read, create, delete, patch]\n",
+        ns.name
+    );
     let (ctl, wasm) = start_plugin(&host, "replicaset", &manifest).await?;
     let rs_api: Api<ReplicaSet> = Api::namespaced(host.client.clone(), &ns.name);
     let start = Instant::now();
@@ -222,7 +239,8 @@ async fn replicaset_plugin_converges_100_replicasets_of_10() -> Result<()> {
         let (p, r) = (p.clone(), r.clone());
         async move {
             let n = p.list(&ListParams::default()).await?.items.len();
-            let done = r.list(&ListParams::default()).await?.items.iter().filter(|rs| rs.status.as_ref().map(|s| s.replicas) == Some(10)).count();
+            let done =
+                r.list(&ListParams::default()).await?.items.iter().filter(|rs| rs.status.as_ref().map(|s| s.replicas) == Some(10)).count();
             Ok((n == 1000 && done == 100).then_some(()))
         }
     })
@@ -232,7 +250,13 @@ async fn replicaset_plugin_converges_100_replicasets_of_10() -> Result<()> {
     let mut per_owner = std::collections::BTreeMap::<String, usize>::new();
     for p in pods.list(&ListParams::default()).await?.items {
         let name = p.metadata.name.clone().unwrap_or_default();
-        let owner = p.metadata.owner_references.unwrap_or_default().into_iter().find(|o| o.controller == Some(true)).context("a Pod without controller")?;
+        let owner = p
+            .metadata
+            .owner_references
+            .unwrap_or_default()
+            .into_iter()
+            .find(|o| o.controller == Some(true))
+            .context("a Pod without controller")?;
         assert!(name.starts_with(&format!("{}-", owner.name)), "Pod {name} is not named after its ReplicaSet {}", owner.name);
         *per_owner.entry(owner.name).or_default() += 1;
     }
@@ -309,7 +333,10 @@ async fn misbehaving_plugins_are_contained_while_a_good_one_keeps_reconciling() 
     // The bad plugins get their own client, so we can see exactly what they send.
     let bad_host = Host::new().await?;
     let cm_manifest = |extra: &str| {
-        format!("namespace: {}\nlimits: {{memory: 16Mi, timeout: 200ms}}\nqueue: {{baseDelay: 100ms}}\ngrants:\n  - kinds: [\"v1/ConfigMap\"]\n    verbs: [read, update-status, event]\n{extra}", ns.name)
+        format!(
+            "namespace: {}\nlimits: {{memory: 16Mi, timeout: 200ms}}\nqueue: {{baseDelay: 100ms}}\ngrants:\n  - kinds: [\"v1/ConfigMap\"]\n    verbs: [read, update-status, event]\n{extra}",
+            ns.name
+        )
     };
     let mut bad = Vec::new();
     for name in ["spin-loop", "memory-bomb", "panic", "bad-action", "write-outside-grant", "read-outside-grant"] {
@@ -326,7 +353,10 @@ async fn misbehaving_plugins_are_contained_while_a_good_one_keeps_reconciling() 
     let p = pods.clone();
     eventually("the good plugin converges while the bad ones fail", WAIT, || {
         let p = p.clone();
-        async move { let c = pod_counts(&p).await?; Ok((c.len() == 5 && c.values().all(|n| *n == 2)).then_some(())) }
+        async move {
+            let c = pod_counts(&p).await?;
+            Ok((c.len() == 5 && c.values().all(|n| *n == 2)).then_some(()))
+        }
     })
     .await?;
     // Let the bad ones fail a few times each.
@@ -340,7 +370,11 @@ async fn misbehaving_plugins_are_contained_while_a_good_one_keeps_reconciling() 
     // outcome is refused before anything is sent (no half-applied state).
     assert!(good_host.metrics.reconciles("write-outside-grant", "permanent_error") == 0);
     assert!(bad_host.metrics.reconciles("write-outside-grant", "permanent_error") >= 3);
-    assert_eq!(bad_host.metrics.actions("write-outside-grant", "update-status", "ok") + bad_host.metrics.actions("write-outside-grant", "update-status", "error"), 0);
+    assert_eq!(
+        bad_host.metrics.actions("write-outside-grant", "update-status", "ok")
+            + bad_host.metrics.actions("write-outside-grant", "update-status", "error"),
+        0
+    );
     // read-outside-grant saw `not-granted` from the cache and said so in an event (its only
     // write); the host's own writes are the Warning Events about permanent failures.
     let secrets_read = bad_host.requests.snapshot();
@@ -348,8 +382,10 @@ async fn misbehaving_plugins_are_contained_while_a_good_one_keeps_reconciling() 
     assert!(events("wasmloop") >= 2, "the host reports refused and invalid outcomes as Events");
     // (The Event recorder folds repeats into series, so there may be fewer writes than publishes.)
     let writes = secrets_read.write - bad_writes_before;
-    assert!(writes >= 1 && writes <= events("read-outside-grant") + events("wasmloop"),
-            "the only writes of the bad plugins are read-outside-grant's events and the host's reports: {writes} writes");
+    assert!(
+        writes >= 1 && writes <= events("read-outside-grant") + events("wasmloop"),
+        "the only writes of the bad plugins are read-outside-grant's events and the host's reports: {writes} writes"
+    );
     // The good plugin never failed and still serves: scale one more.
     sets.patch("ps-0", &PatchParams::default(), &Patch::Merge(json!({"spec": {"replicas": 4}}))).await?;
     let p = pods.clone();

@@ -27,9 +27,8 @@ fn plugin_dir() -> PathBuf {
 
 fn plugin_bytes(name: &str) -> Vec<u8> {
     let path = plugin_dir().join(format!("{}.wasm", name.replace('-', "_")));
-    std::fs::read(&path).unwrap_or_else(|e| {
-        panic!("test plugin {} not readable ({e}): run scripts/build-test-plugins.sh first", path.display())
-    })
+    std::fs::read(&path)
+        .unwrap_or_else(|e| panic!("test plugin {} not readable ({e}): run scripts/build-test-plugins.sh first", path.display()))
 }
 
 /// One engine for the whole test binary (as in the host process).
@@ -253,11 +252,8 @@ fn guest_output_goes_to_the_log_tagged_with_plugin_and_key() {
     }
     let buffer = Buffer::default();
     let writer = buffer.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_writer(move || writer.clone())
-        .with_ansi(false)
-        .with_max_level(tracing::Level::INFO)
-        .finish();
+    let subscriber =
+        tracing_subscriber::fmt().with_writer(move || writer.clone()).with_ansi(false).with_max_level(tracing::Level::INFO).finish();
     let echo = load("echo", Limits::default());
     let probe = load("sandbox-probe", Limits::default());
     let cache = cache_of(vec![config_map("default", "web", json!({}))]);
@@ -290,18 +286,11 @@ fn invalid_actions_are_refused_naming_the_action() {
 
 #[test]
 fn reads_outside_the_grants_are_refused_inside_the_guest() {
-    let g = grants(
-        "read-outside-grant",
-        "grants:\n  - kinds: [v1/ConfigMap]\n    verbs: [read, event]\n    namespaces: [shop]\n",
-    );
+    let g = grants("read-outside-grant", "grants:\n  - kinds: [v1/ConfigMap]\n    verbs: [read, event]\n    namespaces: [shop]\n");
     let plugin = load_with("read-outside-grant", Limits::default(), g).unwrap();
     // The cache does hold the Secret and the other namespace: only the grants stand in the way.
     let secret = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"namespace": "shop", "name": "admin-token"}});
-    let cache = cache_of(vec![
-        config_map("shop", "probe", json!({})),
-        config_map("kube-system", "cluster-config", json!({})),
-        secret,
-    ]);
+    let cache = cache_of(vec![config_map("shop", "probe", json!({})), config_map("kube-system", "cluster-config", json!({})), secret]);
     let outcome = plugin.reconcile(&request("shop", "probe"), &cache).unwrap();
     let Some(Action::Event { message, reason, .. }) = outcome.actions.first() else {
         panic!("expected an event, got {:?}", outcome.actions)
@@ -334,10 +323,7 @@ fn writes_outside_the_grants_are_rejected_before_anything_is_sent() {
 #[test]
 fn a_plugin_for_another_contract_version_is_refused_at_load() {
     let err = load_with("wrong-version", Limits::default(), Grants::all()).unwrap_err().to_string();
-    assert!(
-        err.contains("targets wasmloop:controller@0.9.0") && err.contains("this host speaks wasmloop:controller@0.2.0"),
-        "{err}"
-    );
+    assert!(err.contains("targets wasmloop:controller@0.9.0") && err.contains("this host speaks wasmloop:controller@0.2.0"), "{err}");
 }
 
 #[test]
@@ -353,9 +339,7 @@ fn a_plugin_is_not_started_without_read_grants_for_what_it_declares() {
     let g = grants("echo", "grants:\n  - kinds: [v1/Secret]\n    verbs: ['*']\n");
     let err = load_with("echo", Limits::default(), g).unwrap_err().to_string();
     assert!(err.contains("plugin echo declares reading v1/ConfigMap (reconciles) but has no read grant"), "{err}");
-    let err = load_with("echo", Limits { memory: ByteSize::mib(64 * 1024), ..Limits::default() }, Grants::all())
-        .unwrap_err()
-        .to_string();
+    let err = load_with("echo", Limits { memory: ByteSize::mib(64 * 1024), ..Limits::default() }, Grants::all()).unwrap_err().to_string();
     assert!(err.contains("larger than the host's per-plugin maximum"), "{err}");
 }
 
@@ -405,11 +389,7 @@ fn the_precompiled_cache_hits_and_survives_corrupt_entries() {
     data[mid] ^= 0xff;
     std::fs::write(&path, &data).unwrap();
     let again = cache.load_or_compile(engine(), &bytes).unwrap();
-    assert!(
-        matches!(&again.origin, Origin::Compiled { cache_problem: Some(p) } if p.contains("checksum mismatch")),
-        "{:?}",
-        again.origin
-    );
+    assert!(matches!(&again.origin, Origin::Compiled { cache_problem: Some(p) } if p.contains("checksum mismatch")), "{:?}", again.origin);
     assert_eq!(cache.load_or_compile(engine(), &bytes).unwrap().origin, Origin::CacheHit, "rewritten");
 
     // Truncated entry, and an artifact of another engine configuration (valid checksum).

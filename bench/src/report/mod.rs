@@ -117,7 +117,10 @@ pub fn run(args: Args) -> Result<()> {
     let c = |r: &'static str, sc: &'static str, p: usize| crit[&(r, sc, p)];
     let wasm_ratio_10 = c("wasm", "converged", 10).median / c("native", "converged", 10).median;
     let phase = |r: &str, sc: &str, p: usize| -> Result<&PhaseReport> {
-        phases.iter().find(|x| x.reconciler == r && x.scenario == sc && x.pods == p).with_context(|| format!("no phase report for {r} {sc} {p}"))
+        phases
+            .iter()
+            .find(|x| x.reconciler == r && x.scenario == sc && x.pods == p)
+            .with_context(|| format!("no phase report for {r} {sc} {p}"))
     };
 
     // ---- Section 3 figures.
@@ -179,7 +182,12 @@ pub fn run(args: Args) -> Result<()> {
             status(race.rss_ratio() <= 0.5)
         )?;
     }
-    writeln!(w, "| ≤ 2 MiB per extra idle plugin | {} per plugin ({n_lo}→{n_hi} plugins) | {} |", mib(marginal.median), status(marginal.median <= 2.0 * MIB))?;
+    writeln!(
+        w,
+        "| ≤ 2 MiB per extra idle plugin | {} per plugin ({n_lo}→{n_hi} plugins) | {} |",
+        mib(marginal.median),
+        status(marginal.median <= 2.0 * MIB)
+    )?;
     writeln!(
         w,
         "| reload p50 ≤ 2 s, compiled | {:.0} ms apply → active | {} |",
@@ -301,7 +309,12 @@ pub fn run(args: Args) -> Result<()> {
             p.actions
         )?;
     }
-    let (m10, c10, c100, sd10) = (phase("wasm", "missing-key", 10)?, phase("wasm", "converged", 10)?, phase("wasm", "converged", 100)?, phase("wasm", "scale-down", 10)?);
+    let (m10, c10, c100, sd10) = (
+        phase("wasm", "missing-key", 10)?,
+        phase("wasm", "converged", 10)?,
+        phase("wasm", "converged", 100)?,
+        phase("wasm", "scale-down", 10)?,
+    );
     let fixed = m10.total_us.median;
     let per_pod = (c100.after_us.median - c10.after_us.median) / 90.0;
     let actions_cost = sd10.total_us.median - c10.total_us.median;
@@ -432,7 +445,9 @@ pub fn run(args: Args) -> Result<()> {
     let mut ws: Vec<usize> = q.throughput.iter().map(|t| t.workers).collect();
     ws.dedup();
     for wk in ws {
-        let get = |m: bool| q.throughput.iter().find(|t| t.workers == wk && t.metrics == m).map(|t| t.keys_per_s).context("queue: missing throughput");
+        let get = |m: bool| {
+            q.throughput.iter().find(|t| t.workers == wk && t.metrics == m).map(|t| t.keys_per_s).context("queue: missing throughput")
+        };
         let (on, off) = (get(true)?, get(false)?);
         writeln!(w, "| {wk} | {} | {} |", mmm(&on.scaled(1e-3), 0, "k keys/s"), mmm(&off.scaled(1e-3), 0, "k keys/s"))?;
     }
@@ -485,7 +500,8 @@ pub fn run(args: Args) -> Result<()> {
                  so the figure is the host's own latency, not the load's.",
                 lat.host_cpus
             ),
-            None => "CPUs: not pinned (one CPU, or pinning unavailable): the host shares its CPU with the load and the API server.".to_string(),
+            None =>
+                "CPUs: not pinned (one CPU, or pinning unavailable): the host shares its CPU with the load and the API server.".to_string(),
         }
     )?;
     writeln!(w, "| | p50 | p90 | p99 | max | n |")?;
@@ -493,7 +509,11 @@ pub fn run(args: Args) -> Result<()> {
     let e = lat.event_to_reconcile_us.scaled(1e-3);
     writeln!(w, "| event → reconcile start | {:.3} ms | {:.3} ms | {:.3} ms | {:.3} ms | {} |", e.median, e.p90, e.p99, e.max, e.n)?;
     let a = attacked.event_to_reconcile_us.scaled(1e-3);
-    writeln!(w, "| event → reconcile start, under attack | {:.3} ms | {:.3} ms | {:.3} ms | {:.3} ms | {} |", a.median, a.p90, a.p99, a.max, a.n)?;
+    writeln!(
+        w,
+        "| event → reconcile start, under attack | {:.3} ms | {:.3} ms | {:.3} ms | {:.3} ms | {} |",
+        a.median, a.p90, a.p99, a.max, a.n
+    )?;
     let x = lat.write_to_event_ms;
     writeln!(w, "| write → event (context) | {:.2} ms | {:.2} ms | {:.2} ms | {:.2} ms | {} |\n", x.median, x.p90, x.p99, x.max, x.n)?;
     writeln!(
@@ -533,7 +553,10 @@ pub fn run(args: Args) -> Result<()> {
          ConfigMap is applied and the loaded component is reused.\n",
         rel.plugin_bytes
     )?;
-    writeln!(w, "| case | apply → active | the apply PATCH itself | apply → watch event | manager's load (decode, compile/deserialise, validate, swap) |")?;
+    writeln!(
+        w,
+        "| case | apply → active | the apply PATCH itself | apply → watch event | manager's load (decode, compile/deserialise, validate, swap) |"
+    )?;
     writeln!(w, "|---|---|---|---|---|")?;
     for k in &rel.cases {
         writeln!(
@@ -607,12 +630,12 @@ fn starvation_section(w: &mut String, q: &queue::Results) -> Result<()> {
          states that the `Low` key with `A` older ones ahead waits at most `aging + ⌈(A + 1)·N / W⌉ · S`, `S` being the longest \
          get-to-get time of a worker, measured here in the same run ({:.0} µs). The second row is the same flood without aging \
          (controller-runtime 0.23's priority queue), run for as long as the first took.\n",
-        aged.low_keys,
-        aged.workers,
-        aged.hold_us,
-        aged.max_get_to_get_us
+        aged.low_keys, aged.workers, aged.hold_us, aged.max_get_to_get_us
     )?;
-    writeln!(w, "| queue | `Low` keys served | `Normal` keys served | `Low` wait (median, min–max) | longest wait / its bound | bound of the last `Low` key |")?;
+    writeln!(
+        w,
+        "| queue | `Low` keys served | `Normal` keys served | `Low` wait (median, min–max) | longest wait / its bound | bound of the last `Low` key |"
+    )?;
     let bound = |s: &queue::Starvation| if std::ptr::eq(s, unaged) { "none".to_string() } else { format!("{:.0} ms", s.last_bound_ms) };
     writeln!(w, "|---|---|---|---|---|---|")?;
     for (name, s) in [(format!("aging {:.0} ms, N = {}", aged.aging_ms, aged.aged_every), aged), ("no aging".to_string(), unaged)] {

@@ -73,7 +73,8 @@ impl Race<'_> {
             floor.len()
         );
         let profiles = ours.iter().map(|r| r.host.as_ref()).collect::<Option<Vec<_>>>().context("a wasmloop run has no host profile")?;
-        let workers = conv.plugin_manifest.lines().find_map(|l| l.strip_prefix("concurrency:")).and_then(|v| v.trim().parse().ok()).unwrap_or(1.0);
+        let workers =
+            conv.plugin_manifest.lines().find_map(|l| l.strip_prefix("concurrency:")).and_then(|v| v.trim().parse().ok()).unwrap_or(1.0);
         Ok(Race { conv, kcm: Side::of(&kcm)?, ours: Side::of(&ours)?, floor: Side::of(&floor)?, profiles, workers })
     }
 
@@ -197,7 +198,13 @@ impl Race<'_> {
             mmm(&f.cpu, 2, "s"),
             o.cpu.median / k.cpu.median
         )?;
-        writeln!(w, "| kube-apiserver CPU in the same span | {} | {} | {} | | |", mmm(&k.apiserver, 2, "s"), mmm(&o.apiserver, 2, "s"), mmm(&f.apiserver, 2, "s"))?;
+        writeln!(
+            w,
+            "| kube-apiserver CPU in the same span | {} | {} | {} | | |",
+            mmm(&k.apiserver, 2, "s"),
+            mmm(&o.apiserver, 2, "s"),
+            mmm(&f.apiserver, 2, "s")
+        )?;
         writeln!(w, "| etcd CPU in the same span | {} | {} | {} | | |", mmm(&k.etcd, 2, "s"), mmm(&o.etcd, 2, "s"), mmm(&f.etcd, 2, "s"))?;
         writeln!(
             w,
@@ -212,8 +219,12 @@ impl Race<'_> {
         )?;
         writeln!(w, "| start → ready (not part of the race) | {} | {} | | | |\n", mmm(&k.ready, 2, "s"), mmm(&o.ready, 2, "s"))?;
         let created = summary_of(conv.runs.iter().map(|r| r.created_s))?;
-        let surplus: Vec<String> =
-            conv.runs.iter().filter(|r| r.max_pods > target_pods).map(|r| format!("{} run {}: {}", r.controller, r.run, r.max_pods)).collect();
+        let surplus: Vec<String> = conv
+            .runs
+            .iter()
+            .filter(|r| r.max_pods > target_pods)
+            .map(|r| format!("{} run {}: {}", r.controller, r.run, r.max_pods))
+            .collect();
         writeln!(
             w,
             "The driver took {} to create the {} ReplicaSets. {}\n",
@@ -246,7 +257,11 @@ impl Race<'_> {
         writeln!(w, "|---|---|---|---|---|---|---|")?;
         for r in &self.conv.runs {
             let rss = if r.controller == FLOOR { "—".to_string() } else { mib(r.rss_bytes as f64) };
-            writeln!(w, "| {} | {} | {:.2} | {:.2} | {:.2} | {:.2} | {rss} |", r.run, r.controller, r.pods_s, r.status_s, r.cpu_s, r.apiserver_cpu_s)?;
+            writeln!(
+                w,
+                "| {} | {} | {:.2} | {:.2} | {:.2} | {:.2} | {rss} |",
+                r.run, r.controller, r.pods_s, r.status_s, r.cpu_s, r.apiserver_cpu_s
+            )?;
         }
         writeln!(w, "\n</details>\n")?;
         Ok(())
@@ -255,7 +270,8 @@ impl Race<'_> {
     /// The host's own metrics: reconciles, worker time, queue wait, actions.
     fn where_time_goes(&self, w: &mut String, wasm_call_us: f64) -> Result<()> {
         let hp = |f: fn(&HostProfile) -> f64| summary_of(self.profiles.iter().map(|p| f(p)));
-        let (rec, rec_s, wait_s, calls) = (hp(|p| p.reconciles)?, hp(|p| p.reconcile_seconds)?, hp(|p| p.queue_wait_seconds)?, hp(|p| p.plugin_calls)?);
+        let (rec, rec_s, wait_s, calls) =
+            (hp(|p| p.reconciles)?, hp(|p| p.reconcile_seconds)?, hp(|p| p.queue_wait_seconds)?, hp(|p| p.plugin_calls)?);
         let (creates, statuses, failed) = (hp(|p| p.creates)?, hp(|p| p.status_updates)?, hp(|p| p.failed_actions)?);
         let busy = rec_s.median / (self.workers * self.ours.status.median);
         ensure!(busy.is_finite(), "convergence: no worker time");
@@ -326,11 +342,9 @@ pub fn scaling(w: &mut String, small: &Race<'_>, large: &Race<'_>) -> Result<()>
     writeln!(w, "Statuses converged, seconds per 1000 Pods (median run); a flat row scales linearly.\n")?;
     writeln!(w, "| | {} | {} | growth |", small.size(), large.size())?;
     writeln!(w, "|---|---|---|---|")?;
-    for (name, s, l) in [
-        ("kube-controller-manager", &small.kcm, &large.kcm),
-        ("wasmloop", &small.ours, &large.ours),
-        ("floor", &small.floor, &large.floor),
-    ] {
+    for (name, s, l) in
+        [("kube-controller-manager", &small.kcm, &large.kcm), ("wasmloop", &small.ours, &large.ours), ("floor", &small.floor, &large.floor)]
+    {
         let per = |side: &Side, race: &Race<'_>| side.status.median * 1000.0 / race.conv.target_pods() as f64;
         let (a, b) = (per(s, small), per(l, large));
         writeln!(w, "| {name} | {a:.3} s | {b:.3} s | {:.2}× |", b / a)?;

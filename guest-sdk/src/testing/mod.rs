@@ -77,31 +77,22 @@ impl FakeCache {
     pub fn new(metadata: Metadata) -> Self {
         metadata.reconciled_kind();
         if let Some(s) = &metadata.selector {
-            selector::parse(s)
-                .unwrap_or_else(|e| panic!("reconciled kind: invalid selector {s:?}: {e}"));
+            selector::parse(s).unwrap_or_else(|e| panic!("reconciled kind: invalid selector {s:?}: {e}"));
         }
         for i in &metadata.indexes {
             if let Err(e) = check_index_path(&i.path) {
-                panic!(
-                    "index {:?} on {}: invalid path {:?}: {e}",
-                    i.name, i.kind, i.path
-                );
+                panic!("index {:?} on {}: invalid path {:?}: {e}", i.name, i.kind, i.path);
             }
         }
         for w in &metadata.watches {
             if let Some(s) = &w.selector {
-                selector::parse(s)
-                    .unwrap_or_else(|e| panic!("watch of {}: invalid selector {s:?}: {e}", w.kind));
+                selector::parse(s).unwrap_or_else(|e| panic!("watch of {}: invalid selector {s:?}: {e}", w.kind));
             }
         }
         // As the host refuses at load: fields of kinds the plugin does not read, bad paths.
         let readable = metadata.readable_kinds();
         for (i, f) in metadata.fields.iter().enumerate() {
-            assert!(
-                readable.contains(&&f.kind),
-                "fields[{i}]: {} is not a kind the plugin reconciles, watches or indexes",
-                f.kind
-            );
+            assert!(readable.contains(&&f.kind), "fields[{i}]: {} is not a kind the plugin reconciles, watches or indexes", f.kind);
             if let Err(e) = check_index_path(&f.path) {
                 panic!("fields[{i}] on {}: invalid path {:?}: {e}", f.kind, f.path);
             }
@@ -145,8 +136,7 @@ impl FakeCache {
     /// order; not recursive), e.g. the fixtures also given to `wasmloop reconcile --objects`.
     pub fn with_dir(self, dir: impl AsRef<std::path::Path>) -> Self {
         let dir = dir.as_ref();
-        let entries = std::fs::read_dir(dir)
-            .unwrap_or_else(|e| panic!("FakeCache: reading {}: {e}", dir.display()));
+        let entries = std::fs::read_dir(dir).unwrap_or_else(|e| panic!("FakeCache: reading {}: {e}", dir.display()));
         let mut files: Vec<_> = entries.filter_map(|e| e.ok().map(|e| e.path())).collect();
         files.sort();
         for f in files {
@@ -154,16 +144,11 @@ impl FakeCache {
             if !["yaml", "yml", "json"].contains(&ext) {
                 continue;
             }
-            let text = std::fs::read_to_string(&f)
-                .unwrap_or_else(|e| panic!("FakeCache: reading {}: {e}", f.display()));
+            let text = std::fs::read_to_string(&f).unwrap_or_else(|e| panic!("FakeCache: reading {}: {e}", f.display()));
             let docs: Vec<Value> = if ext == "json" {
-                vec![
-                    serde_json::from_str(&text)
-                        .unwrap_or_else(|e| panic!("FakeCache: {}: {e}", f.display())),
-                ]
+                vec![serde_json::from_str(&text).unwrap_or_else(|e| panic!("FakeCache: {}: {e}", f.display()))]
             } else {
-                serde_saphyr::from_multiple(&text)
-                    .unwrap_or_else(|e| panic!("FakeCache: {}: {e}", f.display()))
+                serde_saphyr::from_multiple(&text).unwrap_or_else(|e| panic!("FakeCache: {}: {e}", f.display()))
             };
             docs.into_iter().for_each(|d| self.add_document(d));
         }
@@ -172,8 +157,7 @@ impl FakeCache {
 
     /// Add the objects in a YAML stream.
     pub fn add_yaml(&self, yaml: &str) -> &Self {
-        let docs: Vec<Value> = serde_saphyr::from_multiple(yaml)
-            .unwrap_or_else(|e| panic!("FakeCache: invalid YAML: {e}"));
+        let docs: Vec<Value> = serde_saphyr::from_multiple(yaml).unwrap_or_else(|e| panic!("FakeCache: invalid YAML: {e}"));
         for doc in docs {
             self.add_document(doc);
         }
@@ -182,8 +166,7 @@ impl FakeCache {
 
     /// Add the objects in a JSON document.
     pub fn add_json(&self, json: &str) -> &Self {
-        let doc: Value =
-            serde_json::from_str(json).unwrap_or_else(|e| panic!("FakeCache: invalid JSON: {e}"));
+        let doc: Value = serde_json::from_str(json).unwrap_or_else(|e| panic!("FakeCache: invalid JSON: {e}"));
         self.add_document(doc);
         self
     }
@@ -191,8 +174,7 @@ impl FakeCache {
     /// Add (or replace) one object. Objects without `metadata.uid` get a fresh one;
     /// `managedFields` is dropped, as the host does.
     pub fn add(&self, obj: impl Serialize) -> &Self {
-        let v = serde_json::to_value(obj)
-            .unwrap_or_else(|e| panic!("FakeCache: object does not serialize: {e}"));
+        let v = serde_json::to_value(obj).unwrap_or_else(|e| panic!("FakeCache: object does not serialize: {e}"));
         self.insert(v);
         self
     }
@@ -200,27 +182,19 @@ impl FakeCache {
     /// Remove an object (as if it was deleted), returning it.
     pub fn remove(&self, key: &ObjectKey) -> Option<Value> {
         let mut objects = self.inner.objects.borrow_mut();
-        objects
-            .get_mut(&key.kind)?
-            .remove(&(key.namespace.clone(), key.name.clone()))
+        objects.get_mut(&key.kind)?.remove(&(key.namespace.clone(), key.name.clone()))
     }
 
     /// The stored object with this key (ignoring grants and selectors).
     pub fn get(&self, key: &ObjectKey) -> Option<Value> {
         let objects = self.inner.objects.borrow();
-        objects
-            .get(&key.kind)?
-            .get(&(key.namespace.clone(), key.name.clone()))
-            .cloned()
+        objects.get(&key.kind)?.get(&(key.namespace.clone(), key.name.clone())).cloned()
     }
 
     /// All stored objects of `kind`, ordered by namespace and name.
     pub fn objects(&self, kind: &KindRef) -> Vec<Value> {
         let objects = self.inner.objects.borrow();
-        objects
-            .get(kind)
-            .map(|m| m.values().cloned().collect())
-            .unwrap_or_default()
+        objects.get(kind).map(|m| m.values().cloned().collect()).unwrap_or_default()
     }
 
     /// Reconcile `key` (reason `Event`) with this fake as the cache.
@@ -234,12 +208,8 @@ impl FakeCache {
     /// Reconcile a request with this fake as the cache.
     pub fn reconcile_request<R: Reconciler>(&self, request: Request) -> Result<Outcome, Error> {
         let reconciled = self.inner.metadata.reconciled_kind();
-        assert_eq!(
-            &request.key.kind, reconciled,
-            "FakeCache: the host only reconciles keys of the reconciled kind {reconciled}"
-        );
-        self.enter(|| R::reconcile(request))
-            .and_then(Outcome::into_result)
+        assert_eq!(&request.key.kind, reconciled, "FakeCache: the host only reconciles keys of the reconciled kind {reconciled}");
+        self.enter(|| R::reconcile(request)).and_then(Outcome::into_result)
     }
 
     /// Run `f` with this fake answering the SDK's cache reads and logs on this thread.
@@ -257,8 +227,7 @@ impl FakeCache {
                 Action::Create(obj) => {
                     // The host's rule for what an action targets (wasmloop-model), so a create
                     // the host would refuse fails here too, and generateName gets a name.
-                    let target = Target::of_object(obj, Naming::NameOrGenerate)
-                        .unwrap_or_else(|e| panic!("FakeCache: create: {e}"));
+                    let target = Target::of_object(obj, Naming::NameOrGenerate).unwrap_or_else(|e| panic!("FakeCache: create: {e}"));
                     let obj = match &target.name {
                         TargetName::Name(_) => obj.clone(),
                         TargetName::GenerateName(prefix) => {
@@ -273,8 +242,7 @@ impl FakeCache {
                     }
                 }
                 Action::Apply(obj) => {
-                    Target::of_object(obj, Naming::NameOnly("apply"))
-                        .unwrap_or_else(|e| panic!("FakeCache: apply: {e}"));
+                    Target::of_object(obj, Naming::NameOnly("apply")).unwrap_or_else(|e| panic!("FakeCache: apply: {e}"));
                     let key = object::key(obj).unwrap_or_else(|e| panic!("FakeCache: apply: {e}"));
                     let merged = match self.get(&key) {
                         Some(mut current) => {
@@ -303,12 +271,8 @@ impl FakeCache {
                 Action::UpdateStatus { key, status } => {
                     // The host's status write of a missing object fails with NotFound; nothing to do here.
                     if let Some(mut current) = self.get(key) {
-                        let map = current
-                            .as_object_mut()
-                            .expect("stored objects are JSON objects");
-                        let slot = map
-                            .entry("status")
-                            .or_insert_with(|| Value::Object(Map::new()));
+                        let map = current.as_object_mut().expect("stored objects are JSON objects");
+                        let slot = map.entry("status").or_insert_with(|| Value::Object(Map::new()));
                         merge_patch(slot, status);
                         self.insert(current);
                     }
@@ -367,26 +331,17 @@ impl FakeCache {
     /// Reconcile `key` and execute the outcome until a reconcile returns no actions; returns the
     /// outcomes that had actions. Fails if the reconciler errors or has not converged after
     /// `max_rounds` reconciles.
-    pub fn converge<R: Reconciler>(
-        &self,
-        key: &ObjectKey,
-        max_rounds: usize,
-    ) -> Result<Vec<Outcome>, String> {
+    pub fn converge<R: Reconciler>(&self, key: &ObjectKey, max_rounds: usize) -> Result<Vec<Outcome>, String> {
         let mut done = Vec::new();
         for _ in 0..max_rounds {
-            let outcome = self
-                .reconcile::<R>(key)
-                .map_err(|e| format!("reconcile of {key} failed: {e}"))?;
+            let outcome = self.reconcile::<R>(key).map_err(|e| format!("reconcile of {key} failed: {e}"))?;
             if outcome.is_empty() {
                 return Ok(done);
             }
             self.execute(&outcome);
             done.push(outcome);
         }
-        Err(format!(
-            "{key} did not converge in {max_rounds} reconciles; last outcome: {:?}",
-            done.last()
-        ))
+        Err(format!("{key} did not converge in {max_rounds} reconciles; last outcome: {:?}", done.last()))
     }
 
     /// Messages logged through the SDK while this fake was installed.
@@ -420,25 +375,13 @@ impl FakeCache {
 
     fn insert(&self, mut obj: Value) {
         let key = object::key(&obj).unwrap_or_else(|e| panic!("FakeCache: cannot add {obj}: {e}"));
-        let meta = obj
-            .get_mut("metadata")
-            .and_then(Value::as_object_mut)
-            .expect("object::key found metadata.name");
+        let meta = obj.get_mut("metadata").and_then(Value::as_object_mut).expect("object::key found metadata.name");
         meta.remove("managedFields");
-        if meta
-            .get("uid")
-            .and_then(Value::as_str)
-            .is_none_or(str::is_empty)
-        {
+        if meta.get("uid").and_then(Value::as_str).is_none_or(str::is_empty) {
             let n = self.next_uid();
             meta.insert("uid".into(), format!("fake-uid-{n}").into());
         }
-        self.inner
-            .objects
-            .borrow_mut()
-            .entry(key.kind)
-            .or_default()
-            .insert((key.namespace, key.name), obj);
+        self.inner.objects.borrow_mut().entry(key.kind).or_default().insert((key.namespace, key.name), obj);
     }
 }
 
@@ -453,8 +396,7 @@ impl Inner {
         let mut note = |sel: &Option<String>| {
             declared = true;
             match sel {
-                Some(s) => selectors
-                    .push(selector::parse(s).expect("selectors were checked in FakeCache::new")),
+                Some(s) => selectors.push(selector::parse(s).expect("selectors were checked in FakeCache::new")),
                 None => unrestricted = true,
             }
         };
@@ -477,11 +419,7 @@ impl Inner {
     }
 
     /// The cached objects of `kind` (after watch selectors) that pass `filter`, as JSON.
-    fn read(
-        &self,
-        kind: &KindRef,
-        mut filter: impl FnMut(&Value) -> bool,
-    ) -> Result<Vec<String>, cache::Error> {
+    fn read(&self, kind: &KindRef, mut filter: impl FnMut(&Value) -> bool) -> Result<Vec<String>, cache::Error> {
         let selectors = self.grant(kind)?;
         let objects = self.objects.borrow();
         let Some(of_kind) = objects.get(kind) else {
@@ -503,56 +441,26 @@ fn visible(selectors: Option<&[selector::Selector]>, obj: &Value) -> bool {
 }
 
 impl Backend for Inner {
-    fn get(
-        &self,
-        kind: &KindRef,
-        namespace: Option<&str>,
-        name: &str,
-    ) -> Result<Option<String>, cache::Error> {
+    fn get(&self, kind: &KindRef, namespace: Option<&str>, name: &str) -> Result<Option<String>, cache::Error> {
         let selectors = self.grant(kind)?;
         let objects = self.objects.borrow();
-        let obj = objects
-            .get(kind)
-            .and_then(|m| m.get(&(namespace.map(str::to_owned), name.to_owned())));
-        Ok(obj
-            .filter(|o| visible(selectors.as_deref(), o))
-            .map(|o| serde_json::to_string(o).expect("JSON values serialize")))
+        let obj = objects.get(kind).and_then(|m| m.get(&(namespace.map(str::to_owned), name.to_owned())));
+        Ok(obj.filter(|o| visible(selectors.as_deref(), o)).map(|o| serde_json::to_string(o).expect("JSON values serialize")))
     }
 
-    fn list(
-        &self,
-        kind: &KindRef,
-        namespace: Option<&str>,
-        sel: Option<&str>,
-    ) -> Result<Vec<String>, cache::Error> {
+    fn list(&self, kind: &KindRef, namespace: Option<&str>, sel: Option<&str>) -> Result<Vec<String>, cache::Error> {
         let sel = match sel {
-            Some(s) => Some(
-                selector::parse(s)
-                    .map_err(|e| cache::Error::Invalid(format!("label selector {s:?}: {e}")))?,
-            ),
+            Some(s) => Some(selector::parse(s).map_err(|e| cache::Error::Invalid(format!("label selector {s:?}: {e}")))?),
             None => None,
         };
-        self.read(kind, |o| {
-            namespace.is_none_or(|ns| object::namespace(o) == Some(ns))
-                && sel.as_ref().is_none_or(|s| s.matches(o))
-        })
+        self.read(kind, |o| namespace.is_none_or(|ns| object::namespace(o) == Some(ns)) && sel.as_ref().is_none_or(|s| s.matches(o)))
     }
 
-    fn by_index(
-        &self,
-        kind: &KindRef,
-        index: &str,
-        value: &str,
-    ) -> Result<Vec<String>, cache::Error> {
+    fn by_index(&self, kind: &KindRef, index: &str, value: &str) -> Result<Vec<String>, cache::Error> {
         self.grant(kind)?;
         let path = match index {
             NAMESPACE_INDEX | OWNER_INDEX => None,
-            _ => match self
-                .metadata
-                .indexes
-                .iter()
-                .find(|i| &i.kind == kind && i.name == index)
-            {
+            _ => match self.metadata.indexes.iter().find(|i| &i.kind == kind && i.name == index) {
                 Some(i) => Some(i.path.as_str()),
                 None => {
                     return Err(cache::Error::UnknownIndex(format!(
@@ -561,9 +469,7 @@ impl Backend for Inner {
                 }
             },
         };
-        self.read(kind, |o| {
-            index_values(index, path, o).iter().any(|v| v == value)
-        })
+        self.read(kind, |o| index_values(index, path, o).iter().any(|v| v == value))
     }
 
     fn metas(&self, kind: &KindRef, objects: Vec<String>) -> Vec<Meta> {
@@ -572,12 +478,8 @@ impl Backend for Inner {
             .iter()
             .map(|json| {
                 let v: Value = serde_json::from_str(json).expect("the fake stores JSON");
-                let metadata = serde_json::from_value(v["metadata"].clone())
-                    .expect("the fake stores objects with metadata");
-                let fields = paths
-                    .iter()
-                    .map(|p| wasmloop_model::field::field(&v, p).map(|x| x.to_string()))
-                    .collect();
+                let metadata = serde_json::from_value(v["metadata"].clone()).expect("the fake stores objects with metadata");
+                let fields = paths.iter().map(|p| wasmloop_model::field::field(&v, p).map(|x| x.to_string())).collect();
                 Meta { kind: kind.clone(), metadata, fields }
             })
             .collect()
@@ -589,18 +491,13 @@ impl Backend for Inner {
     }
 }
 
-
 /// The values of index `index` (with declared `path`, if not built in) for one object, as the
 /// host computes them.
 fn index_values(index: &str, path: Option<&str>, obj: &Value) -> Vec<String> {
     let mut out = Vec::new();
     match (index, path) {
         (NAMESPACE_INDEX, None) => out.extend(object::namespace(obj).map(str::to_owned)),
-        (OWNER_INDEX, None) => out.extend(
-            object::controller_uid(obj)
-                .filter(|u| !u.is_empty())
-                .map(str::to_owned),
-        ),
+        (OWNER_INDEX, None) => out.extend(object::controller_uid(obj).filter(|u| !u.is_empty()).map(str::to_owned)),
         (_, Some(path)) => {
             if let Ok(path) = IndexPath::parse(path) {
                 out.extend(path.values(obj).into_iter().map(|v| v.into_owned()));

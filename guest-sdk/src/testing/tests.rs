@@ -70,61 +70,31 @@ fn fake() -> FakeCache {
 }
 
 fn names(jsons: Vec<Value>) -> Vec<String> {
-    jsons
-        .iter()
-        .map(|v| object::name(v).unwrap().to_owned())
-        .collect()
+    jsons.iter().map(|v| object::name(v).unwrap().to_owned()).collect()
 }
 
 #[test]
 fn yaml_lists_load_and_get_strips_managed_fields() {
     let f = fake();
     f.enter(|| {
-        let rs: Value = cache::get(&kinds::REPLICA_SET, Some("prod"), "web")
-            .unwrap()
-            .unwrap();
+        let rs: Value = cache::get(&kinds::REPLICA_SET, Some("prod"), "web").unwrap().unwrap();
         assert!(rs["metadata"].get("managedFields").is_none());
         assert_eq!(rs["metadata"]["uid"], "rs-1");
-        let p: Value = cache::get(&kinds::POD, Some("dev"), "other")
-            .unwrap()
-            .unwrap();
+        let p: Value = cache::get(&kinds::POD, Some("dev"), "other").unwrap().unwrap();
         assert!(object::uid(&p).unwrap().starts_with("fake-uid-"));
-        assert!(
-            cache::get::<Value>(&kinds::POD, Some("prod"), "nope")
-                .unwrap()
-                .is_none()
-        );
+        assert!(cache::get::<Value>(&kinds::POD, Some("prod"), "nope").unwrap().is_none());
     });
 }
 
 #[test]
 fn builtin_and_declared_indexes_answer_like_the_host() {
     fake().enter(|| {
-        assert_eq!(
-            names(cache::owned_by(&kinds::POD, "rs-1").unwrap()),
-            ["web-0"]
-        );
-        assert_eq!(
-            names(cache::by_index(&kinds::POD, "namespace", "dev").unwrap()),
-            ["other"]
-        );
-        assert_eq!(
-            names(cache::by_index(&kinds::POD, "node", "n2").unwrap()),
-            ["other"]
-        );
-        assert_eq!(
-            names(cache::by_index(&kinds::POD, "app", "web").unwrap()),
-            ["web-0"]
-        );
-        assert_eq!(
-            names(cache::by_index(&kinds::POD, "ports", "443").unwrap()),
-            ["web-0"]
-        );
-        assert!(
-            cache::by_index::<Value>(&kinds::POD, "node", "n3")
-                .unwrap()
-                .is_empty()
-        );
+        assert_eq!(names(cache::owned_by(&kinds::POD, "rs-1").unwrap()), ["web-0"]);
+        assert_eq!(names(cache::by_index(&kinds::POD, "namespace", "dev").unwrap()), ["other"]);
+        assert_eq!(names(cache::by_index(&kinds::POD, "node", "n2").unwrap()), ["other"]);
+        assert_eq!(names(cache::by_index(&kinds::POD, "app", "web").unwrap()), ["web-0"]);
+        assert_eq!(names(cache::by_index(&kinds::POD, "ports", "443").unwrap()), ["web-0"]);
+        assert!(cache::by_index::<Value>(&kinds::POD, "node", "n3").unwrap().is_empty());
         let e = cache::by_index::<Value>(&kinds::POD, "zone", "x").unwrap_err();
         assert!(matches!(e, cache::Error::UnknownIndex(_)), "{e}");
         // Declared on Pods, not on ConfigMaps.
@@ -137,10 +107,7 @@ fn builtin_and_declared_indexes_answer_like_the_host() {
 fn undeclared_kinds_are_not_granted() {
     fake().enter(|| {
         let e = cache::get::<Value>(&kinds::SECRET, Some("prod"), "s").unwrap_err();
-        assert!(
-            matches!(&e, cache::Error::NotGranted(m) if m.contains("v1/Secret")),
-            "{e}"
-        );
+        assert!(matches!(&e, cache::Error::NotGranted(m) if m.contains("v1/Secret")), "{e}");
         assert!(cache::list::<Value>(&kinds::SECRET, None, None).is_err());
         assert!(cache::by_index::<Value>(&kinds::SECRET, "namespace", "prod").is_err());
         // `?` in a reconciler turns it into a transient error.
@@ -152,33 +119,17 @@ fn undeclared_kinds_are_not_granted() {
 #[test]
 fn watch_selectors_limit_what_is_cached() {
     fake().enter(|| {
-        assert_eq!(
-            names(cache::list(&kinds::CONFIG_MAP, Some("prod"), None).unwrap()),
-            ["a"]
-        );
-        assert!(
-            cache::get::<Value>(&kinds::CONFIG_MAP, Some("prod"), "b")
-                .unwrap()
-                .is_none()
-        );
+        assert_eq!(names(cache::list(&kinds::CONFIG_MAP, Some("prod"), None).unwrap()), ["a"]);
+        assert!(cache::get::<Value>(&kinds::CONFIG_MAP, Some("prod"), "b").unwrap().is_none());
     });
 }
 
 #[test]
 fn list_filters_by_namespace_and_selector() {
     fake().enter(|| {
-        assert_eq!(
-            names(cache::list(&kinds::POD, None, None).unwrap()),
-            ["other", "web-0"]
-        );
-        assert_eq!(
-            names(cache::list(&kinds::POD, Some("prod"), None).unwrap()),
-            ["web-0"]
-        );
-        assert_eq!(
-            names(cache::list(&kinds::POD, None, Some("!app.kubernetes.io/name")).unwrap()),
-            ["other"]
-        );
+        assert_eq!(names(cache::list(&kinds::POD, None, None).unwrap()), ["other", "web-0"]);
+        assert_eq!(names(cache::list(&kinds::POD, Some("prod"), None).unwrap()), ["web-0"]);
+        assert_eq!(names(cache::list(&kinds::POD, None, Some("!app.kubernetes.io/name")).unwrap()), ["other"]);
         let e = cache::list::<Value>(&kinds::POD, None, Some("a in (b")).unwrap_err();
         assert!(matches!(e, cache::Error::Invalid(_)), "{e}");
     });
@@ -193,26 +144,17 @@ fn decode_errors_name_the_object() {
     }
     fake().enter(|| {
         let e = cache::get::<Wrong>(&kinds::POD, Some("dev"), "other").unwrap_err();
-        assert!(
-            e.to_string()
-                .starts_with("cannot parse a cached v1/Pod: object other: invalid type"),
-            "{e}"
-        );
+        assert!(e.to_string().starts_with("cannot parse a cached v1/Pod: object other: invalid type"), "{e}");
     });
 }
 
 #[test]
 fn reconcile_captures_logs_and_reads_outside_are_no_host() {
     let f = fake();
-    let out = f
-        .reconcile::<Probe>(&kinds::REPLICA_SET.key(Some("prod"), "web"))
-        .unwrap();
+    let out = f.reconcile::<Probe>(&kinds::REPLICA_SET.key(Some("prod"), "web")).unwrap();
     assert!(out.is_empty());
     assert_eq!(f.logs(), [(Level::Info, "1 pods".to_owned())]);
-    assert_eq!(
-        cache::get::<Value>(&kinds::POD, None, "x").unwrap_err(),
-        cache::Error::NoHost
-    );
+    assert_eq!(cache::get::<Value>(&kinds::POD, None, "x").unwrap_err(), cache::Error::NoHost);
 }
 
 #[test]
@@ -252,13 +194,7 @@ fn execute_plays_the_host() {
     assert!(f.get(&kinds::POD.key(Some("dev"), "other")).is_none());
     assert_eq!(f.get(&rs_key).unwrap()["status"], json!({"replicas": 2}));
     let cm = f.get(&kinds::CONFIG_MAP.key(Some("prod"), "a")).unwrap();
-    assert_eq!(
-        (
-            cm["data"]["k"].as_str(),
-            cm["metadata"]["labels"]["team"].as_str()
-        ),
-        (Some("v"), Some("a"))
-    );
+    assert_eq!((cm["data"]["k"].as_str(), cm["metadata"]["labels"]["team"].as_str()), (Some("v"), Some("a")));
     assert_eq!(f.events()[0].reason, "Scaled");
 }
 
@@ -271,11 +207,7 @@ fn reconciling_another_kind_is_a_test_bug() {
 #[test]
 #[should_panic(expected = "index \"x\" on v1/Pod: invalid path \"spec.containers[0].image\"")]
 fn invalid_index_paths_are_refused_like_the_host_does() {
-    FakeCache::new(Metadata::new("p", "0").reconciles(kinds::POD).index(
-        kinds::POD,
-        "x",
-        "spec.containers[0].image",
-    ));
+    FakeCache::new(Metadata::new("p", "0").reconciles(kinds::POD).index(kinds::POD, "x", "spec.containers[0].image"));
 }
 
 #[test]
@@ -289,30 +221,17 @@ fn index_path_checks() {
     ] {
         assert!(check_index_path(ok).is_ok(), "{ok}");
     }
-    for bad in [
-        "",
-        "labels.",
-        "spec..x",
-        ".spec",
-        "spec.",
-        "labels.a b",
-        "metadata.annotations.",
-    ] {
+    for bad in ["", "labels.", "spec..x", ".spec", "spec.", "labels.a b", "metadata.annotations."] {
         assert!(check_index_path(bad).is_err(), "{bad:?}");
     }
 }
 
 #[test]
 fn directories_of_fixtures_load() {
-    let dir =
-        std::env::temp_dir().join(format!("wasmloop-sdk-fixtures-{}", std::process::id()));
+    let dir = std::env::temp_dir().join(format!("wasmloop-sdk-fixtures-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(dir.join("a.yaml"), FIXTURE).unwrap();
-    std::fs::write(
-        dir.join("b.json"),
-        r#"{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "j", "namespace": "dev"}}"#,
-    )
-    .unwrap();
+    std::fs::write(dir.join("b.json"), r#"{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "j", "namespace": "dev"}}"#).unwrap();
     std::fs::write(dir.join("notes.txt"), "not: [an object").unwrap();
     let f = FakeCache::for_reconciler::<Probe>().with_dir(&dir);
     std::fs::remove_dir_all(&dir).unwrap();
@@ -323,8 +242,7 @@ fn directories_of_fixtures_load() {
 #[test]
 #[should_panic(expected = "has no metadata.name")]
 fn fixtures_without_names_are_rejected() {
-    FakeCache::for_reconciler::<Probe>()
-        .with_json(r#"{"apiVersion": "v1", "kind": "Pod", "metadata": {}}"#);
+    FakeCache::for_reconciler::<Probe>().with_json(r#"{"apiVersion": "v1", "kind": "Pod", "metadata": {}}"#);
 }
 
 #[test]

@@ -36,8 +36,8 @@ use serde_json::{Value, json};
 
 use crate::admission::{Admission, Protected, Scopes};
 use crate::fence::Fence;
-use wasmloop_model::{Naming, Target};
 use crate::kinds::{self, KindRef, KindResolver, ObjectKey};
+use wasmloop_model::{Naming, Target};
 
 /// Errors executing an action.
 #[derive(Debug, thiserror::Error)]
@@ -157,18 +157,12 @@ impl Executor {
                 self.patch(key, *status, *patch_type, body, preconditions).await
             }
             Action::UpdateStatus { key, status } => self.update_status(key, status).await,
-            Action::Event { regarding, event_type, reason, message } => {
-                self.event(manager, regarding, *event_type, reason, message).await
-            }
+            Action::Event { regarding, event_type, reason, message } => self.event(manager, regarding, *event_type, reason, message).await,
         }
     }
 
     async fn api(&self, verb: &'static str, key: &ObjectKey) -> Result<Api<DynamicObject>> {
-        let resolved = self
-            .resolver
-            .resolve(&key.kind)
-            .await
-            .map_err(|source| Error::Kind { verb, object: key.to_string(), source })?;
+        let resolved = self.resolver.resolve(&key.kind).await.map_err(|source| Error::Kind { verb, object: key.to_string(), source })?;
         let client = self.resolver.client().clone();
         Ok(match (&key.namespace, resolved.namespaced) {
             (Some(ns), true) => Api::namespaced_with(client, ns, &resolved.resource),
@@ -188,11 +182,11 @@ impl Executor {
         F: FnMut() -> Fut,
         Fut: Future<Output = kube::Result<T>>,
     {
-        call.retry(self.retry)
-            .when(is_retryable)
-            .sleep(tokio::time::sleep)
-            .await
-            .map_err(|source| Error::Api { verb, object: key.to_string(), source })
+        call.retry(self.retry).when(is_retryable).sleep(tokio::time::sleep).await.map_err(|source| Error::Api {
+            verb,
+            object: key.to_string(),
+            source,
+        })
     }
 
     async fn create(&self, object: &Value) -> Result<Executed> {
@@ -218,9 +212,7 @@ impl Executor {
         let api = self.api("apply", &key).await?;
         let params = PatchParams::apply(manager).force();
         let patch = Patch::Apply(object);
-        let applied = self
-            .retrying("apply", &key, || api.patch(&key.name, &params, &patch))
-            .await?;
+        let applied = self.retrying("apply", &key, || api.patch(&key.name, &params, &patch)).await?;
         Ok(Executed::Object(to_value(applied)))
     }
 
@@ -228,10 +220,8 @@ impl Executor {
         let api = self.api("delete", key).await?;
         let mut params = DeleteParams::background();
         if !preconditions.is_empty() {
-            params.preconditions = Some(kube::api::Preconditions {
-                uid: preconditions.uid.clone(),
-                resource_version: preconditions.resource_version.clone(),
-            });
+            params.preconditions =
+                Some(kube::api::Preconditions { uid: preconditions.uid.clone(), resource_version: preconditions.resource_version.clone() });
         }
         let res = if preconditions.is_empty() {
             self.retrying("delete", key, || api.delete(&key.name, &params)).await
@@ -255,8 +245,11 @@ impl Executor {
     ) -> Result<Executed> {
         let verb = if status { "update-status" } else { "patch" };
         let api = self.api(verb, key).await?;
-        let patch = with_preconditions(patch_type, body, preconditions)
-            .map_err(|reason| Error::InvalidObject { verb, object: key.to_string(), reason })?;
+        let patch = with_preconditions(patch_type, body, preconditions).map_err(|reason| Error::InvalidObject {
+            verb,
+            object: key.to_string(),
+            reason,
+        })?;
         let params = PatchParams::default();
         let call = || async {
             if status { api.patch_status(&key.name, &params, &patch).await } else { api.patch(&key.name, &params, &patch).await }
@@ -286,20 +279,11 @@ impl Executor {
         let api = self.api("update-status", key).await?;
         let patch = Patch::Merge(json!({ "status": status }));
         let params = PatchParams::default();
-        let updated = self
-            .retrying("update-status", key, || api.patch_status(&key.name, &params, &patch))
-            .await?;
+        let updated = self.retrying("update-status", key, || api.patch_status(&key.name, &params, &patch)).await?;
         Ok(Executed::Object(to_value(updated)))
     }
 
-    async fn event(
-        &self,
-        manager: &str,
-        regarding: &ObjectKey,
-        event_type: EventType,
-        reason: &str,
-        message: &str,
-    ) -> Result<Executed> {
+    async fn event(&self, manager: &str, regarding: &ObjectKey, event_type: EventType, reason: &str, message: &str) -> Result<Executed> {
         let recorder = self.recorder(manager);
         let reference = ObjectReference {
             api_version: Some(regarding.kind.api_version.clone()),
@@ -413,11 +397,7 @@ fn truncate(s: &str, max: usize) -> String {
 
 /// The key of an object body whose target was derived by [`Action::target`]; a generateName
 /// target keys by its prefix (used only for the endpoint and messages).
-fn target_key(
-    verb: &'static str,
-    object: &Value,
-    target: std::result::Result<String, wasmloop_model::TargetError>,
-) -> Result<ObjectKey> {
+fn target_key(verb: &'static str, object: &Value, target: std::result::Result<String, wasmloop_model::TargetError>) -> Result<ObjectKey> {
     let invalid = |reason: String| Error::InvalidObject { verb, object: compact(object), reason };
     let name = target.map_err(|e| invalid(e.to_string()))?;
     let field = |p: &str| object.pointer(p).and_then(Value::as_str).unwrap_or_default();
@@ -426,11 +406,7 @@ fn target_key(
 }
 
 fn parse_object(verb: &'static str, key: &ObjectKey, object: &Value) -> Result<DynamicObject> {
-    serde_json::from_value(object.clone()).map_err(|e| Error::InvalidObject {
-        verb,
-        object: key.to_string(),
-        reason: e.to_string(),
-    })
+    serde_json::from_value(object.clone()).map_err(|e| Error::InvalidObject { verb, object: key.to_string(), reason: e.to_string() })
 }
 
 /// At most 120 characters of an object's JSON, for error messages.

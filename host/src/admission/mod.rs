@@ -146,8 +146,7 @@ impl Admission {
         for (index, r) in refs.iter().enumerate() {
             let bad = |why: String| Reason::OwnerReference { index, why };
             let field = |f: &str| r.get(f).and_then(Value::as_str).filter(|s| !s.is_empty());
-            let (Some(api_version), Some(kind), Some(name), Some(uid)) =
-                (field("apiVersion"), field("kind"), field("name"), field("uid"))
+            let (Some(api_version), Some(kind), Some(name), Some(uid)) = (field("apiVersion"), field("kind"), field("name"), field("uid"))
             else {
                 return Err(bad("apiVersion, kind, name and uid are required".into()));
             };
@@ -194,8 +193,9 @@ fn describe_unchecked(action: &Action) -> String {
             let s = |p: &str| object.pointer(p).and_then(Value::as_str).unwrap_or("?");
             format!("{}/{} {}", s("/apiVersion"), s("/kind"), s("/metadata/name"))
         }
-        Action::Delete { key, .. } | Action::UpdateStatus { key, .. } | Action::Event { regarding: key, .. } | Action::Patch { key, .. } => {
-            key.to_string()
-        }
+        Action::Delete { key, .. }
+        | Action::UpdateStatus { key, .. }
+        | Action::Event { regarding: key, .. }
+        | Action::Patch { key, .. } => key.to_string(),
     }
 }

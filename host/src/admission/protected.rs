@@ -299,7 +299,9 @@ impl Protected {
         let mut bindings = Vec::new();
         let list = |kind: &'static str, ns: Option<&str>| {
             let api = rbac_api(client, kind, ns);
-            async move { api.list(&ListParams::default()).await.map(|l| l.items).map_err(|e| Rule::Unverifiable(format!("listing {kind}s: {e}"))) }
+            async move {
+                api.list(&ListParams::default()).await.map(|l| l.items).map_err(|e| Rule::Unverifiable(format!("listing {kind}s: {e}")))
+            }
         };
         bindings.extend(list("ClusterRoleBinding", None).await?);
         // A RoleBinding may refer to a ClusterRole too; bindings of the host live in any namespace.

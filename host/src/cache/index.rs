@@ -62,12 +62,7 @@ impl IndexSpec {
         match self {
             Self::Namespace => out.extend(obj.namespace().map(Cow::Borrowed)),
             Self::ControllerOwner => {
-                out.extend(
-                    obj.controller_owner()
-                        .map(|o| o.uid)
-                        .filter(|u| !u.is_empty())
-                        .map(Cow::Borrowed),
-                );
+                out.extend(obj.controller_owner().map(|o| o.uid).filter(|u| !u.is_empty()).map(Cow::Borrowed));
             }
             Self::Label(key) => out.extend(obj.label(key).map(Cow::Borrowed)),
             Self::LabelPairs => out.extend(obj.labels().map(|(k, v)| Cow::Owned(label_pair(k, v)))),
@@ -90,7 +85,6 @@ impl fmt::Display for IndexSpec {
     }
 }
 
-
 #[cfg(test)]
 mod tests {
     use serde_json::json;
@@ -105,14 +99,8 @@ mod tests {
     #[test]
     fn parses_declared_paths() {
         assert_eq!(IndexSpec::parse("labels.app").unwrap(), IndexSpec::Label("app".into()));
-        assert_eq!(
-            IndexSpec::parse("metadata.labels.app.kubernetes.io/name").unwrap(),
-            IndexSpec::Label("app.kubernetes.io/name".into())
-        );
-        assert_eq!(
-            IndexSpec::parse("spec.nodeName").unwrap(),
-            IndexSpec::Field("spec.nodeName".into())
-        );
+        assert_eq!(IndexSpec::parse("metadata.labels.app.kubernetes.io/name").unwrap(), IndexSpec::Label("app.kubernetes.io/name".into()));
+        assert_eq!(IndexSpec::parse("spec.nodeName").unwrap(), IndexSpec::Field("spec.nodeName".into()));
         assert_eq!(
             IndexSpec::parse("metadata.annotations.example.com/team").unwrap(),
             IndexSpec::Field("metadata.annotations.example.com/team".into())

@@ -103,25 +103,16 @@ impl CachedObject {
             }
         }
         labels.sort_unstable();
-        let labels = labels
-            .into_iter()
-            .map(|(k, v)| Ok((push(k)?, push(v)?)))
-            .collect::<Result<Box<[_]>>>()?;
+        let labels = labels.into_iter().map(|(k, v)| Ok((push(k)?, push(v)?))).collect::<Result<Box<[_]>>>()?;
         let mut owners = Vec::new();
         for owner in meta.get("ownerReferences").and_then(Value::as_array).into_iter().flatten() {
             let field = |f| str_field(owner, f);
             owners.push(OwnerSpans {
-                fields: [
-                    push(field("apiVersion"))?,
-                    push(field("kind"))?,
-                    push(field("name"))?,
-                    push(field("uid"))?,
-                ],
+                fields: [push(field("apiVersion"))?, push(field("kind"))?, push(field("name"))?, push(field("uid"))?],
                 controller: owner.get("controller").and_then(Value::as_bool) == Some(true),
             });
         }
-        let json = serde_json::to_string(&*value)
-            .map_err(|e| Error::InvalidObject(format!("{key}: cannot serialise: {e}")))?;
+        let json = serde_json::to_string(&*value).map_err(|e| Error::InvalidObject(format!("{key}: cannot serialise: {e}")))?;
         Ok(Self {
             json: json.into_boxed_str(),
             name_start: to_u32(name_start)?,
@@ -245,10 +236,7 @@ impl CachedObject {
 
 impl fmt::Debug for CachedObject {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("CachedObject")
-            .field("key", &self.key())
-            .field("resource_version", &self.resource_version())
-            .finish_non_exhaustive()
+        f.debug_struct("CachedObject").field("key", &self.key()).field("resource_version", &self.resource_version()).finish_non_exhaustive()
     }
 }
 
@@ -343,10 +331,7 @@ mod tests {
         assert_eq!(obj.label("missing"), None);
         assert_eq!(obj.labels().collect::<Vec<_>>(), [("app", "web"), ("tier", "front")]);
         let ctl = obj.controller_owner().unwrap();
-        assert_eq!(
-            (ctl.api_version, ctl.kind, ctl.name, ctl.uid),
-            ("apps/v1", "ReplicaSet", "web", "u-rs")
-        );
+        assert_eq!((ctl.api_version, ctl.kind, ctl.name, ctl.uid), ("apps/v1", "ReplicaSet", "web", "u-rs"));
         assert_eq!(ctl.kind_ref(), crate::kinds::KindRef::new("apps/v1", "ReplicaSet"));
         assert_eq!(obj.owner_uids().collect::<Vec<_>>(), ["u-t", "u-rs"]);
     }

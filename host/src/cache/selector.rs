@@ -28,6 +28,9 @@ mod tests {
         assert!(Selector::parse("app in (web)").unwrap().matches(&obj));
         assert!(!Selector::parse("app,tier").unwrap().matches(&obj));
         let err: Error = Selector::parse("app in ()").unwrap_err().into();
-        assert!(matches!(err, Error::InvalidSelector { ref selector, ref reason } if selector == "app in ()" && reason.contains("at least one value")), "{err:?}");
+        assert!(
+            matches!(err, Error::InvalidSelector { ref selector, ref reason } if selector == "app in ()" && reason.contains("at least one value")),
+            "{err:?}"
+        );
     }
 }

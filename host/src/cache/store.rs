@@ -103,10 +103,8 @@ impl IndexedStore {
             inner.objects.values().map(|e| e.obj.clone()).collect::<Vec<_>>()
         };
         // Compute values outside the lock: field indexes parse each object's JSON.
-        let computed: HashMap<Arc<str>, (Arc<CachedObject>, Vec<String>)> = snapshot
-            .into_iter()
-            .map(|obj| (obj.key_arc().clone(), (obj.clone(), owned_values(&spec, &obj))))
-            .collect();
+        let computed: HashMap<Arc<str>, (Arc<CachedObject>, Vec<String>)> =
+            snapshot.into_iter().map(|obj| (obj.key_arc().clone(), (obj.clone(), owned_values(&spec, &obj)))).collect();
 
         let mut inner = self.inner.write();
         if inner.has_index(name, &spec)? {
@@ -175,8 +173,7 @@ impl IndexedStore {
             let inner = self.inner.read();
             for value in values {
                 let key = key_of(&value)?;
-                let same =
-                    inner.same_version(&key, str_field(&value["metadata"], "resourceVersion"));
+                let same = inner.same_version(&key, str_field(&value["metadata"], "resourceVersion"));
                 checked.push((key, value, same));
             }
         }
@@ -185,10 +182,7 @@ impl IndexedStore {
         for (key, mut value, same) in checked {
             prepared.push(match same {
                 Some(cached) => Prepared::Same { key, cached },
-                None => Prepared::New {
-                    obj: Arc::new(CachedObject::from_value_mut(&mut value)?),
-                    value,
-                },
+                None => Prepared::New { obj: Arc::new(CachedObject::from_value_mut(&mut value)?), value },
             });
         }
 
@@ -213,8 +207,7 @@ impl IndexedStore {
                 }
             }
         }
-        let mut gone: Vec<Arc<str>> =
-            inner.objects.keys().filter(|k| !seen.contains(*k)).cloned().collect();
+        let mut gone: Vec<Arc<str>> = inner.objects.keys().filter(|k| !seen.contains(*k)).cloned().collect();
         gone.sort_unstable();
         changes.extend(gone.iter().filter_map(|k| inner.remove(k)).map(Change::Deleted));
         Ok(changes)
@@ -230,11 +223,7 @@ impl IndexedStore {
     ///
     /// Reads only the objects that can match: those carrying the rarest of the selector's
     /// required labels (`key=value`, `key in (…)`) when that is fewer than the namespace holds.
-    pub fn list(
-        &self,
-        namespace: Option<&str>,
-        selector: Option<&Selector>,
-    ) -> Vec<Arc<CachedObject>> {
+    pub fn list(&self, namespace: Option<&str>, selector: Option<&Selector>) -> Vec<Arc<CachedObject>> {
         let keep = |o: &Arc<CachedObject>| selector.is_none_or(|s| s.matches(o));
         let inner = self.inner.read();
         let namespace = namespace.filter(|ns| !ns.is_empty());
@@ -254,24 +243,14 @@ impl IndexedStore {
                 .collect();
         }
         match namespace {
-            Some(ns) => inner
-                .lookup(NAMESPACE_INDEX, ns)
-                .unwrap_or_default()
-                .into_iter()
-                .filter(keep)
-                .collect(),
-            None => sorted(
-                inner.objects.values().map(|e| &e.obj).filter(|o| keep(o)).cloned().collect(),
-            ),
+            Some(ns) => inner.lookup(NAMESPACE_INDEX, ns).unwrap_or_default().into_iter().filter(keep).collect(),
+            None => sorted(inner.objects.values().map(|e| &e.obj).filter(|o| keep(o)).cloned().collect()),
         }
     }
 
     /// Objects whose index `index` has value `value`.
     pub fn by_index(&self, index: &str, value: &str) -> Result<Vec<Arc<CachedObject>>> {
-        self.inner
-            .read()
-            .lookup(index, value)
-            .ok_or_else(|| Error::UnknownIndex { kind: self.kind.clone(), index: index.into() })
+        self.inner.read().lookup(index, value).ok_or_else(|| Error::UnknownIndex { kind: self.kind.clone(), index: index.into() })
     }
 
     /// Every cached object.
@@ -308,8 +287,7 @@ impl Inner {
 
     /// The cached object at `key` if it has resourceVersion `rv` (never for an empty `rv`).
     fn same_version(&self, key: &str, rv: &str) -> Option<Arc<CachedObject>> {
-        let entry =
-            self.objects.get(key).filter(|e| !rv.is_empty() && e.obj.resource_version() == rv)?;
+        let entry = self.objects.get(key).filter(|e| !rv.is_empty() && e.obj.resource_version() == rv)?;
         Some(entry.obj.clone())
     }
 
@@ -358,11 +336,8 @@ impl Inner {
                 return Change::Unchanged(old.obj.clone());
             }
         }
-        let values: Box<[Values]> = self
-            .indexes
-            .iter()
-            .map(|index| index.intern(index.spec.values(&obj, value).iter().map(|v| &**v)))
-            .collect();
+        let values: Box<[Values]> =
+            self.indexes.iter().map(|index| index.intern(index.spec.values(&obj, value).iter().map(|v| &**v))).collect();
         // Remove then insert, so the map, the indexes and `obj` all share `obj`'s key.
         let old = self.objects.remove(&key);
         for (i, (index, new_values)) in self.indexes.iter_mut().zip(&values).enumerate() {
@@ -509,11 +484,7 @@ mod tests {
                     let e = inner.objects.get(k).expect("index points at a cached object");
                     let json = e.obj.value();
                     let now = index.spec.values(&e.obj, &json);
-                    assert!(
-                        now.iter().any(|v| v == &**value),
-                        "{k} is stale under {}={value}",
-                        index.name
-                    );
+                    assert!(now.iter().any(|v| v == &**value), "{k} is stale under {}={value}", index.name);
                 }
             }
         }
@@ -521,10 +492,7 @@ mod tests {
             assert_eq!(e.values.len(), inner.indexes.len());
             for (index, values) in inner.indexes.iter().zip(&e.values) {
                 for v in values.iter() {
-                    assert!(
-                        index.map.get(v).is_some_and(|ks| ks.contains(k)),
-                        "{k} missing under {v}"
-                    );
+                    assert!(index.map.get(v).is_some_and(|ks| ks.contains(k)), "{k} missing under {v}");
                 }
             }
         }
@@ -582,8 +550,7 @@ mod tests {
     fn field_index_handles_scalars_arrays_and_missing_fields() {
         let s = store();
         s.add_index("node", IndexSpec::parse("spec.nodeName").unwrap()).unwrap();
-        s.add_index("port", IndexSpec::parse("spec.containers.ports.containerPort").unwrap())
-            .unwrap();
+        s.add_index("port", IndexSpec::parse("spec.containers.ports.containerPort").unwrap()).unwrap();
         let mut p1 = pod("a", "p1", "1", "web", "n1");
         p1["spec"]["containers"] = json!([
             {"name": "app", "ports": [{"containerPort": 80}, {"containerPort": 443}]},
@@ -659,7 +626,9 @@ mod tests {
             let all = s.snapshot();
             all.iter().filter(|o| ns.is_none_or(|ns| o.namespace() == Some(ns)) && sel.matches(o)).map(|o| o.key().to_string()).collect()
         };
-        for sel in ["app=web", "app=db,tier=front", "app in (web,cache)", "tier=front,app!=db", "app=none", "tier", "!tier", "app notin (db)"] {
+        for sel in
+            ["app=web", "app=db,tier=front", "app in (web,cache)", "tier=front,app!=db", "app=none", "tier", "!tier", "app notin (db)"]
+        {
             let sel = Selector::parse(sel).unwrap();
             for ns in [None, Some("n0"), Some("n1"), Some("zz")] {
                 assert_eq!(keys(&s.list(ns, Some(&sel))), scan(ns, &sel), "{sel} in {ns:?}");
@@ -698,11 +667,7 @@ mod tests {
         s.apply(pod("a", "gone", "1", "web", "n1")).unwrap();
         let keep = s.get(Some("a"), "keep").unwrap();
         let changes = s
-            .replace(vec![
-                pod("a", "keep", "1", "web", "n1"),
-                pod("a", "change", "2", "db", "n1"),
-                pod("b", "new", "1", "web", "n1"),
-            ])
+            .replace(vec![pod("a", "keep", "1", "web", "n1"), pod("a", "change", "2", "db", "n1"), pod("b", "new", "1", "web", "n1")])
             .unwrap();
         let summary: Vec<(&str, &str)> = changes
             .iter()
@@ -716,15 +681,7 @@ mod tests {
                 (what, c.object().key())
             })
             .collect();
-        assert_eq!(
-            summary,
-            [
-                ("unchanged", "a/keep"),
-                ("updated", "a/change"),
-                ("added", "b/new"),
-                ("deleted", "a/gone")
-            ]
-        );
+        assert_eq!(summary, [("unchanged", "a/keep"), ("updated", "a/change"), ("added", "b/new"), ("deleted", "a/gone")]);
         assert!(Arc::ptr_eq(&s.get(Some("a"), "keep").unwrap(), &keep), "unchanged object kept");
         assert_eq!(by(&s, "app", "web"), ["a/keep", "b/new"]);
         assert_eq!(by(&s, "app", "db"), ["a/change"]);
@@ -764,20 +721,11 @@ mod tests {
         s.add_index("node", node.clone()).unwrap();
         s.add_index("node", node).unwrap();
         assert_eq!(s.index_names(), [NAMESPACE_INDEX, OWNER_INDEX, LABEL_PAIRS_INDEX, "node"]);
-        assert_eq!(
-            s.add_index("node", IndexSpec::Label("node".into())),
-            Err(Error::IndexConflict { name: "node".into() })
-        );
-        assert_eq!(
-            s.add_index(OWNER_INDEX, IndexSpec::Label("x".into())),
-            Err(Error::IndexConflict { name: OWNER_INDEX.into() })
-        );
+        assert_eq!(s.add_index("node", IndexSpec::Label("node".into())), Err(Error::IndexConflict { name: "node".into() }));
+        assert_eq!(s.add_index(OWNER_INDEX, IndexSpec::Label("x".into())), Err(Error::IndexConflict { name: OWNER_INDEX.into() }));
         s.add_index(NAMESPACE_INDEX, IndexSpec::Namespace).unwrap();
         assert_eq!(s.index_names().len(), 4);
-        assert_eq!(
-            s.by_index("nope", "x").unwrap_err(),
-            Error::UnknownIndex { kind: KindRef::new("v1", "Pod"), index: "nope".into() }
-        );
+        assert_eq!(s.by_index("nope", "x").unwrap_err(), Error::UnknownIndex { kind: KindRef::new("v1", "Pod"), index: "nope".into() });
     }
 
     #[test]
@@ -804,8 +752,7 @@ mod tests {
                 for round in 1..=40 {
                     for i in 0..50 {
                         let app = format!("v{}", round % 3);
-                        s.apply(pod("a", &format!("p{i}"), &round.to_string(), &app, "n1"))
-                            .unwrap();
+                        s.apply(pod("a", &format!("p{i}"), &round.to_string(), &app, "n1")).unwrap();
                     }
                 }
             })
@@ -899,8 +846,7 @@ mod tests {
         const N: usize = 10_000;
         let s = store();
         s.add_index("node", IndexSpec::parse("spec.nodeName").unwrap()).unwrap();
-        s.add_index("instance", IndexSpec::parse("labels.app.kubernetes.io/instance").unwrap())
-            .unwrap();
+        s.add_index("instance", IndexSpec::parse("labels.app.kubernetes.io/instance").unwrap()).unwrap();
         let pods: Vec<Value> = (0..N).map(realistic_pod).collect();
         let raw_bytes: usize = pods.iter().map(|p| p.to_string().len()).sum();
         let changes = s.replace(pods).unwrap();
@@ -909,10 +855,7 @@ mod tests {
         assert_eq!(s.len(), N);
 
         let expect = |pred: &dyn Fn(usize) -> bool| {
-            let mut keys: Vec<String> = (0..N)
-                .filter(|&i| pred(i))
-                .map(|i| format!("team-{}/web-{}-{i:05}", i % 10, i % 50))
-                .collect();
+            let mut keys: Vec<String> = (0..N).filter(|&i| pred(i)).map(|i| format!("team-{}/web-{}-{i:05}", i % 10, i % 50)).collect();
             keys.sort();
             keys
         };
@@ -920,21 +863,15 @@ mod tests {
         assert_eq!(by(&s, OWNER_INDEX, "rs-uid-13"), expect(&|i| i % 50 == 13));
         assert_eq!(by(&s, "instance", "web-13"), expect(&|i| i % 50 == 13));
         assert_eq!(by(&s, NAMESPACE_INDEX, "team-3").len(), N / 10);
-        let sel =
-            Selector::parse("team=team-3,app.kubernetes.io/instance in (web-13,web-23)").unwrap();
-        let listed: Vec<String> =
-            s.list(Some("team-3"), Some(&sel)).iter().map(|o| o.key().into()).collect();
+        let sel = Selector::parse("team=team-3,app.kubernetes.io/instance in (web-13,web-23)").unwrap();
+        let listed: Vec<String> = s.list(Some("team-3"), Some(&sel)).iter().map(|o| o.key().into()).collect();
         assert_eq!(listed, expect(&|i| i % 10 == 3 && (i % 50 == 13 || i % 50 == 23)));
 
         let all = s.snapshot();
         assert!(all.iter().all(|o| !o.json().contains("managedFields")));
         // A lower bound (no allocator overhead, no map slots), for orientation only.
         let cached: usize = all.iter().map(|o| o.approx_heap_bytes()).sum();
-        eprintln!(
-            "{N} pods: {} bytes of JSON each as received, ~{} bytes each cached (lower bound)",
-            raw_bytes / N,
-            cached / N
-        );
+        eprintln!("{N} pods: {} bytes of JSON each as received, ~{} bytes each cached (lower bound)", raw_bytes / N, cached / N);
 
         // A relist with nothing changed reports everything unchanged and keeps the indexes.
         let changes = s.replace((0..N).map(realistic_pod).collect()).unwrap();

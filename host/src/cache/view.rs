@@ -58,9 +58,7 @@ impl CacheView {
             let kind = KindRef::new(str_field(&value, "apiVersion"), str_field(&value, "kind"));
             if kind.api_version.is_empty() || kind.kind.is_empty() {
                 let name = str_field(&value["metadata"], "name");
-                return Err(Error::InvalidObject(format!(
-                    "object {name:?} needs apiVersion and kind"
-                )));
+                return Err(Error::InvalidObject(format!("object {name:?} needs apiVersion and kind")));
             }
             let stores = view.stores.entry(kind.clone()).or_default();
             if stores.is_empty() {
@@ -77,21 +75,11 @@ impl CacheView {
 }
 
 impl CacheRead for CacheView {
-    fn get(
-        &self,
-        kind: &KindRef,
-        namespace: Option<&str>,
-        name: &str,
-    ) -> Result<Option<Arc<CachedObject>>> {
+    fn get(&self, kind: &KindRef, namespace: Option<&str>, name: &str) -> Result<Option<Arc<CachedObject>>> {
         Ok(self.granted(kind)?.iter().find_map(|s| s.get(namespace, name)))
     }
 
-    fn list(
-        &self,
-        kind: &KindRef,
-        namespace: Option<&str>,
-        selector: Option<&str>,
-    ) -> Result<Vec<Arc<CachedObject>>> {
+    fn list(&self, kind: &KindRef, namespace: Option<&str>, selector: Option<&str>) -> Result<Vec<Arc<CachedObject>>> {
         let stores = self.granted(kind)?;
         let selector = selector.map(Selector::parse).transpose()?.filter(|s| !s.is_everything());
         let out: Vec<_> = stores.iter().flat_map(|s| s.list(namespace, selector.as_ref())).collect();
@@ -171,14 +159,8 @@ mod tests {
         assert_eq!(v.get(&secrets, None, "x").unwrap_err(), Error::NotGranted(secrets.clone()));
         assert_eq!(v.list(&secrets, None, None).unwrap_err(), Error::NotGranted(secrets.clone()));
         assert_eq!(v.by_index(&secrets, OWNER_INDEX, "x").unwrap_err(), Error::NotGranted(secrets));
-        assert_eq!(
-            v.by_index(&pods(), "node", "n1").unwrap_err(),
-            Error::UnknownIndex { kind: pods(), index: "node".into() }
-        );
-        assert!(matches!(
-            v.list(&pods(), None, Some("app in web")).unwrap_err(),
-            Error::InvalidSelector { .. }
-        ));
+        assert_eq!(v.by_index(&pods(), "node", "n1").unwrap_err(), Error::UnknownIndex { kind: pods(), index: "node".into() });
+        assert!(matches!(v.list(&pods(), None, Some("app in web")).unwrap_err(), Error::InvalidSelector { .. }));
         // Indexes added to a store are visible through the view.
         v.stores(&pods())[0].add_index("app", IndexSpec::Label("app".into())).unwrap();
         assert_eq!(keys(v.by_index(&pods(), "app", "db").unwrap()), ["b/p2"]);
@@ -228,11 +210,9 @@ mod tests {
 
     #[test]
     fn from_objects_requires_api_version_and_kind() {
-        let err = CacheView::from_objects([json!({"kind": "Pod", "metadata": {"name": "p"}})])
-            .unwrap_err();
+        let err = CacheView::from_objects([json!({"kind": "Pod", "metadata": {"name": "p"}})]).unwrap_err();
         assert_eq!(err, Error::InvalidObject(r#"object "p" needs apiVersion and kind"#.into()));
-        let err =
-            CacheView::from_objects([json!({"apiVersion": "v1", "kind": "Pod"})]).unwrap_err();
+        let err = CacheView::from_objects([json!({"apiVersion": "v1", "kind": "Pod"})]).unwrap_err();
         assert_eq!(err, Error::InvalidObject("metadata is missing".into()));
     }
 }

@@ -49,8 +49,7 @@ pub fn run(args: ReconcileArgs) -> anyhow::Result<ExitCode> {
     };
     let bytes = std::fs::read(&args.plugin).with_context(|| format!("reading {}", args.plugin.display()))?;
     let engine = PluginEngine::new()?;
-    let plugin = WasmPlugin::load(&engine, &bytes, limits, grants.clone())
-        .with_context(|| format!("loading {}", args.plugin.display()))?;
+    let plugin = WasmPlugin::load(&engine, &bytes, limits, grants.clone()).with_context(|| format!("loading {}", args.plugin.display()))?;
     let spec = plugin.spec().clone();
     let view = build_view(&spec, objects)?;
     if key.kind != spec.reconciles {
@@ -112,7 +111,9 @@ fn is_version(s: &str) -> bool {
     digits > 0 && {
         let tail = &rest[digits..];
         tail.is_empty()
-            || ["alpha", "beta"].iter().any(|p| tail.strip_prefix(p).is_some_and(|d| !d.is_empty() && d.chars().all(|c| c.is_ascii_digit())))
+            || ["alpha", "beta"]
+                .iter()
+                .any(|p| tail.strip_prefix(p).is_some_and(|d| !d.is_empty() && d.chars().all(|c| c.is_ascii_digit())))
     }
 }
 

@@ -20,8 +20,8 @@ use tokio::sync::watch;
 use tracing::{info, warn};
 use wasmloop::actions::Executor;
 use wasmloop::admission::{HostObjects, Protected};
-use wasmloop::fence::Fence;
 use wasmloop::controller::ControllerMetrics;
+use wasmloop::fence::Fence;
 use wasmloop::hotload::{PluginManager, PluginManagerConfig};
 use wasmloop::informer::InformerRegistry;
 use wasmloop::kinds::KindResolver;
@@ -105,9 +105,7 @@ fn protected_objects(args: &RunArgs, client: kube::Client) -> anyhow::Result<Pro
     };
     let hosts = HostObjects {
         plugin_namespaces: if args.all_namespaces { Vec::new() } else { vec![args.plugin_namespace.clone()] },
-        lease_namespace: args
-            .leader_elect
-            .then(|| args.lease_namespace.clone().unwrap_or_else(|| args.plugin_namespace.clone())),
+        lease_namespace: args.leader_elect.then(|| args.lease_namespace.clone().unwrap_or_else(|| args.plugin_namespace.clone())),
         service_account,
     };
     Ok(Protected::new(hosts, Some(client)))
@@ -158,7 +156,11 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let metrics = ControllerMetrics::new(&mut prom);
     let plugin_metrics = wasmloop::hotload::metrics::PluginMetrics::new(&mut prom);
     let leading = prometheus_client::metrics::gauge::Gauge::<i64>::default();
-    prom.register("wasmloop_leader", "1 while this replica holds the Lease and reconciles (always 1 without --leader-elect)", leading.clone());
+    prom.register(
+        "wasmloop_leader",
+        "1 while this replica holds the Lease and reconciles (always 1 without --leader-elect)",
+        leading.clone(),
+    );
     let prom = Arc::new(Mutex::new(prom));
     let engine = tokio::task::spawn_blocking(PluginEngine::new).await??;
 
@@ -173,7 +175,11 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     info!(%addr, %identity, "serving /metrics, /healthz, /readyz");
 
     let config = PluginManagerConfig {
-        precompiled_dir: if args.no_precompiled_cache { None } else { Some(args.precompiled_dir.clone().unwrap_or_else(default_precompiled_dir)) },
+        precompiled_dir: if args.no_precompiled_cache {
+            None
+        } else {
+            Some(args.precompiled_dir.clone().unwrap_or_else(default_precompiled_dir))
+        },
         shutdown_grace: args.shutdown_grace,
         memory_budget: args.plugin_memory_budget.or_else(container_memory_limit),
         max_component_size: args.max_component_size,
@@ -271,7 +277,8 @@ fn default_identity() -> String {
 }
 
 fn default_precompiled_dir() -> PathBuf {
-    match std::env::var_os("XDG_CACHE_HOME").or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache").into_os_string())) {
+    match std::env::var_os("XDG_CACHE_HOME").or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache").into_os_string()))
+    {
         Some(base) => PathBuf::from(base).join("wasmloop/precompiled"),
         None => std::env::temp_dir().join("wasmloop-precompiled"),
     }

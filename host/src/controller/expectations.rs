@@ -190,10 +190,13 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_key_waits_until_the_cache_shows_its_writes() {
         let e = Expectations::new(Duration::from_secs(300));
-        e.expect(&rs(), vec![
-            Expected { object: key("web-a"), change: ExpectedChange::Added },
-            Expected { object: key("web-b"), change: ExpectedChange::Deleted { uid: "b1".into() } },
-        ]);
+        e.expect(
+            &rs(),
+            vec![
+                Expected { object: key("web-a"), change: ExpectedChange::Added },
+                Expected { object: key("web-b"), change: ExpectedChange::Deleted { uid: "b1".into() } },
+            ],
+        );
         assert_eq!(e.waiting_for(&key("web-a")), vec![rs()]);
 
         let stale = CacheView::from_objects([pod("web-b", "b1", false)]).unwrap();

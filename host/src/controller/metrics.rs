@@ -57,9 +57,7 @@ impl ControllerMetrics {
         r.register("reconcile_errors", "Reconciles that failed", m.reconcile_errors.clone());
         r.register("reconcile_time_seconds", "Time per reconcile, actions included", m.reconcile_time.clone());
         r.register("active_workers", "Workers currently reconciling", m.active_workers.clone());
-        registry
-            .sub_registry_with_prefix("wasmloop")
-            .register("actions", "Actions executed by verb and result", m.actions.clone());
+        registry.sub_registry_with_prefix("wasmloop").register("actions", "Actions executed by verb and result", m.actions.clone());
         m
     }
 
@@ -80,33 +78,25 @@ impl ControllerMetrics {
         let l = label(controller);
         self.active_workers.get_or_create(&l).dec();
         self.reconcile_time.get_or_create(&l).observe(took.as_secs_f64());
-        self.reconcile_total
-            .get_or_create(&ResultLabels { controller: controller.to_string(), result: result.to_string() })
-            .inc();
+        self.reconcile_total.get_or_create(&ResultLabels { controller: controller.to_string(), result: result.to_string() }).inc();
         if result.contains("error") {
             self.reconcile_errors.get_or_create(&l).inc();
         }
     }
 
     pub(crate) fn action_executed(&self, controller: &str, verb: &str, result: &str) {
-        self.actions
-            .get_or_create(&ActionLabels { controller: controller.into(), verb: verb.into(), result: result.into() })
-            .inc();
+        self.actions.get_or_create(&ActionLabels { controller: controller.into(), verb: verb.into(), result: result.into() }).inc();
     }
 
     /// Reconciles of `controller` that ended with `result` (`success`, `requeue_after`, `error`,
     /// `permanent_error`).
     pub fn reconciles(&self, controller: &str, result: &str) -> u64 {
-        self.reconcile_total
-            .get_or_create(&ResultLabels { controller: controller.to_string(), result: result.to_string() })
-            .get()
+        self.reconcile_total.get_or_create(&ResultLabels { controller: controller.to_string(), result: result.to_string() }).get()
     }
 
     /// Actions of `controller` with `verb` that ended with `result` (`ok` or `error`).
     pub fn actions(&self, controller: &str, verb: &str, result: &str) -> u64 {
-        self.actions
-            .get_or_create(&ActionLabels { controller: controller.into(), verb: verb.into(), result: result.into() })
-            .get()
+        self.actions.get_or_create(&ActionLabels { controller: controller.into(), verb: verb.into(), result: result.into() }).get()
     }
 }
 

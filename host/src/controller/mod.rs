@@ -20,12 +20,12 @@ mod mapping;
 mod metrics;
 pub mod slow_start;
 
-pub use expectations::Expectations;
-pub use metrics::ControllerMetrics;
 /// The reconciler contract, re-exported where controllers are built.
 pub use crate::reconciler::{
-    FieldDecl, IndexDecl, Mapping, Outcome, ReconcileError, Reconciler, ReconcilerSpec, Reason, Request, WatchSpec,
+    FieldDecl, IndexDecl, Mapping, Outcome, Reason, ReconcileError, Reconciler, ReconcilerSpec, Request, WatchSpec,
 };
+pub use expectations::Expectations;
+pub use metrics::ControllerMetrics;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -39,11 +39,11 @@ use tracing::{Instrument, debug, info, info_span, warn};
 
 use crate::actions::{self, Action, EventType, Executed, Executor};
 use crate::cache::{self, CacheRead, CacheView, IndexSpec, Selector};
-use expectations::{Expected, ExpectedChange, Wait};
 use crate::grants::{Grants, ReadScope};
 use crate::informer::{self, Informer, InformerKey, InformerRegistry, Subscription};
 use crate::kinds::{KindRef, ObjectKey};
 use crate::queue::{RateLimitConfig, RateLimiter, TokenBucket, WorkQueue};
+use expectations::{Expected, ExpectedChange, Wait};
 use mapping::KeyMapper;
 
 /// Errors starting or reconfiguring a controller.
@@ -338,7 +338,8 @@ impl Inner {
                     informers.push(inf);
                 }
             }
-            let index_err = |source| Error::Index { controller: self.name.clone(), kind: idx.kind.to_string(), index: idx.name.clone(), source };
+            let index_err =
+                |source| Error::Index { controller: self.name.clone(), kind: idx.kind.to_string(), index: idx.name.clone(), source };
             let index = IndexSpec::parse(&idx.path).map_err(index_err)?;
             for store in view.stores(&idx.kind) {
                 store.add_index(&idx.name, index.clone()).map_err(index_err)?;
@@ -386,7 +387,10 @@ impl Inner {
                 let resolved = self.registry.resolver().resolve(kind).await;
                 let namespaced = resolved.map_err(|e| Error::Informer { controller: self.name.clone(), source: e.into() })?.namespaced;
                 if !namespaced {
-                    return Err(scope_err(format!("it is cluster-scoped, but reads are granted only in namespaces {}", granted.join(", "))));
+                    return Err(scope_err(format!(
+                        "it is cluster-scoped, but reads are granted only in namespaces {}",
+                        granted.join(", ")
+                    )));
                 }
                 Ok(granted.into_iter().map(Some).collect())
             }
@@ -415,8 +419,7 @@ impl Inner {
 
     /// Queue every cached object of the reconciled kind at `priority`.
     fn enqueue_all(&self, reason: Reason, priority: crate::queue::Priority) {
-        let Some((primary, kind)) =
-            self.current.read().as_ref().map(|c| (c.primary.clone(), c.reconciler.spec().reconciles.clone()))
+        let Some((primary, kind)) = self.current.read().as_ref().map(|c| (c.primary.clone(), c.reconciler.spec().reconciles.clone()))
         else {
             return;
         };
@@ -540,7 +543,13 @@ impl Inner {
     /// doubling size, as KCM's `slowStartBatch`, starting at the size this controller's calls
     /// have proven ([`slow_start`]; 1 at first and after any failure): a failing batch stops the
     /// rest.
-    async fn execute_admitted(&self, key: &ObjectKey, current: &Current, outcome: &Outcome, expected: &mut Vec<Expected>) -> Result<(), Failed> {
+    async fn execute_admitted(
+        &self,
+        key: &ObjectKey,
+        current: &Current,
+        outcome: &Outcome,
+        expected: &mut Vec<Expected>,
+    ) -> Result<(), Failed> {
         let actions = &outcome.actions;
         let mut done = 0;
         let mut i = 0;
@@ -593,7 +602,13 @@ impl Inner {
                 Ok(expectation(current, action, &done))
             }
             Err(e) => {
-                let result = if e.is_fenced() { "fenced" } else if e.is_conflict() { "conflict" } else { "error" };
+                let result = if e.is_fenced() {
+                    "fenced"
+                } else if e.is_conflict() {
+                    "conflict"
+                } else {
+                    "error"
+                };
                 self.metrics.action_executed(&self.name, action.verb(), result);
                 debug!(key = %key, error = %e, "action failed");
                 Err(to_failed(e))
@@ -612,12 +627,8 @@ impl Inner {
     /// A Warning Event on the reconciled object from the host itself (best effort), for what
     /// is not retried: `ActionRefused` (admission) and `ReconcileFailed` (permanent errors).
     async fn report(&self, key: &ObjectKey, reason: &str, message: &str) {
-        let event = Action::Event {
-            regarding: key.clone(),
-            event_type: EventType::Warning,
-            reason: reason.into(),
-            message: message.to_string(),
-        };
+        let event =
+            Action::Event { regarding: key.clone(), event_type: EventType::Warning, reason: reason.into(), message: message.to_string() };
         match self.executor.execute(HOST_REPORTER, &event).await {
             Ok(_) => self.metrics.action_executed(HOST_REPORTER, "event", "ok"),
             Err(e) => {

@@ -363,8 +363,14 @@ impl Inner {
                 };
                 error!(configmap = %key, error = %reason, serving = serving.as_deref().unwrap_or("nothing"), "plugin rejected");
                 let _ = self.events.send(LoadEvent::Rejected { configmap: key.name.clone(), error: reason.clone() });
-                self.report(key, json!({"state": "Rejected", "error": reason, "serving": serving}),
-                            EventType::Warning, "PluginRejected", &message).await;
+                self.report(
+                    key,
+                    json!({"state": "Rejected", "error": reason, "serving": serving}),
+                    EventType::Warning,
+                    "PluginRejected",
+                    &message,
+                )
+                .await;
             }
         }
     }
@@ -379,8 +385,12 @@ impl Inner {
         info!(configmap = %key, plugin = %spec.name, version = %spec.version, digest = %plugin.digest(),
               payload = payload.unwrap_or("inline"), ?origin, took_ms = took.as_millis() as u64, "plugin loaded");
         let _ = self.events.send(LoadEvent::Loaded {
-            configmap: key.name.clone(), plugin: spec.name.clone(), version: spec.version.clone(),
-            digest: plugin.digest().to_string(), origin, took,
+            configmap: key.name.clone(),
+            plugin: spec.name.clone(),
+            version: spec.version.clone(),
+            digest: plugin.digest().to_string(),
+            origin,
+            took,
         });
         let how = match origin {
             LoadOrigin::Compiled => "compiled",
@@ -424,7 +434,11 @@ impl Inner {
         let api = kube::Api::<ConfigMap>::namespaced(self.client.clone(), ns);
         let lp = kube::api::ListParams::default().fields(&format!("metadata.name={name}"));
         match api.list(&lp).await {
-            Ok(list) => list.items.into_iter().find(|c| c.metadata.name.as_deref() == Some(name)).map_or(Found::Missing, |c| Found::Fetched(Box::new(c))),
+            Ok(list) => list
+                .items
+                .into_iter()
+                .find(|c| c.metadata.name.as_deref() == Some(name))
+                .map_or(Found::Missing, |c| Found::Fetched(Box::new(c))),
             Err(e) => {
                 warn!(namespace = ns, payload = name, error = %e, "could not read the payload ConfigMap; waiting for the informer");
                 Found::Missing
@@ -577,7 +591,8 @@ impl Inner {
             let wasm = match input {
                 Input::Wasm(wasm) => wasm,
                 Input::Reuse(compiled) => {
-                    let plugin = WasmPlugin::from_compiled_as(&engine, compiled, limits, grants, component.as_deref()).map_err(|e| e.to_string())?;
+                    let plugin =
+                        WasmPlugin::from_compiled_as(&engine, compiled, limits, grants, component.as_deref()).map_err(|e| e.to_string())?;
                     return Ok::<_, String>((Arc::new(plugin), LoadOrigin::Reused));
                 }
             };
@@ -597,7 +612,11 @@ impl Inner {
         let budget = self.config.compile_budget;
         match tokio::time::timeout(budget, work).await {
             Ok(joined) => joined.map_err(|e| {
-                if e.is_cancelled() { "loading was cancelled: the host is shutting down".to_string() } else { format!("loading panicked: {e}") }
+                if e.is_cancelled() {
+                    "loading was cancelled: the host is shutting down".to_string()
+                } else {
+                    format!("loading panicked: {e}")
+                }
             })?,
             Err(_) => Err(format!("compiling and validating took longer than the {} budget; refused", crate::duration::format(budget))),
         }
@@ -658,7 +677,12 @@ impl Inner {
         }
     }
 
-    async fn start_controller(&self, plugin: &Arc<WasmPlugin>, config: &ControllerConfig, grants: Arc<crate::grants::Grants>) -> Result<Controller, String> {
+    async fn start_controller(
+        &self,
+        plugin: &Arc<WasmPlugin>,
+        config: &ControllerConfig,
+        grants: Arc<crate::grants::Grants>,
+    ) -> Result<Controller, String> {
         Controller::start(plugin.clone(), config.clone(), grants, self.registry.clone(), self.executor.clone(), self.metrics.clone())
             .await
             .map_err(|e| e.to_string())

@@ -24,7 +24,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use crate::controller::{RateBudget, ControllerConfig};
+use crate::controller::{ControllerConfig, RateBudget};
 use crate::grants::{Grant, Grants};
 use crate::plugin::Limits;
 use crate::queue::RateLimitConfig;
@@ -78,12 +78,8 @@ pub struct PluginManifest {
 impl PluginManifest {
     /// Parse `yaml`; `default_name` is used when the manifest has no `name`.
     pub fn parse(yaml: &str, default_name: &str) -> Result<Self> {
-        let raw: Raw = if yaml.trim().is_empty() {
-            serde_saphyr::from_str("{}")
-        } else {
-            serde_saphyr::from_str(yaml)
-        }
-        .map_err(|e| Error::Yaml(e.to_string()))?;
+        let raw: Raw = if yaml.trim().is_empty() { serde_saphyr::from_str("{}") } else { serde_saphyr::from_str(yaml) }
+            .map_err(|e| Error::Yaml(e.to_string()))?;
         let named = raw.name.is_some();
         if let Some(plugin) = raw.plugin.as_deref().filter(|p| !is_dns_label(p)) {
             return Err(Error::Invalid(format!("plugin {plugin:?} must be 1-63 characters of a-z, 0-9 and '-'")));

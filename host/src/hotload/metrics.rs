@@ -13,8 +13,8 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
-use crate::reconciler::Reconciler;
 use crate::plugin::WasmPlugin;
+use crate::reconciler::Reconciler;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct LoadLabels {

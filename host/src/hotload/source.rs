@@ -193,10 +193,8 @@ fn is_dns_subdomain(s: &str) -> bool {
 /// The one payload entry of `binaryData`.
 fn find_binary(cm: &ConfigMap) -> Result<(Encoding, &'static str, &[u8])> {
     let binary = cm.binary_data.as_ref();
-    let present: Vec<_> = Encoding::ALL
-        .iter()
-        .filter_map(|(enc, key)| binary.and_then(|b| b.get(*key)).map(|v| (*enc, *key, v.0.as_slice())))
-        .collect();
+    let present: Vec<_> =
+        Encoding::ALL.iter().filter_map(|(enc, key)| binary.and_then(|b| b.get(*key)).map(|v| (*enc, *key, v.0.as_slice()))).collect();
     match present.as_slice() {
         [one] => Ok(*one),
         [] => {
@@ -274,7 +272,11 @@ mod tests {
         let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
         std::io::Write::write_all(&mut gz, WASM).unwrap();
         let gz = gz.finish().unwrap();
-        for (key, bytes, enc) in [("plugin.wasm", WASM.to_vec(), Encoding::Raw), ("plugin.wasm.zst", zst, Encoding::Zstd), ("plugin.wasm.gz", gz, Encoding::Gzip)] {
+        for (key, bytes, enc) in [
+            ("plugin.wasm", WASM.to_vec(), Encoding::Raw),
+            ("plugin.wasm.zst", zst, Encoding::Zstd),
+            ("plugin.wasm.gz", gz, Encoding::Gzip),
+        ] {
             let src = decode(&cm(&[(key, bytes)], Some("name: x"))).unwrap();
             assert_eq!(src.wasm, WASM, "{key}");
             assert_eq!(src.encoding, enc);

@@ -18,8 +18,8 @@ use std::time::Duration;
 use futures::StreamExt;
 use futures::stream::BoxStream;
 use kube::api::{Api, DynamicObject};
-use kube::runtime::watcher::{self, watcher};
 use kube::runtime::WatchStreamExt;
+use kube::runtime::watcher::{self, watcher};
 use parking_lot::{Mutex, RwLock};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -135,11 +135,7 @@ impl Informer {
         let mut rx = self.synced.clone();
         match tokio::time::timeout(timeout, rx.wait_for(|s| *s)).await {
             Ok(Ok(_)) => Ok(()),
-            _ => Err(Error::SyncTimeout {
-                key: self.key.clone(),
-                timeout,
-                last_error: self.last_error.lock().clone(),
-            }),
+            _ => Err(Error::SyncTimeout { key: self.key.clone(), timeout, last_error: self.last_error.lock().clone() }),
         }
     }
 
@@ -298,12 +294,12 @@ async fn run_watch(
                     synced.send_replace(true);
                 }
             }
-            watcher::Event::Apply(obj) => match to_value(obj).map_err(|e| e.to_string()).and_then(|v| {
-                store.apply(v).map_err(|e| e.to_string())
-            }) {
-                Ok(change) => handlers.dispatch(&change),
-                Err(e) => warn!(informer = %key, error = %e, "object not cached"),
-            },
+            watcher::Event::Apply(obj) => {
+                match to_value(obj).map_err(|e| e.to_string()).and_then(|v| store.apply(v).map_err(|e| e.to_string())) {
+                    Ok(change) => handlers.dispatch(&change),
+                    Err(e) => warn!(informer = %key, error = %e, "object not cached"),
+                }
+            }
             watcher::Event::Delete(obj) => {
                 if let Some(change) = store.delete(obj.metadata.namespace.as_deref(), obj.metadata.name.as_deref().unwrap_or_default()) {
                     handlers.dispatch(&change);

@@ -13,20 +13,20 @@
 //! reads are limited to the kinds the plugin declares.
 
 use std::marker::PhantomData;
+use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::rc::Rc;
 use std::sync::Arc;
-use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use wasmloop_sdk as sdk;
 use wasmloop_sdk::embed::{self, Backend};
 
 use crate::cache::{self, CachedObject, SharedCache};
-use crate::reconciler::{Outcome, ReconcileError, Reconciler, ReconcilerSpec, Request};
 use crate::kinds::{KindRef, ObjectKey};
 use crate::plugin::Limits;
 use crate::plugin::bindings::types as wit;
 use crate::plugin::convert::{from_sdk_outcome, spec_from_sdk_metadata, to_sdk_request};
 use crate::plugin::meta::object_meta;
+use crate::reconciler::{Outcome, ReconcileError, Reconciler, ReconcilerSpec, Request};
 
 /// Why a plugin crate cannot be run.
 #[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
@@ -103,10 +103,7 @@ impl<R: sdk::Reconciler + 'static> Reconciler for SdkReconciler<R> {
                 .map_err(|why| ReconcileError::Permanent(format!("plugin {name} returned an invalid outcome: {why}"))),
             Ok(Err(e)) if e.is_transient() => Err(ReconcileError::Transient(e.message().to_owned())),
             Ok(Err(e)) => Err(ReconcileError::Permanent(e.message().to_owned())),
-            Err(panic) => Err(ReconcileError::Transient(format!(
-                "plugin {name} panicked in reconcile: {}",
-                panic_message(&*panic)
-            ))),
+            Err(panic) => Err(ReconcileError::Transient(format!("plugin {name} panicked in reconcile: {}", panic_message(&*panic)))),
         }
     }
 }
@@ -134,9 +131,8 @@ impl HostCache {
     fn readable(&self, kind: &sdk::KindRef) -> CacheResult<KindRef> {
         let kind = KindRef::new(kind.api_version.as_ref(), kind.kind.as_ref());
         let spec = &self.spec;
-        let declared = spec.reconciles == kind
-            || spec.watches.iter().any(|w| w.kind == kind)
-            || spec.indexes.iter().any(|i| i.kind == kind);
+        let declared =
+            spec.reconciles == kind || spec.watches.iter().any(|w| w.kind == kind) || spec.indexes.iter().any(|i| i.kind == kind);
         if !declared {
             return Err(cache_error(cache::Error::NotGranted(kind)));
         }
@@ -268,10 +264,7 @@ mod tests {
 
     impl sdk::Reconciler for Tiny {
         fn metadata() -> Metadata {
-            Metadata::new("tiny", "0.1.0")
-                .reconciles(kinds::REPLICA_SET)
-                .owns(kinds::POD)
-                .field(kinds::POD, "status.phase")
+            Metadata::new("tiny", "0.1.0").reconciles(kinds::REPLICA_SET).owns(kinds::POD).field(kinds::POD, "status.phase")
         }
 
         fn reconcile(req: sdk::Request) -> Result<sdk::Outcome, sdk::Error> {

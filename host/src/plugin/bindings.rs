@@ -16,8 +16,8 @@ wasmtime::component::bindgen!({
     exports: { default: async },
 });
 
-pub use exports::wasmloop::controller::plugin as guest;
 pub use self::wasmloop::controller::{cache, log, types};
+pub use exports::wasmloop::controller::plugin as guest;
 
 /// The 0.1 contract (`wasmloop:controller@0.1.0`).
 pub mod v0_1 {

@@ -109,7 +109,12 @@ impl v0_1::cache::Host for HostState {
         wit_cache::Host::get(self, kind(k), namespace, name).map_err(cache_error)
     }
 
-    fn list(&mut self, k: old::KindRef, namespace: Option<String>, selector: Option<String>) -> Result<Vec<String>, v0_1::cache::CacheError> {
+    fn list(
+        &mut self,
+        k: old::KindRef,
+        namespace: Option<String>,
+        selector: Option<String>,
+    ) -> Result<Vec<String>, v0_1::cache::CacheError> {
         wit_cache::Host::list(self, kind(k), namespace, selector).map_err(cache_error)
     }
 

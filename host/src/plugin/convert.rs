@@ -14,8 +14,8 @@ use super::bindings::types as wit;
 use super::limits::Limits;
 use crate::actions::{Action, EventType, PatchType, Preconditions};
 use crate::cache::IndexSpec;
-use crate::reconciler::{FieldDecl, IndexDecl, Mapping, Outcome, Reason, ReconcilerSpec, Request, WatchSpec};
 use crate::kinds::{KindRef, ObjectKey};
+use crate::reconciler::{FieldDecl, IndexDecl, Mapping, Outcome, Reason, ReconcilerSpec, Request, WatchSpec};
 use wasmloop_sdk as sdk;
 
 pub(crate) fn to_wit_key(k: &ObjectKey) -> wit::ObjectKey {
@@ -117,8 +117,7 @@ pub(crate) fn spec_from_metadata(m: wit::PluginMetadata) -> Result<ReconcilerSpe
 
 /// Parse an object action's JSON and check it ([`checked_object`]).
 fn object_json(i: usize, verb: &'static str, json: &str) -> Result<Value, String> {
-    let value: Value =
-        serde_json::from_str(json).map_err(|e| format!("action {i} ({verb}): invalid JSON: {e}"))?;
+    let value: Value = serde_json::from_str(json).map_err(|e| format!("action {i} ({verb}): invalid JSON: {e}"))?;
     checked_object(i, verb, value)
 }
 
@@ -171,8 +170,8 @@ pub(crate) fn to_outcome(o: wit::Outcome, limits: &Limits) -> Result<Outcome, St
             wit::Action::Patch(p) => patch(i, p)?,
             wit::Action::UpdateStatus(u) => {
                 let key = checked_key(i, "update-status", u.key)?;
-                let status: Value = serde_json::from_str(&u.status)
-                    .map_err(|e| format!("action {i} (update-status): invalid status JSON: {e}"))?;
+                let status: Value =
+                    serde_json::from_str(&u.status).map_err(|e| format!("action {i} (update-status): invalid status JSON: {e}"))?;
                 Action::UpdateStatus { key, status: checked_status(i, status)? }
             }
             wit::Action::Event(e) => {
@@ -192,12 +191,7 @@ fn from_sdk_kind(k: &sdk::KindRef) -> wit::KindRef {
 }
 
 fn from_sdk_key(k: sdk::ObjectKey) -> wit::ObjectKey {
-    wit::ObjectKey {
-        api_version: k.kind.api_version.into_owned(),
-        kind: k.kind.kind.into_owned(),
-        namespace: k.namespace,
-        name: k.name,
-    }
+    wit::ObjectKey { api_version: k.kind.api_version.into_owned(), kind: k.kind.kind.into_owned(), namespace: k.namespace, name: k.name }
 }
 
 /// A natively run plugin's `R::metadata()`, checked as a component's `metadata()` is.
@@ -261,7 +255,9 @@ pub(crate) fn from_sdk_outcome(o: sdk::Outcome, limits: &Limits) -> Result<Outco
             sdk::Action::Create(object) => Action::Create { object: checked_object(i, "create", object)? },
             sdk::Action::Apply(object) => Action::Apply { object: checked_object(i, "apply", object)? },
             // The SDK's deletes carry no preconditions (the export glue sends empty ones).
-            sdk::Action::Delete(k) => Action::Delete { key: checked_key(i, "delete", from_sdk_key(k))?, preconditions: Preconditions::default() },
+            sdk::Action::Delete(k) => {
+                Action::Delete { key: checked_key(i, "delete", from_sdk_key(k))?, preconditions: Preconditions::default() }
+            }
             sdk::Action::Patch(p) => {
                 let patch_type = match p.patch_type {
                     sdk::PatchType::Merge => wit::PatchType::Merge,
@@ -286,7 +282,6 @@ pub(crate) fn from_sdk_outcome(o: sdk::Outcome, limits: &Limits) -> Result<Outco
     let requeue_after = o.requeue_after.map(|d| Duration::from_millis(u64::try_from(d.as_millis()).unwrap_or(u64::MAX)));
     Ok(Outcome { actions, requeue_after })
 }
-
 
 fn preconditions(p: wit::Preconditions) -> Preconditions {
     Preconditions { uid: p.uid.filter(|s| !s.is_empty()), resource_version: p.resource_version.filter(|s| !s.is_empty()) }
@@ -320,7 +315,8 @@ fn checked_patch(
             PatchType::Merge
         }
         wit::PatchType::Json => {
-            let ops = body.as_array().ok_or_else(|| format!("action {i} ({verb}): a JSON patch must be a list, got {}", json_type(&body)))?;
+            let ops =
+                body.as_array().ok_or_else(|| format!("action {i} ({verb}): a JSON patch must be a list, got {}", json_type(&body)))?;
             for (j, op) in ops.iter().enumerate() {
                 let name = op.get("op").and_then(Value::as_str).unwrap_or_default();
                 if !matches!(name, "add" | "remove" | "replace" | "test") {
@@ -412,7 +408,12 @@ mod tests {
                 wit::Action::Create(pod.to_string()),
                 delete(key("a")),
                 wit::Action::UpdateStatus(wit::StatusUpdate { key: key("b"), status: r#"{"ready":1}"#.into() }),
-                wit::Action::Event(wit::Event { regarding: key("c"), event_type: wit::EventType::Warning, reason: "Boom".into(), message: "m".into() }),
+                wit::Action::Event(wit::Event {
+                    regarding: key("c"),
+                    event_type: wit::EventType::Warning,
+                    reason: "Boom".into(),
+                    message: "m".into(),
+                }),
                 wit::Action::Patch(wit::Patch {
                     key: key("d"),
                     status: false,
@@ -434,7 +435,10 @@ mod tests {
             s
         };
         let bad = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {}});
-        assert_eq!(both(sdk::Action::Apply(bad.clone()), wit::Action::Apply(bad.to_string())), "action 0 (apply): the object has no metadata.name");
+        assert_eq!(
+            both(sdk::Action::Apply(bad.clone()), wit::Action::Apply(bad.to_string())),
+            "action 0 (apply): the object has no metadata.name"
+        );
         let err = both(sdk::Action::Delete(sdk_key("p/status")), delete(key("p/status")));
         assert!(err.contains("subresources are not action targets"), "{err}");
         let status = sdk::Action::UpdateStatus { key: sdk_key("b"), status: json!([]) };
@@ -452,13 +456,20 @@ mod tests {
 
     #[test]
     fn sdk_metadata_is_validated_as_a_components() {
-        let m = sdk::Metadata::new("rs", "1.2.3").reconciles(sdk::kinds::REPLICA_SET).owns(sdk::kinds::POD).field(sdk::kinds::POD, "status.phase");
+        let m = sdk::Metadata::new("rs", "1.2.3")
+            .reconciles(sdk::kinds::REPLICA_SET)
+            .owns(sdk::kinds::POD)
+            .field(sdk::kinds::POD, "status.phase");
         let spec = spec_from_sdk_metadata(m).unwrap();
-        assert_eq!((spec.name.as_str(), spec.reconciles.kind.as_str(), spec.watches[0].mapping.clone()), ("rs", "ReplicaSet", Mapping::Owner));
+        assert_eq!(
+            (spec.name.as_str(), spec.reconciles.kind.as_str(), spec.watches[0].mapping.clone()),
+            ("rs", "ReplicaSet", Mapping::Owner)
+        );
         assert_eq!(spec.fields, vec![FieldDecl { kind: KindRef::new("v1", "Pod"), path: "status.phase".into() }]);
         let err = spec_from_sdk_metadata(sdk::Metadata::new("rs", "one").reconciles(sdk::kinds::POD)).unwrap_err();
         assert!(err.contains("is not a semantic version"), "{err}");
-        let err = spec_from_sdk_metadata(sdk::Metadata::new("rs", "1.0.0").reconciles(sdk::kinds::POD).field(sdk::kinds::SECRET, "data")).unwrap_err();
+        let err = spec_from_sdk_metadata(sdk::Metadata::new("rs", "1.0.0").reconciles(sdk::kinds::POD).field(sdk::kinds::SECRET, "data"))
+            .unwrap_err();
         assert!(err.contains("not a kind the plugin reconciles"), "{err}");
         assert!(spec_from_sdk_metadata(sdk::Metadata::new("rs", "1.0.0")).unwrap_err().contains("no reconciled kind"));
     }

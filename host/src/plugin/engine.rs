@@ -344,7 +344,13 @@ impl PrecompiledCache {
             Ok(Some(component)) => {
                 // Recently used: eviction goes by modification time.
                 let _ = std::fs::File::options().append(true).open(&path).and_then(|f| f.set_modified(std::time::SystemTime::now()));
-                Ok(Some(Compiled { component, digest: digest(bytes), size: bytes.len(), origin: Origin::CacheHit, elapsed: started.elapsed() }))
+                Ok(Some(Compiled {
+                    component,
+                    digest: digest(bytes),
+                    size: bytes.len(),
+                    origin: Origin::CacheHit,
+                    elapsed: started.elapsed(),
+                }))
             }
             Ok(None) => Ok(None),
             Err(problem) => {

@@ -13,17 +13,17 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 use wasmtime::component::ResourceTable;
 use wasmtime::{ResourceLimiter, StoreLimits, StoreLimitsBuilder};
-use wasmtime_wasi::p2::{OutputStream, Pollable, StreamResult};
 use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
+use wasmtime_wasi::p2::{OutputStream, Pollable, StreamResult};
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
 use super::bindings::{cache as wit_cache, log as wit_log, types as wit};
 use super::limits::Limits;
 use super::meta;
 use crate::cache::{self, CachedObject, SharedCache};
-use crate::reconciler::FieldDecl;
 use crate::grants::{Grants, ReadScope};
 use crate::kinds::KindRef;
+use crate::reconciler::FieldDecl;
 
 /// Most random bytes one WASI `get-random-bytes` call may ask for.
 const RANDOM_BYTES_PER_REQUEST: u64 = 64 * 1024;
@@ -111,7 +111,12 @@ impl HostState {
     }
 
     /// The metadata of `objects` the plugin may see, charged to the budget.
-    fn metas(&mut self, kind: &KindRef, objects: Vec<Arc<CachedObject>>, scope: &ReadScope) -> Result<Vec<wit::ObjectMeta>, wit_cache::CacheError> {
+    fn metas(
+        &mut self,
+        kind: &KindRef,
+        objects: Vec<Arc<CachedObject>>,
+        scope: &ReadScope,
+    ) -> Result<Vec<wit::ObjectMeta>, wit_cache::CacheError> {
         let visible: Vec<&Arc<CachedObject>> = objects.iter().filter(|o| scope.allows(o.namespace())).collect();
         // Charged as JSON reads, before the work: the host parses each object's JSON to build its
         // record, so a loop of metadata reads costs the host what the plugin is charged.
@@ -144,9 +149,7 @@ impl HostState {
     }
 
     fn cache(&self) -> Result<SharedCache, wit_cache::CacheError> {
-        self.cache.clone().ok_or_else(|| {
-            wit_cache::CacheError::NotGranted("the cache is not readable during metadata()".into())
-        })
+        self.cache.clone().ok_or_else(|| wit_cache::CacheError::NotGranted("the cache is not readable during metadata()".into()))
     }
 }
 
@@ -188,16 +191,10 @@ fn cache_error(e: cache::Error) -> wit_cache::CacheError {
     }
 }
 
-
 impl wit::Host for HostState {}
 
 impl wit_cache::Host for HostState {
-    fn get(
-        &mut self,
-        kind: wit::KindRef,
-        namespace: Option<String>,
-        name: String,
-    ) -> Result<Option<String>, wit_cache::CacheError> {
+    fn get(&mut self, kind: wit::KindRef, namespace: Option<String>, name: String) -> Result<Option<String>, wit_cache::CacheError> {
         let kind = kind_ref(kind);
         if !self.read_scope(&kind).allows(namespace.as_deref()) {
             return Err(self.not_granted(&kind, namespace.as_deref()));
@@ -217,19 +214,11 @@ impl wit_cache::Host for HostState {
     ) -> Result<Vec<String>, wit_cache::CacheError> {
         let kind = kind_ref(kind);
         let scope = self.check_list(&kind, namespace.as_deref())?;
-        let found = self
-            .cache()?
-            .list(&kind, namespace.as_deref(), selector.as_deref())
-            .map_err(cache_error)?;
+        let found = self.cache()?.list(&kind, namespace.as_deref(), selector.as_deref()).map_err(cache_error)?;
         self.jsons(found, &scope)
     }
 
-    fn by_index(
-        &mut self,
-        kind: wit::KindRef,
-        index: String,
-        value: String,
-    ) -> Result<Vec<String>, wit_cache::CacheError> {
+    fn by_index(&mut self, kind: wit::KindRef, index: String, value: String) -> Result<Vec<String>, wit_cache::CacheError> {
         let kind = kind_ref(kind);
         let scope = self.read_scope(&kind);
         if scope == ReadScope::None {
@@ -266,12 +255,7 @@ impl wit_cache::Host for HostState {
         self.metas(&kind, found, &scope)
     }
 
-    fn by_index_meta(
-        &mut self,
-        kind: wit::KindRef,
-        index: String,
-        value: String,
-    ) -> Result<Vec<wit::ObjectMeta>, wit_cache::CacheError> {
+    fn by_index_meta(&mut self, kind: wit::KindRef, index: String, value: String) -> Result<Vec<wit::ObjectMeta>, wit_cache::CacheError> {
         let kind = kind_ref(kind);
         let scope = self.read_scope(&kind);
         if scope == ReadScope::None {

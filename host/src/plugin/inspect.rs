@@ -36,11 +36,8 @@ pub struct Inspection {
 fn describe(engine: &PluginEngine, name: &str, item: &ComponentItem) -> String {
     match item {
         ComponentItem::ComponentInstance(i) => {
-            let funcs: Vec<&str> = i
-                .exports(engine.engine())
-                .filter(|(_, e)| matches!(e.ty, ComponentItem::ComponentFunc(_)))
-                .map(|(n, _)| n)
-                .collect();
+            let funcs: Vec<&str> =
+                i.exports(engine.engine()).filter(|(_, e)| matches!(e.ty, ComponentItem::ComponentFunc(_))).map(|(n, _)| n).collect();
             if funcs.is_empty() { name.to_owned() } else { format!("{name}: {}", funcs.join(", ")) }
         }
         ComponentItem::ComponentFunc(_) => format!("{name} (function)"),
@@ -58,8 +55,7 @@ pub fn inspect(engine: &PluginEngine, bytes: &[u8]) -> Result<Inspection> {
     let imports: Vec<String> = ty.imports(engine.engine()).map(|(n, _)| n.to_owned()).collect();
     let export_names: Vec<&str> = ty.exports(engine.engine()).map(|(n, _)| n).collect();
     let prefix = format!("{}@", bindings::PLUGIN_INTERFACE);
-    let wit_package_version =
-        export_names.iter().find_map(|n| n.strip_prefix(prefix.as_str())).map(str::to_owned);
+    let wit_package_version = export_names.iter().find_map(|n| n.strip_prefix(prefix.as_str())).map(str::to_owned);
     let checked = runtime::check_export_names(export_names.iter().copied());
     let compatible = checked.is_ok();
     let (metadata, metadata_error) = match checked
@@ -93,7 +89,11 @@ impl fmt::Display for Inspection {
             "contract:   {}@{} ({})",
             bindings::PACKAGE,
             or(&self.wit_package_version),
-            if self.compatible { format!("compatible with this host's {}", bindings::VERSION) } else { format!("NOT compatible with this host's {}", bindings::VERSION) }
+            if self.compatible {
+                format!("compatible with this host's {}", bindings::VERSION)
+            } else {
+                format!("NOT compatible with this host's {}", bindings::VERSION)
+            }
         )?;
         writeln!(f, "size:       {} bytes", self.size)?;
         writeln!(f, "digest:     {}", self.digest)?;

@@ -47,11 +47,7 @@ pub(crate) fn object_meta(o: &CachedObject, paths: &[&str]) -> wit::ObjectMeta {
         labels: o.labels().map(|(k, v)| (k.to_owned(), v.to_owned())).collect(),
         annotations: pairs("annotations"),
         owner_references,
-        finalizers: meta
-            .get("finalizers")
-            .and_then(Value::as_array)
-            .map(|f| f.iter().filter_map(text).collect())
-            .unwrap_or_default(),
+        finalizers: meta.get("finalizers").and_then(Value::as_array).map(|f| f.iter().filter_map(text).collect()).unwrap_or_default(),
         fields: paths.iter().map(|p| field(&value, p).map(|v| v.to_string())).collect(),
     }
 }
@@ -75,8 +71,14 @@ mod tests {
             "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]},
         });
         let cached = CachedObject::from_value(pod).unwrap();
-        let m = object_meta(&cached, &["status.phase", "spec.containers.0.image", "status.conditions", "spec.missing", "metadata.annotations.a.io/x"]);
-        assert_eq!((m.name.as_str(), m.namespace.as_deref(), m.uid.as_str(), m.resource_version.as_str()), ("web-1", Some("shop"), "u1", "7"));
+        let m = object_meta(
+            &cached,
+            &["status.phase", "spec.containers.0.image", "status.conditions", "spec.missing", "metadata.annotations.a.io/x"],
+        );
+        assert_eq!(
+            (m.name.as_str(), m.namespace.as_deref(), m.uid.as_str(), m.resource_version.as_str()),
+            ("web-1", Some("shop"), "u1", "7")
+        );
         assert_eq!(m.deletion_timestamp.as_deref(), Some("2026-01-02T00:00:00Z"));
         assert_eq!(m.labels, vec![("app".to_owned(), "web".to_owned())]);
         assert_eq!(m.finalizers, vec!["f/x".to_owned()]);

@@ -15,11 +15,11 @@
 pub mod bindings;
 mod compat;
 pub(crate) mod convert;
-pub(crate) mod meta;
 pub mod engine;
 pub mod host;
 pub mod inspect;
 pub mod limits;
+pub(crate) mod meta;
 pub mod runtime;
 
 pub use engine::{Compiled, Origin, PluginEngine, PrecompiledCache};

@@ -24,8 +24,8 @@ use super::host::{HostState, OutputRate};
 use super::limits::{self, Limits};
 use crate::actions::Action;
 use crate::cache::SharedCache;
-use crate::reconciler::{FieldDecl, Outcome, ReconcileError, Reconciler, ReconcilerSpec, Request};
 use crate::grants::{self, Grants};
+use crate::reconciler::{FieldDecl, Outcome, ReconcileError, Reconciler, ReconcilerSpec, Request};
 
 /// Why a plugin was not loaded.
 #[derive(Debug, thiserror::Error)]
@@ -239,11 +239,7 @@ impl WasmPlugin {
             // The admin's name is the identity: field manager, Event reporter, metrics label.
             spec.name = grants.plugin().to_owned();
         }
-        let grants = if grants.plugin().is_empty() {
-            Arc::new(Grants::clone(&grants).named(spec.name.clone()))
-        } else {
-            grants
-        };
+        let grants = if grants.plugin().is_empty() { Arc::new(Grants::clone(&grants).named(spec.name.clone())) } else { grants };
         grants.check_spec(&spec)?;
         Ok(Self {
             engine: engine.clone(),
@@ -329,7 +325,15 @@ impl WasmPlugin {
         };
         let started = Instant::now();
         let key = request.key.to_string();
-        let mut store = new_store(&self.engine, self.name.clone(), Some(key), &self.limits, self.grants.clone(), Some(cache.clone()), self.output_rate.clone());
+        let mut store = new_store(
+            &self.engine,
+            self.name.clone(),
+            Some(key),
+            &self.limits,
+            self.grants.clone(),
+            Some(cache.clone()),
+            self.output_rate.clone(),
+        );
         store.data_mut().declare_fields(self.fields.clone());
         let output = store.data().output.clone();
         let wit_request = to_wit_request(request);
@@ -515,9 +519,7 @@ impl Pre {
     /// Instantiate (outer error) and call `reconcile()` (inner error: a trap).
     async fn reconcile(&self, store: &mut Store<HostState>, request: &wit::Request) -> Called<Result<wit::Outcome, wit::ReconcileError>> {
         Ok(match self {
-            Pre::V0_2(pre) => {
-                pre.instantiate_async(&mut *store).await?.wasmloop_controller_plugin().call_reconcile(store, request).await
-            }
+            Pre::V0_2(pre) => pre.instantiate_async(&mut *store).await?.wasmloop_controller_plugin().call_reconcile(store, request).await,
             Pre::V0_1(pre) => {
                 let plugin = pre.instantiate_async(&mut *store).await?;
                 let answer = plugin.wasmloop_controller_plugin().call_reconcile(store, &compat::request(request)).await;
@@ -586,13 +588,7 @@ pub fn check_contract(engine: &PluginEngine, component: &Component) -> Result<St
 }
 
 /// Instantiate in a fresh Store (no cache) and call `metadata()`, within the call deadline.
-fn call_metadata(
-    engine: &PluginEngine,
-    pre: &Pre,
-    label: &Arc<str>,
-    limits: &Limits,
-    grants: Arc<Grants>,
-) -> Result<wit::PluginMetadata> {
+fn call_metadata(engine: &PluginEngine, pre: &Pre, label: &Arc<str>, limits: &Limits, grants: Arc<Grants>) -> Result<wit::PluginMetadata> {
     let rate = Arc::new(OutputRate::new(limits.output_per_minute.as_usize()));
     let mut store = new_store(engine, label.clone(), None, limits, grants, None, rate);
     let output = store.data().output.clone();
@@ -651,11 +647,7 @@ fn offline_runtime() -> &'static tokio::runtime::Handle {
 }
 
 /// `metadata()` of a component that is not loaded as a plugin (inspect).
-pub(crate) fn instantiate_for_metadata(
-    engine: &PluginEngine,
-    component: &Component,
-    limits: &Limits,
-) -> Result<wit::PluginMetadata> {
+pub(crate) fn instantiate_for_metadata(engine: &PluginEngine, component: &Component, limits: &Limits) -> Result<wit::PluginMetadata> {
     let pre = Pre::new(engine, component, &check_contract(engine, component)?)?;
     let label: Arc<str> = Arc::from("(inspect)");
     no_panic(|| call_metadata(engine, &pre, &label, limits, Arc::new(Grants::none("(inspect)"))))
@@ -803,5 +795,4 @@ mod tests {
         let expected = format!("package {}@{};", bindings::PACKAGE, bindings::VERSION);
         assert!(wit.contains(&expected), "bindings::VERSION is out of date with wit/controller.wit ({expected})");
     }
-
 }

@@ -55,10 +55,7 @@ struct PriorityLabels {
 
 impl PriorityLabels {
     fn new(name: &str, priority: Priority) -> Self {
-        Self {
-            name: name.to_owned(),
-            priority: priority.as_str().to_owned(),
-        }
+        Self { name: name.to_owned(), priority: priority.as_str().to_owned() }
     }
 }
 
@@ -112,16 +109,8 @@ impl QueueMetrics {
             aged: Family::default(),
             oldest: Arc::default(),
         };
-        registry.register(
-            "workqueue_depth",
-            "Current depth of the workqueue",
-            metrics.depth.clone(),
-        );
-        registry.register(
-            "workqueue_adds",
-            "Total number of adds handled by the workqueue",
-            metrics.adds.clone(),
-        );
+        registry.register("workqueue_depth", "Current depth of the workqueue", metrics.depth.clone());
+        registry.register("workqueue_adds", "Total number of adds handled by the workqueue", metrics.adds.clone());
         registry.register(
             "workqueue_queue_duration_seconds",
             "How long in seconds a key stays in the workqueue before being requested",
@@ -132,16 +121,8 @@ impl QueueMetrics {
             "How long in seconds processing a key from the workqueue takes",
             metrics.work_duration.clone(),
         );
-        registry.register(
-            "workqueue_retries",
-            "Total number of retries handled by the workqueue",
-            metrics.retries.clone(),
-        );
-        registry.register(
-            "wasmloop_workqueue_depth",
-            "Keys of each priority ready to be handed out",
-            metrics.priority_depth.clone(),
-        );
+        registry.register("workqueue_retries", "Total number of retries handled by the workqueue", metrics.retries.clone());
+        registry.register("wasmloop_workqueue_depth", "Keys of each priority ready to be handed out", metrics.priority_depth.clone());
         registry.register(
             "wasmloop_workqueue_queue_duration_seconds",
             "How long in seconds a key stays in the workqueue before being requested, by the priority it was handed out at",
@@ -152,30 +133,15 @@ impl QueueMetrics {
             "Low-priority keys handed out ahead of ready normal ones because they had aged",
             metrics.aged.clone(),
         );
-        registry.register_collector(Box::new(InFlightCollector {
-            in_flight: metrics.in_flight.clone(),
-            oldest: metrics.oldest.clone(),
-        }));
+        registry.register_collector(Box::new(InFlightCollector { in_flight: metrics.in_flight.clone(), oldest: metrics.oldest.clone() }));
         metrics
     }
 
     /// The metrics of the queue called `name` (queues sharing a name share their series).
     pub fn for_queue(&self, name: &str) -> QueueMetricsHandle {
-        let labels = QueueLabels {
-            name: name.to_owned(),
-        };
-        let in_flight = self
-            .in_flight
-            .lock()
-            .entry(name.to_owned())
-            .or_default()
-            .clone();
-        let oldest = self
-            .oldest
-            .lock()
-            .entry(name.to_owned())
-            .or_default()
-            .clone();
+        let labels = QueueLabels { name: name.to_owned() };
+        let in_flight = self.in_flight.lock().entry(name.to_owned()).or_default().clone();
+        let oldest = self.oldest.lock().entry(name.to_owned()).or_default().clone();
         let by_priority = |p| PriorityLabels::new(name, p);
         QueueMetricsHandle {
             depth: self.depth.get_or_create(&labels).clone(),
@@ -184,13 +150,8 @@ impl QueueMetrics {
             work_duration: self.work_duration.get_or_create(&labels).clone(),
             retries: self.retries.get_or_create(&labels).clone(),
             in_flight,
-            priority_depth: Priority::ALL
-                .map(|p| self.priority_depth.get_or_create(&by_priority(p)).clone()),
-            priority_queue_duration: Priority::ALL.map(|p| {
-                self.priority_queue_duration
-                    .get_or_create(&by_priority(p))
-                    .clone()
-            }),
+            priority_depth: Priority::ALL.map(|p| self.priority_depth.get_or_create(&by_priority(p)).clone()),
+            priority_queue_duration: Priority::ALL.map(|p| self.priority_queue_duration.get_or_create(&by_priority(p)).clone()),
             aged: self.aged.get_or_create(&labels).clone(),
             oldest,
         }
@@ -233,32 +194,21 @@ impl QueueMetricsHandle {
     pub(crate) fn started(&self, queued_at: Instant) -> WorkId {
         static NEXT_ID: AtomicU64 = AtomicU64::new(0);
         let now = Instant::now();
-        self.queue_duration
-            .observe(now.saturating_duration_since(queued_at).as_secs_f64());
+        self.queue_duration.observe(now.saturating_duration_since(queued_at).as_secs_f64());
         let id = NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         self.in_flight.lock().insert(id, now);
         WorkId(id)
     }
 
     /// Depth of `priority` and when its oldest ready key became ready.
-    pub(crate) fn set_priority_depth(
-        &self,
-        priority: Priority,
-        depth: usize,
-        oldest: Option<Instant>,
-    ) {
+    pub(crate) fn set_priority_depth(&self, priority: Priority, depth: usize, oldest: Option<Instant>) {
         self.priority_depth[priority.index()].set(i64::try_from(depth).unwrap_or(i64::MAX));
         self.oldest.lock()[priority.index()] = oldest;
     }
 
     /// A key queued at `queued_at` was handed to a worker now, at `priority`; `aged_ahead` if it
     /// was an aged `Low` key served before ready `Normal` ones.
-    pub(crate) fn started_at(
-        &self,
-        queued_at: Instant,
-        priority: Priority,
-        aged_ahead: bool,
-    ) -> WorkId {
+    pub(crate) fn started_at(&self, queued_at: Instant, priority: Priority, aged_ahead: bool) -> WorkId {
         let waited = Instant::now().saturating_duration_since(queued_at);
         self.priority_queue_duration[priority.index()].observe(waited.as_secs_f64());
         if aged_ahead {
@@ -293,11 +243,7 @@ impl Collector for InFlightCollector {
         let longest = Family::<QueueLabels, Gauge<f64, AtomicU64>>::default();
         let now = Instant::now();
         for (name, in_flight) in self.in_flight.lock().iter() {
-            let ages: Vec<_> = in_flight
-                .lock()
-                .values()
-                .map(|start| now.saturating_duration_since(*start))
-                .collect();
+            let ages: Vec<_> = in_flight.lock().values().map(|start| now.saturating_duration_since(*start)).collect();
             let labels = QueueLabels { name: name.clone() };
             let total: Duration = ages.iter().sum();
             let oldest = ages.iter().max().copied().unwrap_or_default();
@@ -316,19 +262,15 @@ impl Collector for InFlightCollector {
                 &longest,
             ),
         ] {
-            let metric_encoder =
-                encoder.encode_descriptor(name, help, None, family.metric_type())?;
+            let metric_encoder = encoder.encode_descriptor(name, help, None, family.metric_type())?;
             family.encode(metric_encoder)?;
         }
         let oldest = Family::<PriorityLabels, Gauge<f64, AtomicU64>>::default();
         for (name, heads) in self.oldest.lock().iter() {
             let heads = *heads.lock();
             for p in Priority::ALL {
-                let age = heads[p.index()]
-                    .map_or(Duration::ZERO, |since| now.saturating_duration_since(since));
-                oldest
-                    .get_or_create(&PriorityLabels::new(name, p))
-                    .set(age.as_secs_f64());
+                let age = heads[p.index()].map_or(Duration::ZERO, |since| now.saturating_duration_since(since));
+                oldest.get_or_create(&PriorityLabels::new(name, p)).set(age.as_secs_f64());
             }
         }
         let metric_encoder = encoder.encode_descriptor(
@@ -365,23 +307,11 @@ mod tests {
         a.retried();
         b.added();
         let text = scrape(&registry);
-        assert!(
-            text.contains("workqueue_adds_total{name=\"a\"} 2\n"),
-            "{text}"
-        );
-        assert!(
-            text.contains("workqueue_adds_total{name=\"b\"} 1\n"),
-            "{text}"
-        );
+        assert!(text.contains("workqueue_adds_total{name=\"a\"} 2\n"), "{text}");
+        assert!(text.contains("workqueue_adds_total{name=\"b\"} 1\n"), "{text}");
         assert!(text.contains("workqueue_depth{name=\"a\"} 2\n"), "{text}");
-        assert!(
-            text.contains("workqueue_retries_total{name=\"a\"} 1\n"),
-            "{text}"
-        );
-        assert!(
-            text.contains("workqueue_retries_total{name=\"b\"} 0\n"),
-            "{text}"
-        );
+        assert!(text.contains("workqueue_retries_total{name=\"a\"} 1\n"), "{text}");
+        assert!(text.contains("workqueue_retries_total{name=\"b\"} 0\n"), "{text}");
     }
 
     #[tokio::test(start_paused = true)]
@@ -395,33 +325,15 @@ mod tests {
         tokio::time::advance(Duration::from_secs(1)).await;
         // No queue activity since: the scrape itself sees 3 s + 1 s of work, the oldest 3 s old.
         let text = scrape(&registry);
-        assert!(
-            text.contains("workqueue_unfinished_work_seconds{name=\"q\"} 4.0\n"),
-            "{text}"
-        );
-        assert!(
-            text.contains("workqueue_longest_running_processor_seconds{name=\"q\"} 3.0\n"),
-            "{text}"
-        );
+        assert!(text.contains("workqueue_unfinished_work_seconds{name=\"q\"} 4.0\n"), "{text}");
+        assert!(text.contains("workqueue_longest_running_processor_seconds{name=\"q\"} 3.0\n"), "{text}");
         q.finished(first);
         q.abandoned(second);
         let text = scrape(&registry);
-        assert!(
-            text.contains("workqueue_unfinished_work_seconds{name=\"q\"} 0.0\n"),
-            "{text}"
-        );
-        assert!(
-            text.contains("workqueue_longest_running_processor_seconds{name=\"q\"} 0.0\n"),
-            "{text}"
-        );
+        assert!(text.contains("workqueue_unfinished_work_seconds{name=\"q\"} 0.0\n"), "{text}");
+        assert!(text.contains("workqueue_longest_running_processor_seconds{name=\"q\"} 0.0\n"), "{text}");
         // Only the finished one was observed as work.
-        assert!(
-            text.contains("workqueue_work_duration_seconds_count{name=\"q\"} 1\n"),
-            "{text}"
-        );
-        assert!(
-            text.contains("workqueue_work_duration_seconds_sum{name=\"q\"} 3.0\n"),
-            "{text}"
-        );
+        assert!(text.contains("workqueue_work_duration_seconds_count{name=\"q\"} 1\n"), "{text}");
+        assert!(text.contains("workqueue_work_duration_seconds_sum{name=\"q\"} 3.0\n"), "{text}");
     }
 }

@@ -40,9 +40,7 @@ use crate::queue::metrics::WorkId;
 pub use crate::queue::metrics::{QueueMetrics, QueueMetricsHandle};
 pub use crate::queue::priority::{Priority, PriorityConfig};
 use crate::queue::priority::{ReadySet, Slot};
-pub use crate::queue::rate_limit::{
-    ItemExponential, MaxOf, RateLimitConfig, RateLimiter, TokenBucket,
-};
+pub use crate::queue::rate_limit::{ItemExponential, MaxOf, RateLimitConfig, RateLimiter, TokenBucket};
 
 /// Errors of the queue module (all from configuration).
 #[derive(Debug, thiserror::Error)]
@@ -68,11 +66,7 @@ pub struct QueueStats {
 impl QueueStats {
     /// Fraction of adds that were folded, 0.0 when nothing was added.
     pub fn dedup_ratio(&self) -> f64 {
-        if self.adds == 0 {
-            0.0
-        } else {
-            self.deduplicated as f64 / self.adds as f64
-        }
+        if self.adds == 0 { 0.0 } else { self.deduplicated as f64 / self.adds as f64 }
     }
 }
 
@@ -83,9 +77,7 @@ pub struct WorkQueue<K> {
 
 impl<K> Clone for WorkQueue<K> {
     fn clone(&self) -> Self {
-        Self {
-            inner: self.inner.clone(),
-        }
+        Self { inner: self.inner.clone() }
     }
 }
 
@@ -152,13 +144,7 @@ enum Enqueued {
 
 impl<K: Clone + Eq + Hash> State<K> {
     /// Marks `key` dirty at `priority`, ready since `now` unless it is processing.
-    fn enqueue(
-        &mut self,
-        key: K,
-        priority: Priority,
-        now: Instant,
-        metrics: Option<&QueueMetricsHandle>,
-    ) -> Enqueued {
+    fn enqueue(&mut self, key: K, priority: Priority, now: Instant, metrics: Option<&QueueMetricsHandle>) -> Enqueued {
         if let Some(pending) = self.dirty.get_mut(&key) {
             let from = pending.priority;
             if priority > from {
@@ -174,19 +160,8 @@ impl<K: Clone + Eq + Hash> State<K> {
         if let Some(m) = metrics {
             m.added();
         }
-        let slot = if self.processing.contains_key(&key) {
-            None
-        } else {
-            Some(self.ready.push(key.clone(), priority, now))
-        };
-        self.dirty.insert(
-            key,
-            Pending {
-                since: now,
-                priority,
-                slot,
-            },
-        );
+        let slot = if self.processing.contains_key(&key) { None } else { Some(self.ready.push(key.clone(), priority, now)) };
+        self.dirty.insert(key, Pending { since: now, priority, slot });
         if slot.is_none() {
             return Enqueued::Deferred;
         }
@@ -225,19 +200,13 @@ impl<K: Clone + Eq + Hash> State<K> {
     }
 
     fn next_deadline(&self) -> Option<Instant> {
-        self.waiting
-            .first_key_value()
-            .map(|((deadline, _), _)| *deadline)
+        self.waiting.first_key_value().map(|((deadline, _), _)| *deadline)
     }
 }
 
 impl<K: Clone + Eq + Hash + Send + Sync + 'static> WorkQueue<K> {
     /// An empty queue called `name` (the `name` label of its metrics).
-    pub fn new(
-        name: impl Into<String>,
-        limiter: Arc<dyn RateLimiter<K>>,
-        metrics: Option<QueueMetricsHandle>,
-    ) -> Self {
+    pub fn new(name: impl Into<String>, limiter: Arc<dyn RateLimiter<K>>, metrics: Option<QueueMetricsHandle>) -> Self {
         let state = State {
             ready: ReadySet::new(),
             dirty: HashMap::new(),
@@ -256,9 +225,7 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> WorkQueue<K> {
             notify: Notify::new(),
             metrics,
         };
-        Self {
-            inner: Arc::new(inner),
-        }
+        Self { inner: Arc::new(inner) }
     }
 
     /// The queue's name.
@@ -399,8 +366,7 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> WorkQueue<K> {
                     let queued_at = state.dirty.remove(&key).map_or(now, |p| p.since);
                     let metrics = self.inner.metrics.as_ref();
                     state.report_depth(metrics);
-                    let id = metrics
-                        .map(|m| m.started_at(queued_at, popped.priority, popped.aged_ahead));
+                    let id = metrics.map(|m| m.started_at(queued_at, popped.priority, popped.aged_ahead));
                     state.processing.insert(key.clone(), id);
                     return Some(key);
                 }
@@ -438,9 +404,7 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> WorkQueue<K> {
         if let Some(pending) = state.dirty.get_mut(key)
             && !state.shut_down
         {
-            let slot = state
-                .ready
-                .push(key.clone(), pending.priority, Instant::now());
+            let slot = state.ready.push(key.clone(), pending.priority, Instant::now());
             pending.slot = Some(slot);
             state.report_depth(self.inner.metrics.as_ref());
             self.inner.notify.notify_one();
@@ -502,12 +466,7 @@ impl<K> Drop for Inner<K> {
         // Work still in flight will never be done: stop reporting it as unfinished; keys still
         // queued will never be handed out: stop reporting their wait.
         if let Some(m) = &self.metrics {
-            self.state
-                .get_mut()
-                .processing
-                .values()
-                .flatten()
-                .for_each(|id| m.abandoned(*id));
+            self.state.get_mut().processing.values().flatten().for_each(|id| m.abandoned(*id));
             for p in Priority::ALL {
                 m.set_priority_depth(p, 0, None);
             }
@@ -532,9 +491,7 @@ pub(crate) mod tests {
     }
 
     /// `get` returns nothing within an hour (instant on the paused clock).
-    async fn assert_nothing_ready<K: Clone + Eq + Hash + Send + Sync + fmt::Debug + 'static>(
-        q: &WorkQueue<K>,
-    ) {
+    async fn assert_nothing_ready<K: Clone + Eq + Hash + Send + Sync + fmt::Debug + 'static>(q: &WorkQueue<K>) {
         let got = timeout(Duration::from_secs(3600), q.get()).await;
         assert!(got.is_err(), "expected no ready key, got {got:?}");
     }
@@ -548,13 +505,7 @@ pub(crate) mod tests {
         assert_eq!(q.get().await, Some("a"));
         assert!(q.is_empty());
         assert_nothing_ready(&q).await;
-        assert_eq!(
-            q.stats(),
-            QueueStats {
-                adds: 5,
-                deduplicated: 4
-            }
-        );
+        assert_eq!(q.stats(), QueueStats { adds: 5, deduplicated: 4 });
         assert_eq!(q.stats().dedup_ratio(), 0.8);
     }
 
@@ -604,13 +555,7 @@ pub(crate) mod tests {
     }
 
     /// Workers mark keys in a shared set while they hold them: a key found there is a double run.
-    async fn run_workers(
-        q: WorkQueue<u32>,
-        workers: usize,
-        keys: u32,
-        rounds: u32,
-        hold: Duration,
-    ) -> usize {
+    async fn run_workers(q: WorkQueue<u32>, workers: usize, keys: u32, rounds: u32, hold: Duration) -> usize {
         let holding = Arc::new(Mutex::new(HashSet::new()));
         let processed = Arc::new(Mutex::new(0usize));
         let mut handles = Vec::new();
@@ -721,14 +666,7 @@ pub(crate) mod tests {
             let key = q.get().await;
             rest.push((key, start.elapsed()));
         }
-        assert_eq!(
-            rest,
-            [
-                (Some("b"), 200 * MS),
-                (Some("b2"), 200 * MS),
-                (Some("c"), 300 * MS)
-            ]
-        );
+        assert_eq!(rest, [(Some("b"), 200 * MS), (Some("b2"), 200 * MS), (Some("c"), 300 * MS)]);
         assert_eq!(q.delayed_len(), 0);
     }
 
@@ -742,18 +680,8 @@ pub(crate) mod tests {
         assert_eq!(q.delayed_len(), 1);
         assert_eq!(q.get().await, Some("a"));
         assert_eq!(start.elapsed(), 100 * MS);
-        assert_eq!(
-            q.delayed_len(),
-            0,
-            "the later deadlines left nothing behind"
-        );
-        assert_eq!(
-            q.stats(),
-            QueueStats {
-                adds: 3,
-                deduplicated: 2
-            }
-        );
+        assert_eq!(q.delayed_len(), 0, "the later deadlines left nothing behind");
+        assert_eq!(q.stats(), QueueStats { adds: 3, deduplicated: 2 });
     }
 
     #[tokio::test(start_paused = true)]
@@ -867,28 +795,20 @@ pub(crate) mod tests {
     /// The registry's metrics as OpenMetrics text (also used by `priority`'s tests).
     pub(crate) fn scrape(registry: &Registry) -> String {
         let mut text = String::new();
-        prometheus_client::encoding::text::encode(&mut text, registry)
-            .expect("encoding into a String cannot fail");
+        prometheus_client::encoding::text::encode(&mut text, registry).expect("encoding into a String cannot fail");
         text
     }
 
     /// `text` has exactly this line.
     pub(crate) fn assert_has(text: &str, line: &str) {
-        assert!(
-            text.lines().any(|l| l == line),
-            "missing {line:?} in:\n{text}"
-        );
+        assert!(text.lines().any(|l| l == line), "missing {line:?} in:\n{text}");
     }
 
     #[tokio::test(start_paused = true)]
     async fn metrics_follow_the_queue() {
         let mut registry = Registry::default();
         let metrics = QueueMetrics::new(&mut registry);
-        let q = WorkQueue::new(
-            "pods",
-            RateLimitConfig::default().build(),
-            Some(metrics.for_queue("pods")),
-        );
+        let q = WorkQueue::new("pods", RateLimitConfig::default().build(), Some(metrics.for_queue("pods")));
         q.add("a");
         q.add("b");
         q.add("a"); // deduplicated: not an add in the metrics
@@ -901,26 +821,11 @@ pub(crate) mod tests {
         assert_has(&text, r#"workqueue_depth{name="pods"} 1"#);
         assert_has(&text, r#"workqueue_adds_total{name="pods"} 2"#);
         assert_has(&text, r#"workqueue_retries_total{name="pods"} 1"#);
-        assert_has(
-            &text,
-            r#"workqueue_queue_duration_seconds_count{name="pods"} 1"#,
-        );
-        assert_has(
-            &text,
-            r#"workqueue_queue_duration_seconds_sum{name="pods"} 1.0"#,
-        );
-        assert_has(
-            &text,
-            r#"workqueue_work_duration_seconds_count{name="pods"} 1"#,
-        );
-        assert_has(
-            &text,
-            r#"workqueue_work_duration_seconds_sum{name="pods"} 2.0"#,
-        );
-        assert_has(
-            &text,
-            r#"workqueue_unfinished_work_seconds{name="pods"} 0.0"#,
-        );
+        assert_has(&text, r#"workqueue_queue_duration_seconds_count{name="pods"} 1"#);
+        assert_has(&text, r#"workqueue_queue_duration_seconds_sum{name="pods"} 1.0"#);
+        assert_has(&text, r#"workqueue_work_duration_seconds_count{name="pods"} 1"#);
+        assert_has(&text, r#"workqueue_work_duration_seconds_sum{name="pods"} 2.0"#);
+        assert_has(&text, r#"workqueue_unfinished_work_seconds{name="pods"} 0.0"#);
 
         // "b" waited 3 s; "c" becomes ready after its 5 ms backoff and counts as an add.
         assert_eq!(q.get().await, Some("b"));
@@ -930,25 +835,13 @@ pub(crate) mod tests {
         let text = scrape(&registry);
         assert_has(&text, r#"workqueue_adds_total{name="pods"} 3"#);
         assert_has(&text, r#"workqueue_depth{name="pods"} 0"#);
-        assert_has(
-            &text,
-            r#"workqueue_queue_duration_seconds_sum{name="pods"} 4.0"#,
-        );
-        assert_has(
-            &text,
-            r#"workqueue_unfinished_work_seconds{name="pods"} 8.005"#,
-        );
-        assert_has(
-            &text,
-            r#"workqueue_longest_running_processor_seconds{name="pods"} 4.005"#,
-        );
+        assert_has(&text, r#"workqueue_queue_duration_seconds_sum{name="pods"} 4.0"#);
+        assert_has(&text, r#"workqueue_unfinished_work_seconds{name="pods"} 8.005"#);
+        assert_has(&text, r#"workqueue_longest_running_processor_seconds{name="pods"} 4.005"#);
 
         // A dropped queue stops reporting its abandoned work.
         drop(q);
         let text = scrape(&registry);
-        assert_has(
-            &text,
-            r#"workqueue_unfinished_work_seconds{name="pods"} 0.0"#,
-        );
+        assert_has(&text, r#"workqueue_unfinished_work_seconds{name="pods"} 0.0"#);
     }
 }

@@ -100,10 +100,7 @@ pub const DEFAULT_AGED_EVERY: u32 = 4;
 
 impl Default for PriorityConfig {
     fn default() -> Self {
-        Self {
-            aging: DEFAULT_AGING,
-            aged_every: DEFAULT_AGED_EVERY,
-        }
+        Self { aging: DEFAULT_AGING, aged_every: DEFAULT_AGED_EVERY }
     }
 }
 
@@ -150,19 +147,13 @@ impl<K> ReadySet<K> {
 
     /// When the oldest ready key of `priority` became ready.
     pub fn oldest(&self, priority: Priority) -> Option<Instant> {
-        self.classes[priority.index()]
-            .first_key_value()
-            .map(|((since, _), _)| *since)
+        self.classes[priority.index()].first_key_value().map(|((since, _), _)| *since)
     }
 }
 
 impl<K: Clone + Eq + Hash> ReadySet<K> {
     pub fn new() -> Self {
-        Self {
-            classes: [BTreeMap::new(), BTreeMap::new()],
-            next_seq: 0,
-            streak: 0,
-        }
+        Self { classes: [BTreeMap::new(), BTreeMap::new()], next_seq: 0, streak: 0 }
     }
 
     /// Adds `key` (which must not be ready yet) as ready since `since`; returns its slot.
@@ -188,9 +179,7 @@ impl<K: Clone + Eq + Hash> ReadySet<K> {
 
     /// Takes the next key to hand out at `now` (the module documentation's rule).
     pub fn pop(&mut self, now: Instant, config: &PriorityConfig) -> Option<Popped<K>> {
-        let aged = self
-            .oldest(Priority::Low)
-            .is_some_and(|since| now.saturating_duration_since(since) >= config.aging);
+        let aged = self.oldest(Priority::Low).is_some_and(|since| now.saturating_duration_since(since) >= config.aging);
         let normal_ready = !self.classes[Priority::Normal.index()].is_empty();
         if !aged {
             self.streak = 0;
@@ -207,11 +196,7 @@ impl<K: Clone + Eq + Hash> ReadySet<K> {
             Priority::Low
         };
         let (_, key) = self.classes[priority.index()].pop_first()?;
-        Some(Popped {
-            key,
-            priority,
-            aged_ahead: priority == Priority::Low && aged && normal_ready,
-        })
+        Some(Popped { key, priority, aged_ahead: priority == Priority::Low && aged && normal_ready })
     }
 }
 
@@ -273,13 +258,7 @@ mod tests {
         assert_eq!((q.len(), q.len_of(Low), q.len_of(Normal)), (3, 1, 2));
         // "b" was ready before "n": raised, it comes first.
         assert_eq!(drain(&q).await, ["b", "n", "a"]);
-        assert_eq!(
-            q.stats(),
-            crate::queue::QueueStats {
-                adds: 4,
-                deduplicated: 1
-            }
-        );
+        assert_eq!(q.stats(), crate::queue::QueueStats { adds: 4, deduplicated: 1 });
     }
 
     #[tokio::test(start_paused = true)]
@@ -320,17 +299,9 @@ mod tests {
         let mut second = pin!(q.get());
         assert_eq!(poll!(second.as_mut()), Poll::Ready(Some("x")));
         let mut third = pin!(q.get());
-        assert_eq!(
-            poll!(third.as_mut()),
-            Poll::Pending,
-            "a is still processing"
-        );
+        assert_eq!(poll!(third.as_mut()), Poll::Pending, "a is still processing");
         q.done(&"a");
-        assert_eq!(
-            (q.len_of(Low), q.len_of(Normal)),
-            (0, 1),
-            "queued again as Normal"
-        );
+        assert_eq!((q.len_of(Low), q.len_of(Normal)), (0, 1), "queued again as Normal");
         assert_eq!(third.await, Some("a"));
 
         // Added while processing at Low only: queued again at Low.
@@ -356,10 +327,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn aged_low_keys_get_one_get_in_n() {
         let q = queue::<u32>();
-        q.set_priorities(PriorityConfig {
-            aging: S,
-            aged_every: 3,
-        });
+        q.set_priorities(PriorityConfig { aging: S, aged_every: 3 });
         q.add_with_priority(100, Low);
         q.add_with_priority(101, Low);
         for n in 0..10 {
@@ -377,10 +345,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn aged_every_one_serves_aged_low_keys_first() {
         let q = queue::<u32>();
-        q.set_priorities(PriorityConfig {
-            aging: S,
-            aged_every: 1,
-        });
+        q.set_priorities(PriorityConfig { aging: S, aged_every: 1 });
         q.add_with_priority(100, Low);
         advance(S).await;
         q.add(1);
@@ -444,23 +409,10 @@ mod tests {
         for worker in workers {
             worker.await.expect("worker panicked");
         }
-        assert!(
-            q.len_of(Normal) > 100,
-            "the Normal keys saturated the worker"
-        );
+        assert!(q.len_of(Normal) > 100, "the Normal keys saturated the worker");
         let served = served.lock();
-        let at = (0..lows)
-            .map(|i| {
-                served
-                    .iter()
-                    .find(|(k, _)| *k == LOW_BASE + i)
-                    .map(|(_, at)| *at)
-            })
-            .collect();
-        let after_aging: Vec<_> = served
-            .iter()
-            .filter(|(_, at)| *at >= config.aging)
-            .collect();
+        let at = (0..lows).map(|i| served.iter().find(|(k, _)| *k == LOW_BASE + i).map(|(_, at)| *at)).collect();
+        let after_aging: Vec<_> = served.iter().filter(|(_, at)| *at >= config.aging).collect();
         let normal = after_aging.iter().filter(|(k, _)| *k < LOW_BASE).count();
         (at, normal, after_aging.len())
     }
@@ -473,84 +425,47 @@ mod tests {
         for (ahead, at) in at.iter().enumerate() {
             let at = at.unwrap_or_else(|| panic!("Low key {ahead} starved"));
             let bound = config.low_wait_bound(ahead as u32, 1, hold);
-            assert!(
-                at >= config.aging,
-                "Low key {ahead} served at {at:?}, before aging, with Normal keys ready"
-            );
-            assert!(
-                at <= bound,
-                "Low key {ahead} served at {at:?}, after its bound {bound:?}"
-            );
+            assert!(at >= config.aging, "Low key {ahead} served at {at:?}, before aging, with Normal keys ready");
+            assert!(at <= bound, "Low key {ahead} served at {at:?}, after its bound {bound:?}");
         }
         // 5 s + (A+1)·4 gets of 100 ms: bounds 5.4, 5.8 and 6.2 s. The gets at 5.0, 5.1 and
         // 5.2 s serve Normal keys, the fourth after aging a Low one, and so on.
-        assert_eq!(
-            config.low_wait_bound(2, 1, hold),
-            Duration::from_millis(6200)
-        );
+        assert_eq!(config.low_wait_bound(2, 1, hold), Duration::from_millis(6200));
         let ms = |ms| Some(Duration::from_millis(ms));
         assert_eq!(at, [ms(5300), ms(5700), ms(6100)]);
         // Normal keys kept at least 3 of every 4 gets once the Low keys had aged.
-        assert!(
-            normal * 4 >= gets * 3,
-            "{normal} of {gets} gets served Normal keys"
-        );
+        assert!(normal * 4 >= gets * 3, "{normal} of {gets} gets served Normal keys");
     }
 
     #[tokio::test(start_paused = true)]
     async fn the_bound_holds_with_several_workers() {
-        let config = PriorityConfig {
-            aging: 2 * S,
-            aged_every: 3,
-        };
+        let config = PriorityConfig { aging: 2 * S, aged_every: 3 };
         let (hold, workers, lows) = (50 * MS, 4, 10);
         let (at, normal, gets) = saturate(config, workers, lows, hold, 30 * S).await;
         for (ahead, at) in at.iter().enumerate() {
             let at = at.unwrap_or_else(|| panic!("Low key {ahead} starved"));
             let bound = config.low_wait_bound(ahead as u32, workers, hold);
-            assert!(
-                at >= config.aging,
-                "Low key {ahead} served at {at:?}, before aging"
-            );
-            assert!(
-                at <= bound,
-                "Low key {ahead} served at {at:?}, after its bound {bound:?}"
-            );
+            assert!(at >= config.aging, "Low key {ahead} served at {at:?}, before aging");
+            assert!(at <= bound, "Low key {ahead} served at {at:?}, after its bound {bound:?}");
         }
-        assert!(
-            normal * 3 >= gets * 2,
-            "{normal} of {gets} gets served Normal keys"
-        );
+        assert!(normal * 3 >= gets * 2, "{normal} of {gets} gets served Normal keys");
     }
 
     #[tokio::test(start_paused = true)]
     async fn without_aging_a_low_key_starves_as_in_controller_runtime() {
-        let strict = PriorityConfig {
-            aging: Duration::MAX,
-            aged_every: 4,
-        };
+        let strict = PriorityConfig { aging: Duration::MAX, aged_every: 4 };
         let (at, normal, _) = saturate(strict, 1, 1, 100 * MS, 60 * S).await;
-        assert_eq!(
-            at,
-            [None],
-            "strict priority never serves the Low key under saturation"
-        );
+        assert_eq!(at, [None], "strict priority never serves the Low key under saturation");
         assert_eq!(normal, 0, "no get comes after an aging of forever");
     }
 
     #[test]
     fn bound_arithmetic() {
-        let c = PriorityConfig {
-            aging: S,
-            aged_every: 4,
-        };
+        let c = PriorityConfig { aging: S, aged_every: 4 };
         assert_eq!(c.low_wait_bound(0, 1, 10 * MS), S + 40 * MS);
         assert_eq!(c.low_wait_bound(0, 4, 10 * MS), S + 10 * MS);
         assert_eq!(c.low_wait_bound(9, 3, 10 * MS), S + 140 * MS); // ⌈40/3⌉ = 14
-        let zero = PriorityConfig {
-            aging: S,
-            aged_every: 0,
-        };
+        let zero = PriorityConfig { aging: S, aged_every: 0 };
         assert_eq!(zero.low_wait_bound(0, 0, 10 * MS), S + 10 * MS);
     }
 
@@ -560,15 +475,8 @@ mod tests {
     async fn metrics_per_priority() {
         let mut registry = Registry::default();
         let metrics = QueueMetrics::new(&mut registry);
-        let q = WorkQueue::new(
-            "pods",
-            RateLimitConfig::default().build(),
-            Some(metrics.for_queue("pods")),
-        );
-        q.set_priorities(PriorityConfig {
-            aging: 2 * S,
-            aged_every: 2,
-        });
+        let q = WorkQueue::new("pods", RateLimitConfig::default().build(), Some(metrics.for_queue("pods")));
+        q.set_priorities(PriorityConfig { aging: 2 * S, aged_every: 2 });
         q.add_with_priority("l1", Low);
         q.add_with_priority("l2", Low);
         q.add("n1");
@@ -576,72 +484,33 @@ mod tests {
         advance(3 * S).await;
         let text = scrape(&registry);
         assert_has(&text, r#"workqueue_depth{name="pods"} 4"#);
-        assert_has(
-            &text,
-            r#"wasmloop_workqueue_depth{name="pods",priority="low"} 2"#,
-        );
-        assert_has(
-            &text,
-            r#"wasmloop_workqueue_depth{name="pods",priority="normal"} 2"#,
-        );
-        assert_has(
-            &text,
-            r#"wasmloop_workqueue_oldest_ready_seconds{name="pods",priority="low"} 3.0"#,
-        );
-        assert_has(
-            &text,
-            r#"wasmloop_workqueue_oldest_ready_seconds{name="pods",priority="normal"} 3.0"#,
-        );
+        assert_has(&text, r#"wasmloop_workqueue_depth{name="pods",priority="low"} 2"#);
+        assert_has(&text, r#"wasmloop_workqueue_depth{name="pods",priority="normal"} 2"#);
+        assert_has(&text, r#"wasmloop_workqueue_oldest_ready_seconds{name="pods",priority="low"} 3.0"#);
+        assert_has(&text, r#"wasmloop_workqueue_oldest_ready_seconds{name="pods",priority="normal"} 3.0"#);
 
         // Aged (3 s ≥ 2 s), one get in two: n1, l1 (aged, ahead of n2), n2, l2.
         let order = drain(&q).await;
         assert_eq!(order, ["n1", "l1", "n2", "l2"]);
         let text = scrape(&registry);
         assert_has(&text, r#"workqueue_depth{name="pods"} 0"#);
-        assert_has(
-            &text,
-            r#"wasmloop_workqueue_depth{name="pods",priority="low"} 0"#,
-        );
-        assert_has(
-            &text,
-            r#"wasmloop_workqueue_depth{name="pods",priority="normal"} 0"#,
-        );
-        assert_has(
-            &text,
-            r#"wasmloop_workqueue_oldest_ready_seconds{name="pods",priority="low"} 0.0"#,
-        );
-        assert_has(
-            &text,
-            r#"wasmloop_workqueue_queue_duration_seconds_count{name="pods",priority="low"} 2"#,
-        );
-        assert_has(
-            &text,
-            r#"wasmloop_workqueue_queue_duration_seconds_sum{name="pods",priority="low"} 6.0"#,
-        );
-        assert_has(
-            &text,
-            r#"wasmloop_workqueue_queue_duration_seconds_count{name="pods",priority="normal"} 2"#,
-        );
+        assert_has(&text, r#"wasmloop_workqueue_depth{name="pods",priority="low"} 0"#);
+        assert_has(&text, r#"wasmloop_workqueue_depth{name="pods",priority="normal"} 0"#);
+        assert_has(&text, r#"wasmloop_workqueue_oldest_ready_seconds{name="pods",priority="low"} 0.0"#);
+        assert_has(&text, r#"wasmloop_workqueue_queue_duration_seconds_count{name="pods",priority="low"} 2"#);
+        assert_has(&text, r#"wasmloop_workqueue_queue_duration_seconds_sum{name="pods",priority="low"} 6.0"#);
+        assert_has(&text, r#"wasmloop_workqueue_queue_duration_seconds_count{name="pods",priority="normal"} 2"#);
         assert_has(&text, r#"wasmloop_workqueue_aged_total{name="pods"} 1"#);
         // The existing family still counts every get.
-        assert_has(
-            &text,
-            r#"workqueue_queue_duration_seconds_count{name="pods"} 4"#,
-        );
+        assert_has(&text, r#"workqueue_queue_duration_seconds_count{name="pods"} 4"#);
 
         // A dropped queue stops reporting its waiting keys.
         q.add_with_priority("l3", Low);
         advance(S).await;
         let text = scrape(&registry);
-        assert_has(
-            &text,
-            r#"wasmloop_workqueue_oldest_ready_seconds{name="pods",priority="low"} 1.0"#,
-        );
+        assert_has(&text, r#"wasmloop_workqueue_oldest_ready_seconds{name="pods",priority="low"} 1.0"#);
         drop(q);
         let text = scrape(&registry);
-        assert_has(
-            &text,
-            r#"wasmloop_workqueue_oldest_ready_seconds{name="pods",priority="low"} 0.0"#,
-        );
+        assert_has(&text, r#"wasmloop_workqueue_oldest_ready_seconds{name="pods",priority="low"} 0.0"#);
     }
 }

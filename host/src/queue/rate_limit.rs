@@ -40,11 +40,7 @@ pub struct ItemExponential<K> {
 impl<K> ItemExponential<K> {
     /// A limiter that starts at `base` and doubles up to `max`.
     pub fn new(base: Duration, max: Duration) -> Self {
-        Self {
-            base,
-            max,
-            failures: Mutex::new(HashMap::new()),
-        }
+        Self { base, max, failures: Mutex::new(HashMap::new()) }
     }
 }
 
@@ -62,9 +58,7 @@ impl<K: Clone + Eq + Hash + Send + Sync> RateLimiter<K> for ItemExponential<K> {
         let exp = *count;
         *count = count.saturating_add(1);
         // Any overflow (2^exp beyond u32, or the product beyond Duration) means "past the cap".
-        1u32.checked_shl(exp)
-            .and_then(|factor| self.base.checked_mul(factor))
-            .map_or(self.max, |delay| delay.min(self.max))
+        1u32.checked_shl(exp).and_then(|factor| self.base.checked_mul(factor)).map_or(self.max, |delay| delay.min(self.max))
     }
 
     fn forget(&self, key: &K) {
@@ -107,14 +101,7 @@ impl TokenBucket {
     /// rejects it). A `burst` of 0 is treated as 1.
     pub fn new(qps: f64, burst: u32) -> Self {
         let burst = f64::from(burst.max(1));
-        Self {
-            qps,
-            burst,
-            state: Mutex::new(Bucket {
-                tokens: burst,
-                last: Instant::now(),
-            }),
-        }
+        Self { qps, burst, state: Mutex::new(Bucket { tokens: burst, last: Instant::now() }) }
     }
 
     fn unlimited(&self) -> bool {
@@ -140,11 +127,7 @@ impl<K> RateLimiter<K> for TokenBucket {
         let tokens = (bucket.tokens + elapsed * self.qps).min(self.burst) - 1.0;
         bucket.tokens = tokens;
         bucket.last = bucket.last.max(now);
-        if tokens >= 0.0 {
-            Duration::ZERO
-        } else {
-            Duration::from_secs_f64(-tokens / self.qps)
-        }
+        if tokens >= 0.0 { Duration::ZERO } else { Duration::from_secs_f64(-tokens / self.qps) }
     }
 
     /// The bucket is shared by all keys, so there is nothing per-key to forget.
@@ -170,10 +153,7 @@ impl<K> MaxOf<K> {
 impl<K> RateLimiter<K> for MaxOf<K> {
     fn when(&self, key: &K) -> Duration {
         // Call every limiter (no short-circuit): each records the failure or reserves its token.
-        self.limiters
-            .iter()
-            .map(|l| l.when(key))
-            .fold(Duration::ZERO, Duration::max)
+        self.limiters.iter().map(|l| l.when(key)).fold(Duration::ZERO, Duration::max)
     }
 
     fn forget(&self, key: &K) {
@@ -181,11 +161,7 @@ impl<K> RateLimiter<K> for MaxOf<K> {
     }
 
     fn retries(&self, key: &K) -> u32 {
-        self.limiters
-            .iter()
-            .map(|l| l.retries(key))
-            .max()
-            .unwrap_or(0)
+        self.limiters.iter().map(|l| l.retries(key)).max().unwrap_or(0)
     }
 }
 
@@ -244,10 +220,7 @@ impl RateLimitConfig {
 
     /// The priority configuration of a queue built from this configuration.
     pub fn priorities(&self) -> PriorityConfig {
-        PriorityConfig {
-            aging: self.aging,
-            aged_every: self.aged_every,
-        }
+        PriorityConfig { aging: self.aging, aged_every: self.aged_every }
     }
 
     /// Rejects values with no sensible meaning: `qps` must be positive (infinite = no overall
@@ -259,10 +232,7 @@ impl RateLimitConfig {
         } else if self.burst == 0 {
             Some("burst must be at least 1".to_owned())
         } else if self.base_delay > self.max_delay {
-            Some(format!(
-                "baseDelay {:?} exceeds maxDelay {:?}",
-                self.base_delay, self.max_delay
-            ))
+            Some(format!("baseDelay {:?} exceeds maxDelay {:?}", self.base_delay, self.max_delay))
         } else if self.aged_every == 0 {
             Some("agedEvery must be at least 1".to_owned())
         } else {
@@ -282,10 +252,7 @@ mod tests {
     fn exponential_doubles_from_5ms() {
         let limiter = ItemExponential::<&str>::default();
         let delays: Vec<_> = (0..6).map(|_| limiter.when(&"a")).collect();
-        assert_eq!(
-            delays,
-            [5 * MS, 10 * MS, 20 * MS, 40 * MS, 80 * MS, 160 * MS]
-        );
+        assert_eq!(delays, [5 * MS, 10 * MS, 20 * MS, 40 * MS, 80 * MS, 160 * MS]);
         assert_eq!(limiter.retries(&"a"), 6);
         // Other keys have their own history.
         assert_eq!(limiter.when(&"b"), 5 * MS);
@@ -318,11 +285,7 @@ mod tests {
         let bucket = TokenBucket::default();
         let when = |b: &TokenBucket| RateLimiter::<u8>::when(b, &0);
         for i in 0..100 {
-            assert_eq!(
-                when(&bucket),
-                Duration::ZERO,
-                "call {i} is within the burst"
-            );
+            assert_eq!(when(&bucket), Duration::ZERO, "call {i} is within the burst");
         }
         // Reservations: each further call waits 100 ms longer than the previous one.
         assert_eq!(when(&bucket), 100 * MS);
@@ -345,10 +308,7 @@ mod tests {
         assert!((0..1000).all(|_| RateLimiter::<u8>::when(&unlimited, &0).is_zero()));
         let burst_zero = TokenBucket::new(1.0, 0);
         assert_eq!(RateLimiter::<u8>::when(&burst_zero, &0), Duration::ZERO);
-        assert_eq!(
-            RateLimiter::<u8>::when(&burst_zero, &0),
-            Duration::from_secs(1)
-        );
+        assert_eq!(RateLimiter::<u8>::when(&burst_zero, &0), Duration::from_secs(1));
     }
 
     #[tokio::test(start_paused = true)]
@@ -382,31 +342,15 @@ mod tests {
     #[test]
     fn config_defaults_and_deserialisation() {
         let default = RateLimitConfig::default();
-        assert_eq!(
-            (
-                default.base_delay,
-                default.max_delay,
-                default.qps,
-                default.burst
-            ),
-            (5 * MS, Duration::from_secs(1000), 10.0, 100)
-        );
-        let parsed: RateLimitConfig =
-            serde_json::from_str(r#"{"baseDelay": "1m30s", "qps": 2.5}"#).expect("valid config");
+        assert_eq!((default.base_delay, default.max_delay, default.qps, default.burst), (5 * MS, Duration::from_secs(1000), 10.0, 100));
+        let parsed: RateLimitConfig = serde_json::from_str(r#"{"baseDelay": "1m30s", "qps": 2.5}"#).expect("valid config");
         assert_eq!(parsed.base_delay, Duration::from_secs(90));
         assert_eq!(parsed.max_delay, Duration::from_secs(1000));
         assert_eq!(parsed.qps, 2.5);
         assert_eq!(parsed.burst, 100);
         assert_eq!(parsed.priorities(), PriorityConfig::default());
-        let aging: RateLimitConfig =
-            serde_json::from_str(r#"{"aging": "30s", "agedEvery": 2}"#).expect("valid config");
-        assert_eq!(
-            aging.priorities(),
-            PriorityConfig {
-                aging: Duration::from_secs(30),
-                aged_every: 2
-            }
-        );
+        let aging: RateLimitConfig = serde_json::from_str(r#"{"aging": "30s", "agedEvery": 2}"#).expect("valid config");
+        assert_eq!(aging.priorities(), PriorityConfig { aging: Duration::from_secs(30), aged_every: 2 });
         let bad = serde_json::from_str::<RateLimitConfig>(r#"{"maxDelay": "10 parsecs"}"#);
         assert!(bad.is_err_and(|e| e.to_string().contains("10 parsecs")));
     }

@@ -14,10 +14,7 @@
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use wasmloop_sdk::{
-    Error, EventType, Mapping, Metadata, Outcome, Reconciler, Request, ResultExt, Watch, cache,
-    kinds, object,
-};
+use wasmloop_sdk::{Error, EventType, Mapping, Metadata, Outcome, Reconciler, Request, ResultExt, Watch, cache, kinds, object};
 
 /// The Namespace label naming the profile.
 pub const PROFILE_LABEL: &str = "wasmloop.dev/config";
@@ -38,15 +35,8 @@ impl Reconciler for NamespaceConfig {
     fn metadata() -> Metadata {
         Metadata::new("namespace-config", env!("CARGO_PKG_VERSION"))
             .reconciles(kinds::NAMESPACE)
-            .watch(
-                Watch::new(kinds::CONFIG_MAP, Mapping::Namespace)
-                    .selector(format!("{MANAGED_BY_LABEL}={MANAGED_BY}")),
-            )
-            .index(
-                kinds::NAMESPACE,
-                PROFILE_INDEX,
-                format!("labels.{PROFILE_LABEL}"),
-            )
+            .watch(Watch::new(kinds::CONFIG_MAP, Mapping::Namespace).selector(format!("{MANAGED_BY_LABEL}={MANAGED_BY}")))
+            .index(kinds::NAMESPACE, PROFILE_INDEX, format!("labels.{PROFILE_LABEL}"))
     }
 
     fn reconcile(req: Request) -> Result<Outcome, Error> {
@@ -58,8 +48,7 @@ impl Reconciler for NamespaceConfig {
         if is_terminating(&ns) {
             return Ok(Outcome::new());
         }
-        let current: Option<Value> = cache::get(&kinds::CONFIG_MAP, Some(name), CONFIG_MAP_NAME)
-            .context("reading the ConfigMap")?;
+        let current: Option<Value> = cache::get(&kinds::CONFIG_MAP, Some(name), CONFIG_MAP_NAME).context("reading the ConfigMap")?;
 
         let Some(profile) = object::label(&ns, PROFILE_LABEL).filter(|p| !p.is_empty()) else {
             // Unlabelled (or labelled with an empty profile): our ConfigMap must go. Only ConfigMaps
@@ -75,21 +64,14 @@ impl Reconciler for NamespaceConfig {
             });
         };
 
-        let members: Vec<Value> = cache::by_index(&kinds::NAMESPACE, PROFILE_INDEX, profile)
-            .context("listing the profile's Namespaces")?;
+        let members: Vec<Value> = cache::by_index(&kinds::NAMESPACE, PROFILE_INDEX, profile).context("listing the profile's Namespaces")?;
         let count = members.iter().filter(|n| !is_terminating(n)).count();
         let desired = desired_config_map(name, profile, count);
 
         let mut out = Outcome::new();
-        if current
-            .as_ref()
-            .is_none_or(|cm| !is_up_to_date(cm, &desired))
-        {
+        if current.as_ref().is_none_or(|cm| !is_up_to_date(cm, &desired)) {
             out = out.apply(&desired);
-            let previous = current
-                .as_ref()
-                .and_then(|cm| cm.pointer("/data/profile"))
-                .and_then(Value::as_str);
+            let previous = current.as_ref().and_then(|cm| cm.pointer("/data/profile")).and_then(Value::as_str);
             if previous != Some(profile) {
                 out = out.event(
                     &ns,
@@ -106,8 +88,7 @@ impl Reconciler for NamespaceConfig {
 wasmloop_sdk::export_reconciler!(NamespaceConfig);
 
 fn is_terminating(ns: &Value) -> bool {
-    object::is_deleting(ns)
-        || ns.pointer("/status/phase").and_then(Value::as_str) == Some("Terminating")
+    object::is_deleting(ns) || ns.pointer("/status/phase").and_then(Value::as_str) == Some("Terminating")
 }
 
 /// The ConfigMap as this plugin wants it (the whole of its intent, for server-side apply).
@@ -132,10 +113,7 @@ pub fn desired_config_map(namespace: &str, profile: &str, profile_namespaces: us
 fn is_up_to_date(current: &Value, desired: &Value) -> bool {
     let labels_ok = desired["metadata"]["labels"]
         .as_object()
-        .is_some_and(|want| {
-            want.iter()
-                .all(|(k, v)| current.pointer("/metadata/labels").and_then(|l| l.get(k)) == Some(v))
-        });
+        .is_some_and(|want| want.iter().all(|(k, v)| current.pointer("/metadata/labels").and_then(|l| l.get(k)) == Some(v)));
     labels_ok && current.get("data") == desired.get("data")
 }
 

@@ -54,10 +54,7 @@ fn metadata_declares_the_configmap_watch_and_label_index() {
     assert_eq!(m.reconciles, Some(kinds::NAMESPACE));
     assert_eq!(m.watches[0].kind, kinds::CONFIG_MAP);
     assert_eq!(m.watches[0].mapping, Mapping::Namespace);
-    assert_eq!(
-        m.watches[0].selector.as_deref(),
-        Some("app.kubernetes.io/managed-by=wasmloop")
-    );
+    assert_eq!(m.watches[0].selector.as_deref(), Some("app.kubernetes.io/managed-by=wasmloop"));
     assert_eq!(m.indexes[0].name, PROFILE_INDEX);
     assert_eq!(m.indexes[0].path, "labels.wasmloop.dev/config");
 }
@@ -78,14 +75,8 @@ fn applies_the_config_map_with_the_profile_and_its_size() {
         })
     );
     let ev = out.events().next().unwrap();
-    assert_eq!(
-        (ev.regarding.clone(), ev.event_type, ev.reason.as_str()),
-        (ns("team-a"), EventType::Normal, "ConfigApplied")
-    );
-    assert_eq!(
-        ev.message,
-        "applied profile \"gold\" to ConfigMap wasmloop-config (2 namespaces use it)"
-    );
+    assert_eq!((ev.regarding.clone(), ev.event_type, ev.reason.as_str()), (ns("team-a"), EventType::Normal, "ConfigApplied"));
+    assert_eq!(ev.message, "applied profile \"gold\" to ConfigMap wasmloop-config (2 namespaces use it)");
     assert_eq!(out.requeue_after, Some(REFRESH));
 }
 
@@ -94,21 +85,14 @@ fn converged_namespaces_write_nothing() {
     let f = fake();
     let rounds = f.converge::<NamespaceConfig>(&ns("team-c"), 3).unwrap();
     assert_eq!(rounds.len(), 1);
-    assert_eq!(
-        f.get(&cm_key("team-c")).unwrap()["data"]["profile-namespaces"],
-        "1"
-    );
+    assert_eq!(f.get(&cm_key("team-c")).unwrap()["data"]["profile-namespaces"], "1");
     let out = f.reconcile::<NamespaceConfig>(&ns("team-c")).unwrap();
     assert!(out.is_empty(), "{out:?}");
     // Labels added to the ConfigMap by someone else do not count as drift.
     let mut cm = f.get(&cm_key("team-c")).unwrap();
     cm["metadata"]["labels"]["extra"] = json!("x");
     f.add(cm);
-    assert!(
-        f.reconcile::<NamespaceConfig>(&ns("team-c"))
-            .unwrap()
-            .is_empty()
-    );
+    assert!(f.reconcile::<NamespaceConfig>(&ns("team-c")).unwrap().is_empty());
 }
 
 #[test]
@@ -118,10 +102,7 @@ fn profile_size_changes_update_data_without_an_event() {
     set_profile(&f, "plain", Some("silver"));
     let out = f.reconcile::<NamespaceConfig>(&ns("team-c")).unwrap();
     assert_eq!(out.actions.len(), 1, "{out:?}");
-    assert_eq!(
-        out.applied().next().unwrap()["data"]["profile-namespaces"],
-        "2"
-    );
+    assert_eq!(out.applied().next().unwrap()["data"]["profile-namespaces"], "2");
 }
 
 #[test]
@@ -131,10 +112,7 @@ fn a_profile_change_reapplies_with_an_event() {
     set_profile(&f, "team-a", Some("silver"));
     let out = f.reconcile::<NamespaceConfig>(&ns("team-a")).unwrap();
     assert_eq!(out.applied().next().unwrap()["data"]["profile"], "silver");
-    assert_eq!(
-        out.applied().next().unwrap()["metadata"]["labels"][PROFILE_LABEL],
-        "silver"
-    );
+    assert_eq!(out.applied().next().unwrap()["metadata"]["labels"][PROFILE_LABEL], "silver");
     assert_eq!(out.events().next().unwrap().reason, "ConfigApplied");
 }
 
@@ -164,11 +142,7 @@ fn removing_the_label_deletes_the_config_map() {
     assert_eq!(out.requeue_after, None);
     f.execute(&out);
     assert!(f.get(&cm_key("team-a")).is_none());
-    assert!(
-        f.reconcile::<NamespaceConfig>(&ns("team-a"))
-            .unwrap()
-            .is_empty()
-    );
+    assert!(f.reconcile::<NamespaceConfig>(&ns("team-a")).unwrap().is_empty());
 }
 
 #[test]
@@ -192,11 +166,7 @@ fn config_maps_it_does_not_manage_are_left_alone() {
 #[test]
 fn gone_and_terminating_namespaces_need_nothing() {
     let f = fake();
-    assert!(
-        f.reconcile::<NamespaceConfig>(&ns("nope"))
-            .unwrap()
-            .is_empty()
-    );
+    assert!(f.reconcile::<NamespaceConfig>(&ns("nope")).unwrap().is_empty());
     let out = f.reconcile::<NamespaceConfig>(&ns("team-d")).unwrap();
     assert!(out.is_empty());
     assert_eq!(out.requeue_after, None);

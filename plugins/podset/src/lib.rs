@@ -85,13 +85,9 @@ impl Reconciler for PodSetReconciler {
         if ps.metadata.is_deleting() {
             return Ok(Outcome::new());
         }
-        let spec = ps
-            .spec
-            .as_ref()
-            .ok_or_else(|| Error::permanent("PodSet has no spec"))?;
-        let desired = usize::try_from(spec.replicas).map_err(|_| {
-            Error::permanent(format!("spec.replicas is negative: {}", spec.replicas))
-        })?;
+        let spec = ps.spec.as_ref().ok_or_else(|| Error::permanent("PodSet has no spec"))?;
+        let desired =
+            usize::try_from(spec.replicas).map_err(|_| Error::permanent(format!("spec.replicas is negative: {}", spec.replicas)))?;
         let Some(pod_spec) = spec.template.get("spec").filter(|s| s.is_object()) else {
             return Err(Error::permanent("spec.template.spec is missing"));
         };
@@ -133,9 +129,7 @@ impl Reconciler for PodSetReconciler {
                     let candidate = format!("{name}-{ordinal}");
                     ordinal += 1;
                     // Skip names held by our Pods or by anything else in the namespace.
-                    if !taken.contains(candidate.as_str())
-                        && meta::get(&kinds::POD, ns, &candidate)?.is_none()
-                    {
+                    if !taken.contains(candidate.as_str()) && meta::get(&kinds::POD, ns, &candidate)?.is_none() {
                         break candidate;
                     }
                 };
@@ -149,14 +143,9 @@ impl Reconciler for PodSetReconciler {
             }
         }
 
-        let status = PodSetStatus {
-            replicas: count(observed),
-            ready_replicas: Some(count(ready)),
-        };
+        let status = PodSetStatus { replicas: count(observed), ready_replicas: Some(count(ready)) };
         let current = ps.status.clone().unwrap_or_default();
-        if current.replicas != status.replicas
-            || current.ready_replicas.unwrap_or(0) != count(ready)
-        {
+        if current.replicas != status.replicas || current.ready_replicas.unwrap_or(0) != count(ready) {
             out = out.status(&ps, &status);
         }
         Ok(out.requeue_after(RESYNC))
@@ -197,8 +186,7 @@ fn ordinal_of(pod: &Meta, podset: &str) -> Option<u32> {
 /// `spec`); the owner reference is added by `create_owned`.
 fn new_pod(name: &str, podset: &str, template: &Value, spec: &Value) -> Value {
     let tmeta = template.get("metadata");
-    let mut labels: Map<String, Value> =
-        tmeta.and_then(|m| m.get("labels")).and_then(Value::as_object).cloned().unwrap_or_default();
+    let mut labels: Map<String, Value> = tmeta.and_then(|m| m.get("labels")).and_then(Value::as_object).cloned().unwrap_or_default();
     labels.insert(PODSET_LABEL.to_owned(), podset.into());
     if cfg!(feature = "v2") {
         labels.insert(V2_LABEL.to_owned(), "v2".into());

@@ -64,10 +64,7 @@ fn metadata_reconciles_podsets_and_owns_pods() {
     let m = PodSetReconciler::metadata();
     assert_eq!(m.reconciles, Some(PODSET));
     assert_eq!(m.watches.len(), 1);
-    assert_eq!(
-        (&m.watches[0].kind, &m.watches[0].mapping),
-        (&kinds::POD, &Mapping::Owner)
-    );
+    assert_eq!((&m.watches[0].kind, &m.watches[0].mapping), (&kinds::POD, &Mapping::Owner));
 }
 
 #[test]
@@ -79,10 +76,7 @@ fn creates_missing_pods_from_the_template() {
     assert_eq!(p["apiVersion"], "v1");
     assert_eq!(p["kind"], "Pod");
     assert_eq!(p["metadata"]["namespace"], "prod");
-    assert_eq!(
-        p["metadata"]["labels"],
-        json!({"app": "web", PODSET_LABEL: "web"})
-    );
+    assert_eq!(p["metadata"]["labels"], json!({"app": "web", PODSET_LABEL: "web"}));
     assert_eq!(p["metadata"]["annotations"], json!({"note": "hi"}));
     assert_eq!(p["spec"]["containers"][0]["image"], "nginx");
     assert_eq!(
@@ -163,10 +157,7 @@ fn converges_then_writes_nothing() {
     let rounds = f.converge::<PodSetReconciler>(&key(), 5).unwrap();
     // Round 1 creates the Pods; round 2 records them in status; round 3 changes nothing.
     assert_eq!(rounds.len(), 2);
-    assert_eq!(
-        f.get(&key()).unwrap()["status"],
-        json!({"replicas": 3, "readyReplicas": 0})
-    );
+    assert_eq!(f.get(&key()).unwrap()["status"], json!({"replicas": 3, "readyReplicas": 0}));
     assert_eq!(f.objects(&kinds::POD).len(), 3);
 
     // Pods become ready: only the ready count changes.
@@ -176,10 +167,7 @@ fn converges_then_writes_nothing() {
     }
     let out = f.reconcile::<PodSetReconciler>(&key()).unwrap();
     assert_eq!(out.actions.len(), 1);
-    assert_eq!(
-        out.status_updates().next().unwrap().1,
-        &json!({"replicas": 3, "readyReplicas": 3})
-    );
+    assert_eq!(out.status_updates().next().unwrap().1, &json!({"replicas": 3, "readyReplicas": 3}));
     f.execute(&out);
     let out = f.reconcile::<PodSetReconciler>(&key()).unwrap();
     assert!(out.is_empty(), "{out:?}");
@@ -223,16 +211,10 @@ fn invalid_specs_are_permanent_errors() {
 
     let f = fake(1, &[]);
     let mut ps = f.get(&key()).unwrap();
-    ps["spec"]["template"]
-        .as_object_mut()
-        .unwrap()
-        .remove("spec");
+    ps["spec"]["template"].as_object_mut().unwrap().remove("spec");
     f.add(ps);
     let e = f.reconcile::<PodSetReconciler>(&key()).unwrap_err();
-    assert_eq!(
-        (e.is_transient(), e.message()),
-        (false, "spec.template.spec is missing")
-    );
+    assert_eq!((e.is_transient(), e.message()), (false, "spec.template.spec is missing"));
 }
 
 #[test]
@@ -243,27 +225,19 @@ fn unparsable_podsets_are_transient_errors() {
     f.add(ps);
     let e = f.reconcile::<PodSetReconciler>(&key()).unwrap_err();
     assert!(e.is_transient());
-    assert!(
-        e.message()
-            .starts_with("reading the PodSet: cannot parse a cached wasmloop.dev/v1alpha1/PodSet"),
-        "{e}"
-    );
+    assert!(e.message().starts_with("reading the PodSet: cannot parse a cached wasmloop.dev/v1alpha1/PodSet"), "{e}");
 }
 
 #[test]
 fn crd_manifest_matches_the_plugin() {
-    let crd: Value =
-        serde_saphyr::from_str(include_str!("../../../deploy/crds/podset.yaml")).unwrap();
+    let crd: Value = serde_saphyr::from_str(include_str!("../../../deploy/crds/podset.yaml")).unwrap();
     let spec = &crd["spec"];
     let podset = PODSET;
     let (group, version) = podset.api_version.split_once('/').unwrap();
     assert_eq!(spec["group"], group);
     assert_eq!(spec["names"]["kind"], PODSET.kind.as_ref());
     assert_eq!(spec["scope"], "Namespaced");
-    assert_eq!(
-        crd["metadata"]["name"],
-        format!("{}.{group}", spec["names"]["plural"].as_str().unwrap())
-    );
+    assert_eq!(crd["metadata"]["name"], format!("{}.{group}", spec["names"]["plural"].as_str().unwrap()));
     let v = &spec["versions"][0];
     assert_eq!(v["name"], version);
     assert!(v["subresources"]["status"].is_object());
@@ -271,21 +245,11 @@ fn crd_manifest_matches_the_plugin() {
     assert_eq!(schema["spec"]["properties"]["replicas"]["type"], "integer");
     let template = &schema["spec"]["properties"]["template"];
     assert_eq!(template["x-kubernetes-preserve-unknown-fields"], true);
-    assert_eq!(
-        template["properties"]["spec"]["x-kubernetes-preserve-unknown-fields"],
-        true
-    );
+    assert_eq!(template["properties"]["spec"]["x-kubernetes-preserve-unknown-fields"], true);
     // Every status field the plugin writes is in the schema (others would be pruned).
-    let written = serde_json::to_value(PodSetStatus {
-        replicas: 1,
-        ready_replicas: Some(1),
-    })
-    .unwrap();
+    let written = serde_json::to_value(PodSetStatus { replicas: 1, ready_replicas: Some(1) }).unwrap();
     for field in written.as_object().unwrap().keys() {
-        assert!(
-            schema["status"]["properties"][field].is_object(),
-            "status.{field} missing from the CRD"
-        );
+        assert!(schema["status"]["properties"][field].is_object(), "status.{field} missing from the CRD");
     }
 }
 

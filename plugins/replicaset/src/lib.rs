@@ -35,9 +35,7 @@ mod time;
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::{Map, Value, json};
-use wasmloop_sdk::{
-    Error, Metadata, ObjectKey, Outcome, Patch, Reconciler, Request, ResultExt, cache, kinds,
-};
+use wasmloop_sdk::{Error, Metadata, ObjectKey, Outcome, Patch, Reconciler, Request, ResultExt, cache, kinds};
 
 use model::{Pod, ReplicaSet, RsStatus};
 
@@ -49,9 +47,7 @@ pub struct ReplicaSetReconciler;
 
 impl Reconciler for ReplicaSetReconciler {
     fn metadata() -> Metadata {
-        Metadata::new("replicaset", env!("CARGO_PKG_VERSION"))
-            .reconciles(kinds::REPLICA_SET)
-            .owns(kinds::POD)
+        Metadata::new("replicaset", env!("CARGO_PKG_VERSION")).reconciles(kinds::REPLICA_SET).owns(kinds::POD)
     }
 
     fn reconcile(req: Request) -> Result<Outcome, Error> {
@@ -59,18 +55,15 @@ impl Reconciler for ReplicaSetReconciler {
             return Ok(Outcome::new()); // Gone: garbage collection removes its Pods.
         };
         let rs: ReplicaSet = serde_json::from_str(&raw).context("parsing the ReplicaSet")?;
-        let desired = usize::try_from(rs.spec.replicas.unwrap_or(1)).map_err(|_| {
-            Error::permanent(format!("spec.replicas is negative: {:?}", rs.spec.replicas))
-        })?;
+        let desired = usize::try_from(rs.spec.replicas.unwrap_or(1))
+            .map_err(|_| Error::permanent(format!("spec.replicas is negative: {:?}", rs.spec.replicas)))?;
         rs.spec.selector.validate().map_err(Error::permanent)?;
         let ns = req.key.ns();
 
         // Candidates: Pods matching the selector (filtered by the cache) and Pods this
         // ReplicaSet controls (which may have stopped matching).
-        let matching = cache::list_raw(&kinds::POD, ns, Some(&rs.spec.selector.to_query()))
-            .context("listing matching Pods")?;
-        let owned = cache::by_index_raw(&kinds::POD, cache::OWNER_INDEX, rs.metadata.uid.as_str())
-            .context("listing owned Pods")?;
+        let matching = cache::list_raw(&kinds::POD, ns, Some(&rs.spec.selector.to_query())).context("listing matching Pods")?;
+        let owned = cache::by_index_raw(&kinds::POD, cache::OWNER_INDEX, rs.metadata.uid.as_str()).context("listing owned Pods")?;
         let mut seen = BTreeSet::new();
         let mut pods: Vec<Pod<'_>> = Vec::with_capacity(matching.len());
         for raw in matching.iter().chain(&owned) {
@@ -137,9 +130,8 @@ fn claim<'p, 'a>(rs: &ReplicaSet<'_>, key: &ObjectKey, pods: &'p [Pod<'a>], out:
                 } else {
                     json!([{"op": "add", "path": "/metadata/ownerReferences", "value": [reference]}])
                 };
-                let patch = Patch::json(pod_key, ops)
-                    .if_uid(pod.metadata.uid.as_str())
-                    .if_resource_version(pod.metadata.resource_version.as_str());
+                let patch =
+                    Patch::json(pod_key, ops).if_uid(pod.metadata.uid.as_str()).if_resource_version(pod.metadata.resource_version.as_str());
                 *out = std::mem::take(out).patch(patch);
                 claimed.push(pod);
             }

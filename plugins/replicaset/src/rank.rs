@@ -44,17 +44,9 @@ fn compare(a: &Pod<'_>, b: &Pod<'_>, rank_a: usize, rank_b: usize) -> Ordering {
         .cmp(&phase_ordinal(b.phase()))
         .then_with(|| a.is_ready().cmp(&b.is_ready()))
         .then_with(|| rank_b.cmp(&rank_a))
-        .then_with(|| {
-            if a.is_ready() && b.is_ready() {
-                later_or_unset(a.ready_since(), b.ready_since())
-            } else {
-                Ordering::Equal
-            }
-        })
+        .then_with(|| if a.is_ready() && b.is_ready() { later_or_unset(a.ready_since(), b.ready_since()) } else { Ordering::Equal })
         .then_with(|| b.max_restarts().cmp(&a.max_restarts()))
-        .then_with(|| {
-            later_or_unset(created(a), created(b))
-        })
+        .then_with(|| later_or_unset(created(a), created(b)))
         .then_with(|| a.metadata.name.cmp(&b.metadata.name))
 }
 

@@ -36,7 +36,8 @@ fn pod_of(name: &str, labels: Value, owner: Option<&str>) -> Value {
         "spec": {"containers": [{"name": "c", "image": "nginx"}]},
     });
     if let Some(uid) = owner {
-        p["metadata"]["ownerReferences"] = json!([{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web", "uid": uid, "controller": true}]);
+        p["metadata"]["ownerReferences"] =
+            json!([{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web", "uid": uid, "controller": true}]);
     }
     p
 }
@@ -163,10 +164,13 @@ fn owned_pods_that_stop_matching_are_released_unless_the_replicaset_is_deleting(
     let out = f.reconcile::<ReplicaSetReconciler>(&key()).unwrap();
     let p = out.patches().next().expect("a release");
     assert_eq!(p.key.name, "moved");
-    assert_eq!(p.body, json!([
-        {"op": "test", "path": "/metadata/ownerReferences/0/uid", "value": "rs-1"},
-        {"op": "remove", "path": "/metadata/ownerReferences/0"},
-    ]));
+    assert_eq!(
+        p.body,
+        json!([
+            {"op": "test", "path": "/metadata/ownerReferences/0/uid", "value": "rs-1"},
+            {"op": "remove", "path": "/metadata/ownerReferences/0"},
+        ])
+    );
     assert_eq!(p.preconditions.uid.as_deref(), Some("uid-moved"));
     f.execute(&out);
     assert_eq!(f.get(&kinds::POD.key(Some("prod"), "moved")).unwrap()["metadata"]["ownerReferences"], json!([]));
@@ -270,7 +274,14 @@ fn failed_creates_set_replica_failure_until_they_succeed() {
     let out = f.reconcile_request::<ReplicaSetReconciler>(req).unwrap();
     assert_eq!(status(&out)["conditions"], first, "{out:?}");
     f.execute(&out);
-    assert!(f.reconcile_request::<ReplicaSetReconciler>(Request { last_error: first[0]["message"].as_str().map(str::to_owned), ..Request::new(key()) }).unwrap().is_empty());
+    assert!(
+        f.reconcile_request::<ReplicaSetReconciler>(Request {
+            last_error: first[0]["message"].as_str().map(str::to_owned),
+            ..Request::new(key())
+        })
+        .unwrap()
+        .is_empty()
+    );
     // A status write failing is not a Pod failure; a reconcile without error removes it.
     let mut other = Request::new(key());
     other.last_error = Some("update-status apps/v1/ReplicaSet prod/web: timeout".into());
@@ -383,33 +394,15 @@ fn parse_cost() {
     }
     let n = 20_000;
     let raw = black_box(REALISTIC_POD);
-    let lite = time("borrowed model::Pod (plugin)", n, || {
-        serde_json::from_str::<model::Pod<'_>>(raw).unwrap().is_ready()
-    });
+    let lite = time("borrowed model::Pod (plugin)", n, || serde_json::from_str::<model::Pod<'_>>(raw).unwrap().is_ready());
     let value = time("serde_json::Value", n, || {
         let v: Value = serde_json::from_str(raw).unwrap();
-        v["status"]["conditions"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|c| c["type"] == "Ready" && c["status"] == "True")
+        v["status"]["conditions"].as_array().unwrap().iter().any(|c| c["type"] == "Ready" && c["status"] == "True")
     });
     let k8s = time("k8s_openapi Pod", n, || {
         let p: Pod = serde_json::from_str(raw).unwrap();
-        p.status
-            .unwrap()
-            .conditions
-            .unwrap()
-            .iter()
-            .any(|c| c.type_ == "Ready" && c.status == "True")
+        p.status.unwrap().conditions.unwrap().iter().any(|c| c.type_ == "Ready" && c.status == "True")
     });
-    println!(
-        "Value / lite = {:.1}x, k8s / lite = {:.1}x",
-        value / lite,
-        k8s / lite
-    );
-    assert!(
-        lite < value,
-        "the plugin's representation must be the cheapest"
-    );
+    println!("Value / lite = {:.1}x, k8s / lite = {:.1}x", value / lite, k8s / lite);
+    assert!(lite < value, "the plugin's representation must be the cheapest");
 }

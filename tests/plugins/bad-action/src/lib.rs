@@ -36,9 +36,7 @@ impl Guest for Plugin {
                 }),
                 Action::Create(r#"{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "#.into()),
             ],
-            "no-name" => vec![Action::Apply(
-                r#"{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"namespace": "default"}}"#.into(),
-            )],
+            "no-name" => vec![Action::Apply(r#"{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"namespace": "default"}}"#.into())],
             _ => vec![Action::Create("[1, 2, 3]".into())],
         };
         Ok(Outcome { actions, requeue_after_ms: None })

@@ -65,8 +65,13 @@ impl Guest for Plugin {
         };
         log::log(
             log::Level::Info,
-            &format!("reconciling {} ({:?}): {}, copy {}", key.name, request.reason,
-                     role.map_or("absent".into(), |r| format!("labelled {r:?}")), if copy.is_some() { "present" } else { "absent" }),
+            &format!(
+                "reconciling {} ({:?}): {}, copy {}",
+                key.name,
+                request.reason,
+                role.map_or("absent".into(), |r| format!("labelled {r:?}")),
+                if copy.is_some() { "present" } else { "absent" }
+            ),
         );
         let done = |actions| Ok(Outcome { actions, requeue_after_ms: None });
         let Some(source) = source else { return done(vec![]) };
@@ -74,7 +79,8 @@ impl Guest for Plugin {
         if meta["labels"]["contract-v0-1"].as_str() != Some("source") || !meta["deletionTimestamp"].is_null() {
             return done(vec![]); // A copy, or a source being deleted.
         }
-        let copy_key = ObjectKey { api_version: "v1".into(), kind: "ConfigMap".into(), namespace: key.namespace.clone(), name: copy_name.clone() };
+        let copy_key =
+            ObjectKey { api_version: "v1".into(), kind: "ConfigMap".into(), namespace: key.namespace.clone(), name: copy_name.clone() };
         if meta["labels"]["copy"].as_str() == Some("absent") {
             return done(if copy.is_some() { vec![Action::Delete(copy_key)] } else { vec![] });
         }

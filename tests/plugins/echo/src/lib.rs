@@ -59,9 +59,6 @@ impl Guest for Plugin {
             meta.name,
             meta.uid.len(),
         );
-        Ok(Outcome {
-            actions: vec![Action::UpdateStatus(StatusUpdate { key, status })],
-            requeue_after_ms: Some(30_000),
-        })
+        Ok(Outcome { actions: vec![Action::UpdateStatus(StatusUpdate { key, status })], requeue_after_ms: Some(30_000) })
     }
 }

@@ -61,10 +61,7 @@ impl Tokens {
         match value {
             Value::String(s) => {
                 if s.contains('$') {
-                    *s = s
-                        .replace("$NS", &self.namespace)
-                        .replace("$NAME", &self.name)
-                        .replace("$UID", &self.uid);
+                    *s = s.replace("$NS", &self.namespace).replace("$NAME", &self.name).replace("$UID", &self.uid);
                 }
             }
             Value::Array(items) => items.iter_mut().for_each(|v| self.substitute(v)),
@@ -79,21 +76,13 @@ fn permanent(message: impl Into<String>) -> ReconcileError {
 }
 
 fn as_object<'a>(value: &'a Value, what: &str) -> Result<&'a Map<String, Value>, ReconcileError> {
-    value
-        .as_object()
-        .ok_or_else(|| permanent(format!("{what}: expected a JSON object, got {value}")))
+    value.as_object().ok_or_else(|| permanent(format!("{what}: expected a JSON object, got {value}")))
 }
 
-fn string_field(
-    map: &Map<String, Value>,
-    field: &str,
-    what: &str,
-) -> Result<String, ReconcileError> {
+fn string_field(map: &Map<String, Value>, field: &str, what: &str) -> Result<String, ReconcileError> {
     match map.get(field) {
         Some(Value::String(s)) => Ok(s.clone()),
-        Some(other) => Err(permanent(format!(
-            "{what}: field `{field}` must be a string, got {other}"
-        ))),
+        Some(other) => Err(permanent(format!("{what}: field `{field}` must be a string, got {other}"))),
         None => Err(permanent(format!("{what}: missing string field `{field}`"))),
     }
 }
@@ -104,9 +93,7 @@ fn object_key(value: &Value, what: &str) -> Result<ObjectKey, ReconcileError> {
         None | Some(Value::Null) => None,
         Some(Value::String(s)) => Some(s.clone()),
         Some(other) => {
-            return Err(permanent(format!(
-                "{what}: field `namespace` must be a string or null, got {other}"
-            )));
+            return Err(permanent(format!("{what}: field `namespace` must be a string or null, got {other}")));
         }
     };
     Ok(ObjectKey {
@@ -117,13 +104,8 @@ fn object_key(value: &Value, what: &str) -> Result<ObjectKey, ReconcileError> {
     })
 }
 
-fn required<'a>(
-    map: &'a Map<String, Value>,
-    field: &str,
-    what: &str,
-) -> Result<&'a Value, ReconcileError> {
-    map.get(field)
-        .ok_or_else(|| permanent(format!("{what}: missing field `{field}`")))
+fn required<'a>(map: &'a Map<String, Value>, field: &str, what: &str) -> Result<&'a Value, ReconcileError> {
+    map.get(field).ok_or_else(|| permanent(format!("{what}: missing field `{field}`")))
 }
 
 fn action(index: usize, element: &Value) -> Result<Action, ReconcileError> {
@@ -174,24 +156,19 @@ fn action(index: usize, element: &Value) -> Result<Action, ReconcileError> {
                 "Normal" => EventType::Normal,
                 "Warning" => EventType::Warning,
                 other => {
-                    return Err(permanent(format!(
-                        "{what}: `type` must be \"Normal\" or \"Warning\", got {other:?}"
-                    )));
+                    return Err(permanent(format!("{what}: `type` must be \"Normal\" or \"Warning\", got {other:?}")));
                 }
             };
             Ok(Action::Event(Event {
-                regarding: object_key(
-                    required(body, "regarding", &what)?,
-                    &format!("{what}.regarding"),
-                )?,
+                regarding: object_key(required(body, "regarding", &what)?, &format!("{what}.regarding"))?,
                 event_type,
                 reason: string_field(body, "reason", &what)?,
                 message: string_field(body, "message", &what)?,
             }))
         }
-        other => Err(permanent(format!(
-            "actions[{index}]: unknown action {other:?} (expected create, apply, delete, updateStatus or event)"
-        ))),
+        other => {
+            Err(permanent(format!("actions[{index}]: unknown action {other:?} (expected create, apply, delete, updateStatus or event)")))
+        }
     }
 }
 
@@ -208,10 +185,7 @@ impl Guest for Plugin {
         PluginMetadata {
             name: "hostile".into(),
             version: "0.1.0".into(),
-            reconciles: KindRef {
-                api_version: "v1".into(),
-                kind: "ConfigMap".into(),
-            },
+            reconciles: KindRef { api_version: "v1".into(), kind: "ConfigMap".into() },
             selector: Some("wasmloop.dev/hostile-test=true".into()),
             watches: vec![],
             indexes: vec![],
@@ -220,37 +194,24 @@ impl Guest for Plugin {
     }
 
     fn reconcile(request: Request) -> Result<Outcome, ReconcileError> {
-        let kind = KindRef {
-            api_version: "v1".into(),
-            kind: "ConfigMap".into(),
-        };
+        let kind = KindRef { api_version: "v1".into(), kind: "ConfigMap".into() };
         let key = &request.key;
-        let Some(json) =
-            cache::get(&kind, key.namespace.as_deref(), &key.name).map_err(cache_error)?
-        else {
-            return Ok(Outcome {
-                actions: vec![],
-                requeue_after_ms: None,
-            });
+        let Some(json) = cache::get(&kind, key.namespace.as_deref(), &key.name).map_err(cache_error)? else {
+            return Ok(Outcome { actions: vec![], requeue_after_ms: None });
         };
-        let object: Value = serde_json::from_str(&json)
-            .map_err(|e| permanent(format!("the ConfigMap is not valid JSON: {e}")))?;
+        let object: Value = serde_json::from_str(&json).map_err(|e| permanent(format!("the ConfigMap is not valid JSON: {e}")))?;
         let number = |field: &str| -> Result<Option<u64>, ReconcileError> {
             match object.pointer(&format!("/data/{field}")) {
                 None => Ok(None),
-                Some(Value::String(s)) => s
-                    .parse()
-                    .map(Some)
-                    .map_err(|e| permanent(format!("data.{field}: {e}"))),
+                Some(Value::String(s)) => s.parse().map(Some).map_err(|e| permanent(format!("data.{field}: {e}"))),
                 Some(other) => Err(permanent(format!("data.{field} must be a string, got {other}"))),
             }
         };
         if let Some(ms) = number("sleepMs")? {
             std::thread::sleep(std::time::Duration::from_millis(ms));
         }
-        let pollables: Vec<_> = (0..number("pollables")?.unwrap_or(0))
-            .map(|_| wasi::clocks::monotonic_clock::subscribe_duration(1_000_000_000))
-            .collect();
+        let pollables: Vec<_> =
+            (0..number("pollables")?.unwrap_or(0)).map(|_| wasi::clocks::monotonic_clock::subscribe_duration(1_000_000_000)).collect();
         drop(pollables);
         for i in 0..number("logLines")?.unwrap_or(0) {
             let line = format!("{i:08} {}", "x".repeat(1015));
@@ -260,37 +221,21 @@ impl Guest for Plugin {
         let text = match object.pointer("/data/actions") {
             Some(Value::String(s)) => s.as_str(),
             Some(other) => {
-                return Err(permanent(format!(
-                    "data.actions must be a string, got {other}"
-                )));
+                return Err(permanent(format!("data.actions must be a string, got {other}")));
             }
             None => "[]",
         };
-        let mut list: Value = serde_json::from_str(text)
-            .map_err(|e| permanent(format!("data.actions is not valid JSON: {e}")))?;
+        let mut list: Value = serde_json::from_str(text).map_err(|e| permanent(format!("data.actions is not valid JSON: {e}")))?;
         let tokens = Tokens {
             namespace: key.namespace.clone().unwrap_or_default(),
             name: key.name.clone(),
-            uid: object
-                .pointer("/metadata/uid")
-                .and_then(Value::as_str)
-                .unwrap_or_default()
-                .to_owned(),
+            uid: object.pointer("/metadata/uid").and_then(Value::as_str).unwrap_or_default().to_owned(),
         };
         tokens.substitute(&mut list);
         let Value::Array(elements) = &list else {
-            return Err(permanent(format!(
-                "data.actions must be a JSON array, got {list}"
-            )));
+            return Err(permanent(format!("data.actions must be a JSON array, got {list}")));
         };
-        let actions = elements
-            .iter()
-            .enumerate()
-            .map(|(i, e)| action(i, e))
-            .collect::<Result<Vec<_>, _>>()?;
-        Ok(Outcome {
-            actions,
-            requeue_after_ms,
-        })
+        let actions = elements.iter().enumerate().map(|(i, e)| action(i, e)).collect::<Result<Vec<_>, _>>()?;
+        Ok(Outcome { actions, requeue_after_ms })
     }
 }

@@ -59,12 +59,8 @@ impl Guest for Plugin {
             format!("read: {}", o.map(|j| j.len()).unwrap_or(0))
         });
         let listed = describe(cache::list(&config_map, None, None), |v| format!("listed: {}", v.len()));
-        let message = format!(
-            r#"{{"secret":{},"otherNamespace":{},"listedAll":{}}}"#,
-            json_str(&secret),
-            json_str(&other),
-            json_str(&listed)
-        );
+        let message =
+            format!(r#"{{"secret":{},"otherNamespace":{},"listedAll":{}}}"#, json_str(&secret), json_str(&other), json_str(&listed));
         Ok(Outcome {
             actions: vec![Action::Event(Event {
                 regarding: request.key,

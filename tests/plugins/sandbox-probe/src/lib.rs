@@ -41,13 +41,7 @@ fn outcome<T, E: std::fmt::Display>(r: Result<T, E>, ok: impl FnOnce(T) -> Strin
 /// `"port":"1234"` (or a number) from the object's JSON, without a JSON parser.
 fn port(json: &str) -> u16 {
     let Some(at) = json.find("\"port\"") else { return 9 };
-    json[at + 6..]
-        .chars()
-        .skip_while(|c| !c.is_ascii_digit())
-        .take_while(char::is_ascii_digit)
-        .collect::<String>()
-        .parse()
-        .unwrap_or(9)
+    json[at + 6..].chars().skip_while(|c| !c.is_ascii_digit()).take_while(char::is_ascii_digit).collect::<String>().parse().unwrap_or(9)
 }
 
 impl Guest for Plugin {
@@ -65,10 +59,7 @@ impl Guest for Plugin {
 
     fn reconcile(request: Request) -> Result<Outcome, ReconcileError> {
         let kind = KindRef { api_version: request.key.api_version.clone(), kind: request.key.kind.clone() };
-        let json = cache::get(&kind, request.key.namespace.as_deref(), &request.key.name)
-            .ok()
-            .flatten()
-            .unwrap_or_default();
+        let json = cache::get(&kind, request.key.namespace.as_deref(), &request.key.name).ok().flatten().unwrap_or_default();
         let port = port(&json);
 
         let read_dir = outcome(std::fs::read_dir("/"), |d| format!("{} entries", d.count()));
@@ -93,9 +84,6 @@ impl Guest for Plugin {
             json_str(&udp),
             json_str(&dns),
         );
-        Ok(Outcome {
-            actions: vec![Action::UpdateStatus(StatusUpdate { key: request.key, status })],
-            requeue_after_ms: None,
-        })
+        Ok(Outcome { actions: vec![Action::UpdateStatus(StatusUpdate { key: request.key, status })], requeue_after_ms: None })
     }
 }
