@@ -10,6 +10,10 @@ say() { echo "== test.sh [$(( $(date +%s) - start ))s] $*" >&2; }
 say "setting up toolchain and control plane (cached after the first run)"
 ./scripts/setup.sh
 
+say "style gates: rustfmt, clippy"
+cargo fmt --all -- --check
+cargo clippy --workspace --all-targets --locked -- -D warnings
+
 say "building plugins (wasm32-wasip2)"
 ./scripts/build-plugins.sh >/dev/null
 ./scripts/build-test-plugins.sh >/dev/null

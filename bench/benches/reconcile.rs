@@ -53,7 +53,7 @@ fn main() -> Result<()> {
         for s in &scenarios {
             for (label, r) in reconcilers {
                 group.bench_with_input(BenchmarkId::new(format!("{label}-{}", s.name), s.pods), s, |b, s| {
-                    b.iter(|| r.reconcile(black_box(&s.request), &s.cache).expect("reconcile failed"))
+                    b.iter(|| r.reconcile(black_box(&s.request), &s.cache).expect("reconcile failed"));
                 });
             }
         }

@@ -64,7 +64,8 @@ fn run(plugin: &WasmPlugin, key: &str, n: usize) -> Result<()> {
         runs.push(plugin.profile_reconcile(&req, &cache).map_err(|e| anyhow::anyhow!("{e}"))?);
     }
     let med = |f: fn(&CallPhases) -> Duration| Summary::of(&runs.iter().map(|p| us(f(p))).collect::<Vec<_>>()).map(|s| s.median);
-    let phases: [(&str, fn(&CallPhases) -> Duration); 10] = [
+    type Phase = (&'static str, fn(&CallPhases) -> Duration);
+    let phases: [Phase; 10] = [
         ("slot", |p| p.slot),
         ("state", |p| p.state),
         ("store", |p| p.store),

@@ -77,7 +77,7 @@ pub struct Args {
 pub fn kcm_flags() -> Vec<String> {
     ["--controllers=replicaset", "--kube-api-qps=1000", "--kube-api-burst=1000", "--leader-elect=false"]
         .iter()
-        .map(|s| s.to_string())
+        .map(std::string::ToString::to_string)
         .collect()
 }
 

@@ -213,7 +213,6 @@ mod tests {
 
     #[test]
     fn scenarios_hold_what_they_say() {
-        use wasmloop::cache::CacheRead;
         for (shape, pods, owned) in [(Shape::Converged, 10, 10), (Shape::Create, 10, 0), (Shape::ScaleDown, 100, 100)] {
             let s = scenario(shape, pods).unwrap();
             let rs = s.cache.get(&rs_kind(), Some("shop"), "web").unwrap().unwrap();

@@ -25,7 +25,7 @@ use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use wasmloop::actions::Executor;
-use wasmloop::cache::{CacheRead, CachedObject, SharedCache};
+use wasmloop::cache::{CachedObject, SharedCache};
 use wasmloop::controller::{Controller, ControllerConfig, ControllerMetrics, Outcome, ReconcileError, Reconciler, ReconcilerSpec, Request};
 use wasmloop::grants::Grants;
 use wasmloop::informer::{InformerKey, InformerRegistry};
@@ -146,7 +146,7 @@ pub async fn run(args: Args) -> Result<Results> {
     informer.wait_synced(Duration::from_secs(60)).await?;
 
     let pending: Pending = Default::default();
-    let delivered: Arc<Mutex<Vec<(Arc<CachedObject>, Instant)>>> = Default::default();
+    let delivered: Delivered = Default::default();
     // Subscribed before the controller's handler, so it runs first for every change.
     let _sub = {
         let (pending, delivered) = (pending.clone(), delivered.clone());
@@ -225,14 +225,16 @@ pub async fn run(args: Args) -> Result<Results> {
     }
 
     let delivered = std::mem::take(&mut *delivered.lock());
-    let sends = sends.lock();
-    let mut write_to_event = Vec::new();
-    for (obj, at) in &delivered {
-        let seq: Option<u64> = obj.value()["data"]["seq"].as_str().and_then(|s| s.parse().ok());
-        if let Some(sent_at) = seq.and_then(|s| sends.get(&s)) {
-            write_to_event.push((*at - *sent_at).as_secs_f64() * 1e3);
-        }
-    }
+    let write_to_event: Vec<f64> = {
+        let sends = sends.lock();
+        delivered
+            .iter()
+            .filter_map(|(obj, at)| {
+                let seq: u64 = obj.value()["data"]["seq"].as_str()?.parse().ok()?;
+                sends.get(&seq).map(|sent_at| (*at - *sent_at).as_secs_f64() * 1e3)
+            })
+            .collect()
+    };
     let samples = std::mem::take(&mut *probe.samples.lock());
     let _ = kube_util::delete_namespace(&client, &ns).await;
     let results = Results {
@@ -263,6 +265,9 @@ pub async fn run(args: Args) -> Result<Results> {
     );
     Ok(results)
 }
+
+/// Each change the informer delivered, with when.
+type Delivered = Arc<Mutex<Vec<(Arc<CachedObject>, Instant)>>>;
 
 /// When each write (by sequence number) was sent.
 type Sends = Arc<Mutex<HashMap<u64, Instant>>>;

@@ -20,7 +20,7 @@ pub enum Level {
 
 /// Log `message` at `level`.
 pub fn log(level: Level, message: &str) {
-    crate::sys::log(level, message)
+    crate::sys::log(level, message);
 }
 
 /// Log at trace level, `format!`-style.

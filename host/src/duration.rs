@@ -66,7 +66,7 @@ pub fn format(d: Duration) -> String {
     if ms == 0 {
         return if d.is_zero() { "0".into() } else { format!("{}us", d.as_micros()) };
     }
-    if ms % 1000 != 0 {
+    if !ms.is_multiple_of(1000) {
         return format!("{ms}ms");
     }
     let s = d.as_secs();

@@ -10,6 +10,10 @@
 //! - [`plugin`]: the wasmtime sandbox that runs Wasm reconcilers; [`grants`] what each may do;
 //! - [`hotload`]: loads, swaps and removes plugins from ConfigMaps.
 
+// Unsafe code needs a reason: the one block (deserialising a precompiled component, which
+// wasmtime cannot check fully) allows it where it is, with its SAFETY argument.
+#![deny(unsafe_code)]
+
 pub mod actions;
 pub mod admission;
 pub mod cache;

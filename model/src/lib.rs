@@ -8,6 +8,8 @@
 //! - [`selector`]: label selectors, parsed and matched;
 //! - [`index_path`]: declared index paths, parsed and evaluated.
 
+#![forbid(unsafe_code)]
+
 pub mod field;
 pub mod index_path;
 pub mod selector;

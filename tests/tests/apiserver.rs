@@ -29,10 +29,10 @@ async fn create_watch_and_conflict_against_a_real_apiserver() -> anyhow::Result<
     api.create(&PostParams::default(), &config_map("first", "1")).await?;
     let seen = tokio::time::timeout(Duration::from_secs(20), async {
         while let Some(ev) = events.next().await {
-            if let watcher::Event::Apply(cm) | watcher::Event::InitApply(cm) = ev? {
-                if cm.metadata.name.as_deref() == Some("first") {
-                    return anyhow::Ok(cm);
-                }
+            if let watcher::Event::Apply(cm) | watcher::Event::InitApply(cm) = ev?
+                && cm.metadata.name.as_deref() == Some("first")
+            {
+                return anyhow::Ok(cm);
             }
         }
         anyhow::bail!("watch ended")

@@ -10,7 +10,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use parking_lot::Mutex;
 use serde_json::json;
-use wasmloop::cache::{CacheRead, IndexSpec, SharedCache};
+use wasmloop::cache::{IndexSpec, SharedCache};
 use wasmloop::controller::{Mapping, Outcome, Reason, ReconcileError, Reconciler, ReconcilerSpec, Request, WatchSpec};
 use wasmloop::informer::InformerKey;
 use wasmloop::kinds::KindRef;

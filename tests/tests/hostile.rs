@@ -599,7 +599,7 @@ async fn plugins_run_under_their_own_unique_name() -> Result<()> {
     apply_plugin(&host.client, &ns.name, "impostor", &echo, &grants).await?;
     match next_load(&mut events, "impostor").await? {
         LoadEvent::Rejected { error, .. } => {
-            assert!(error.contains("the plugin calls itself \"echo\" but its manifest (or ConfigMap) names it \"impostor\""), "{error}")
+            assert!(error.contains("the plugin calls itself \"echo\" but its manifest (or ConfigMap) names it \"impostor\""), "{error}");
         }
         other => bail!("the impostor loaded: {other:?}"),
     }

@@ -55,7 +55,12 @@ async fn statuses(sets: &Api<DynamicObject>) -> Result<std::collections::BTreeMa
         .await?
         .items
         .into_iter()
-        .map(|s| (s.metadata.name.clone().unwrap_or_default(), s.data.pointer("/status/replicas").and_then(|v| v.as_i64()).unwrap_or(-1)))
+        .map(|s| {
+            (
+                s.metadata.name.clone().unwrap_or_default(),
+                s.data.pointer("/status/replicas").and_then(serde_json::Value::as_i64).unwrap_or(-1),
+            )
+        })
         .collect())
 }
 

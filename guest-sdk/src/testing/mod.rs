@@ -38,7 +38,7 @@
 //! actions, so tests can check that a reconciler converges and then writes nothing.
 
 use std::cell::{Cell, RefCell};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::rc::Rc;
 
 use serde::Serialize;
@@ -479,7 +479,7 @@ impl Backend for Inner {
             .map(|json| {
                 let v: Value = serde_json::from_str(json).expect("the fake stores JSON");
                 let metadata = serde_json::from_value(v["metadata"].clone()).expect("the fake stores objects with metadata");
-                let fields = paths.iter().map(|p| wasmloop_model::field::field(&v, p).map(|x| x.to_string())).collect();
+                let fields = paths.iter().map(|p| wasmloop_model::field::field(&v, p).map(std::string::ToString::to_string)).collect();
                 Meta { kind: kind.clone(), metadata, fields }
             })
             .collect()
@@ -500,7 +500,7 @@ fn index_values(index: &str, path: Option<&str>, obj: &Value) -> Vec<String> {
         (OWNER_INDEX, None) => out.extend(object::controller_uid(obj).filter(|u| !u.is_empty()).map(str::to_owned)),
         (_, Some(path)) => {
             if let Ok(path) = IndexPath::parse(path) {
-                out.extend(path.values(obj).into_iter().map(|v| v.into_owned()));
+                out.extend(path.values(obj).into_iter().map(std::borrow::Cow::into_owned));
             }
         }
         _ => {}

@@ -35,17 +35,17 @@ items:
 - apiVersion: v1
   kind: Pod
   metadata:
-name: web-0
-namespace: prod
-labels: {app.kubernetes.io/name: web}
-annotations: {example.com/team: blue}
-ownerReferences:
-- {apiVersion: v1, kind: ConfigMap, name: a, uid: cm-1}
-- {apiVersion: apps/v1, kind: ReplicaSet, name: web, uid: rs-1, controller: true}
+    name: web-0
+    namespace: prod
+    labels: {app.kubernetes.io/name: web}
+    annotations: {example.com/team: blue}
+    ownerReferences:
+    - {apiVersion: v1, kind: ConfigMap, name: a, uid: cm-1}
+    - {apiVersion: apps/v1, kind: ReplicaSet, name: web, uid: rs-1, controller: true}
   spec:
-nodeName: n1
-ports: [80, 443]
-containers: [{name: a, image: nginx}, {name: b, image: envoy}]
+    nodeName: n1
+    ports: [80, 443]
+    containers: [{name: a, image: nginx}, {name: b, image: envoy}]
 ---
 apiVersion: v1
 kind: Pod
@@ -183,7 +183,7 @@ fn execute_plays_the_host() {
         .delete_key(kinds::POD.key(Some("dev"), "missing"))
         .status(&rs, json!({"replicas": 2}))
         .apply(&json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a", "namespace": "prod"},
-                       "data": {"k": "v"}}))
+                           "data": {"k": "v"}}))
         .event(&rs, crate::EventType::Normal, "Scaled", "up");
     f.execute(&out);
     let web1 = f.get(&kinds::POD.key(Some("prod"), "web-1")).unwrap();

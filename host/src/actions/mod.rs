@@ -397,6 +397,7 @@ fn truncate(s: &str, max: usize) -> String {
 
 /// The key of an object body whose target was derived by [`Action::target`]; a generateName
 /// target keys by its prefix (used only for the endpoint and messages).
+#[allow(clippy::result_large_err)] // the failure path of a plugin's action: size is no concern
 fn target_key(verb: &'static str, object: &Value, target: std::result::Result<String, wasmloop_model::TargetError>) -> Result<ObjectKey> {
     let invalid = |reason: String| Error::InvalidObject { verb, object: compact(object), reason };
     let name = target.map_err(|e| invalid(e.to_string()))?;
@@ -405,6 +406,7 @@ fn target_key(verb: &'static str, object: &Value, target: std::result::Result<St
     Ok(ObjectKey::new(KindRef::new(field("/apiVersion"), field("/kind")), namespace, name))
 }
 
+#[allow(clippy::result_large_err)] // as `target_key`
 fn parse_object(verb: &'static str, key: &ObjectKey, object: &Value) -> Result<DynamicObject> {
     serde_json::from_value(object.clone()).map_err(|e| Error::InvalidObject { verb, object: key.to_string(), reason: e.to_string() })
 }

@@ -170,10 +170,11 @@ impl Protected {
 
     fn check_namespace_object(&self, target: &Target) -> Result<(), Rule> {
         let hosts = &self.inner.host_namespaces;
-        if target.api_version == "v1" && target.kind == "Namespace" {
-            if let Some(name) = target.name().filter(|n| hosts.contains(*n)) {
-                return Err(Rule::HostNamespace(name.to_owned()));
-            }
+        if target.api_version == "v1"
+            && target.kind == "Namespace"
+            && let Some(name) = target.name().filter(|n| hosts.contains(*n))
+        {
+            return Err(Rule::HostNamespace(name.to_owned()));
         }
         Ok(())
     }
@@ -248,10 +249,10 @@ impl Protected {
         };
         match target.kind.as_str() {
             "RoleBinding" | "ClusterRoleBinding" => {
-                if let Some(body) = body {
-                    if binds(body, sa_ns, sa) {
-                        return Err(Rule::HostRbacBinding(format!("{target} binds the host's ServiceAccount {sa_ns}/{sa}")));
-                    }
+                if let Some(body) = body
+                    && binds(body, sa_ns, sa)
+                {
+                    return Err(Rule::HostRbacBinding(format!("{target} binds the host's ServiceAccount {sa_ns}/{sa}")));
                 }
                 // The existing binding (delete, or an apply that changes its role) must not be one of the host's.
                 if !matches!(action, Action::Create { .. } | Action::Event { .. }) {

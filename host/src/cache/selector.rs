@@ -2,7 +2,7 @@
 //! with the SDK's test fake so both accept and match exactly the same selectors; here, how the
 //! cache's objects are matched and how a bad selector is reported.
 
-pub use wasmloop_model::selector::{Labels, Selector, label_pair, validate_key};
+pub use wasmloop_model::selector::{Labels, Selector, label_pair};
 
 use super::{CachedObject, Error};
 

@@ -111,7 +111,7 @@ impl IndexedStore {
             return Ok(()); // added meanwhile by another caller
         }
         let mut index = Index { name: name.into(), spec, map: HashMap::new() };
-        for (key, entry) in inner.objects.iter_mut() {
+        for (key, entry) in &mut inner.objects {
             let values = match computed.get(key) {
                 Some((obj, values)) if Arc::ptr_eq(obj, &entry.obj) => Cow::Borrowed(values),
                 // Changed since the snapshot: compute again (rare).
@@ -491,7 +491,7 @@ mod tests {
         for (k, e) in &inner.objects {
             assert_eq!(e.values.len(), inner.indexes.len());
             for (index, values) in inner.indexes.iter().zip(&e.values) {
-                for v in values.iter() {
+                for v in values {
                     assert!(index.map.get(v).is_some_and(|ks| ks.contains(k)), "{k} missing under {v}");
                 }
             }

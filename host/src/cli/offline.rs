@@ -63,7 +63,7 @@ pub fn run(args: ReconcileArgs) -> anyhow::Result<ExitCode> {
         Ok(outcome) => {
             // The host's admission, offline: built-in scopes, no cluster state.
             let admission = wasmloop::admission::Admission::offline();
-            let refused = futures::executor::block_on(admission.check(plugin.grants(), &outcome.actions, &view)).err();
+            let refused = futures::executor::block_on(admission.check(plugin.grants(), &outcome.actions, view.as_ref())).err();
             out["actions"] = serde_json::to_value(&outcome.actions)?;
             if let Some(d) = outcome.requeue_after {
                 out["requeueAfter"] = json!(wasmloop::duration::format(d));

@@ -3,7 +3,7 @@
 use crate::cache::{CachedObject, Change};
 use crate::kinds::{KindRef, ObjectKey};
 
-use super::reconciler::Mapping;
+use crate::reconciler::Mapping;
 
 /// Where a change on some kind should send the controller.
 #[derive(Clone, Debug)]
@@ -53,7 +53,7 @@ impl KeyMapper {
         match mapping {
             Mapping::Owner => {
                 let owner = o.controller_owner()?;
-                same_group_kind(&owner.api_version, &owner.kind, &self.primary).then(|| self.key(o.namespace(), &owner.name))
+                same_group_kind(owner.api_version, owner.kind, &self.primary).then(|| self.key(o.namespace(), owner.name))
             }
             Mapping::Label(label) => o.label(label).filter(|v| !v.is_empty()).map(|v| self.key(o.namespace(), v)),
             Mapping::SameName => Some(self.key(o.namespace(), o.name())),

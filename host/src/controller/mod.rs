@@ -455,9 +455,10 @@ impl Inner {
     async fn until_writable(&self) -> bool {
         let mut stopping = self.stopping.subscribe();
         tokio::select! {
-            () = self.executor.fence().wait_open() => !*stopping.borrow(),
-            _ = stopping.wait_for(|s| *s) => false,
+            () = self.executor.fence().wait_open() => {}
+            _ = stopping.wait_for(|s| *s) => return false,
         }
+        !*self.stopping.borrow()
     }
 
     async fn process(&self, key: &ObjectKey) {

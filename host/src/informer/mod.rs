@@ -255,6 +255,7 @@ impl InformerRegistry {
     }
 }
 
+#[allow(clippy::too_many_arguments)] // the informer's task: each handle is one the Informer keeps too
 async fn run_watch(
     key: InformerKey,
     api: Api<DynamicObject>,

@@ -111,7 +111,7 @@ impl<R: sdk::Reconciler + 'static> Reconciler for SdkReconciler<R> {
 fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
     panic
         .downcast_ref::<&str>()
-        .map(|s| s.to_string())
+        .map(std::string::ToString::to_string)
         .or_else(|| panic.downcast_ref::<String>().cloned())
         .unwrap_or_else(|| "unknown panic".into())
 }
@@ -235,7 +235,7 @@ impl Backend for HostCache {
 
     fn log(&self, level: sdk::log::Level, message: &str) {
         let plugin = self.spec.name.as_str();
-        let key = self.key;
+        let key = &self.key;
         use sdk::log::Level as L;
         match level {
             L::Trace => tracing::trace!(target: "wasmloop::plugin", plugin, %key, "{message}"),
@@ -322,16 +322,18 @@ mod tests {
                "status": {"phase": phase}})
     }
 
-    fn cache() -> CacheView {
-        CacheView::from_objects([
-            json!({"apiVersion": "apps/v1", "kind": "ReplicaSet",
+    fn cache() -> SharedCache {
+        Arc::new(
+            CacheView::from_objects([
+                json!({"apiVersion": "apps/v1", "kind": "ReplicaSet",
                    "metadata": {"name": "web", "namespace": "shop", "uid": "rs-uid", "resourceVersion": "1"}}),
-            pod("a", "rs-uid", "Running"),
-            pod("b", "rs-uid", "Failed"),
-            pod("c", "other-uid", "Failed"),
-            json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s", "namespace": "shop"}}),
-        ])
-        .unwrap()
+                pod("a", "rs-uid", "Running"),
+                pod("b", "rs-uid", "Failed"),
+                pod("c", "other-uid", "Failed"),
+                json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s", "namespace": "shop"}}),
+            ])
+            .unwrap(),
+        )
     }
 
     fn run(name: &str) -> Result<Outcome, ReconcileError> {

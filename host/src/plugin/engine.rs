@@ -374,7 +374,7 @@ impl PrecompiledCache {
     fn evict(&self, keep: &Path) {
         let Ok(entries) = std::fs::read_dir(&self.dir) else { return };
         let mut files: Vec<(std::time::SystemTime, u64, PathBuf)> = entries
-            .filter_map(|e| e.ok())
+            .filter_map(std::result::Result::ok)
             .filter(|e| e.path().extension().is_some_and(|x| x == "cwasm"))
             .filter_map(|e| {
                 let meta = e.metadata().ok()?;
@@ -411,6 +411,7 @@ impl PrecompiledCache {
         // SAFETY: the artifact was produced by `Component::serialize` of this host (the
         // directory is host-private) and its checksum matches what was written; wasmtime
         // additionally checks that it was compiled by a compatible engine and refuses if not.
+        #[allow(unsafe_code)]
         let component = unsafe { Component::deserialize(engine.engine(), artifact) };
         component.map(Some).map_err(|e| format!("incompatible or invalid artifact: {e:#}"))
     }

@@ -48,7 +48,7 @@ pub(crate) fn object_meta(o: &CachedObject, paths: &[&str]) -> wit::ObjectMeta {
         annotations: pairs("annotations"),
         owner_references,
         finalizers: meta.get("finalizers").and_then(Value::as_array).map(|f| f.iter().filter_map(text).collect()).unwrap_or_default(),
-        fields: paths.iter().map(|p| field(&value, p).map(|v| v.to_string())).collect(),
+        fields: paths.iter().map(|p| field(&value, p).map(std::string::ToString::to_string)).collect(),
     }
 }
 

@@ -426,7 +426,7 @@ fn no_panic<R>(f: impl FnOnce() -> R) -> Result<R, String> {
     std::panic::catch_unwind(AssertUnwindSafe(f)).map_err(|panic| {
         panic
             .downcast_ref::<&str>()
-            .map(|s| s.to_string())
+            .map(std::string::ToString::to_string)
             .or_else(|| panic.downcast_ref::<String>().cloned())
             .unwrap_or_else(|| "unknown panic".into())
     })

@@ -216,7 +216,7 @@ impl Status {
         let (mut fully_labeled, mut ready, mut available, mut next) = (0, 0, 0, None::<i64>);
         for pod in claimed {
             let labels = &pod.metadata.labels;
-            if template_labels.is_none_or(|t| t.iter().all(|(k, v)| labels.get(k.as_str()).map(|x| x.as_str()) == v.as_str())) {
+            if template_labels.is_none_or(|t| t.iter().all(|(k, v)| labels.get(k.as_str()).map(model::Str::as_str) == v.as_str())) {
                 fully_labeled += 1;
             }
             if pod.is_ready() {

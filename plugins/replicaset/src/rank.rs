@@ -51,7 +51,7 @@ fn compare(a: &Pod<'_>, b: &Pod<'_>, rank_a: usize, rank_b: usize) -> Ordering {
 }
 
 fn created<'p>(p: &'p Pod<'_>) -> Option<&'p str> {
-    p.metadata.creation_timestamp.as_ref().map(|t| t.as_str())
+    p.metadata.creation_timestamp.as_ref().map(super::model::Str::as_str)
 }
 
 /// KCM's `afterOrZero`: an unset time first, then the later time first.

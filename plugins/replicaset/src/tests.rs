@@ -216,7 +216,7 @@ fn surplus_pods_go_in_kcm_order() {
     let order = |n: i64| {
         let f = fake(replicas(n), &pods);
         let out = f.reconcile::<ReplicaSetReconciler>(&key()).unwrap();
-        deleted_names(&out).iter().map(|s| s.to_string()).collect::<Vec<_>>()
+        deleted_names(&out).iter().map(std::string::ToString::to_string).collect::<Vec<_>>()
     };
     // Unassigned < assigned (Pending) < Running not ready < ready recently < ready long.
     assert_eq!(order(4), ["unassigned"]);
