@@ -1,5 +1,6 @@
 //! Command-line interface. `anyhow` lives here, at the binary's edge, and nowhere else.
 
+mod new;
 mod offline;
 mod run;
 
@@ -27,6 +28,8 @@ enum Command {
         /// The plugin component (.wasm).
         plugin: PathBuf,
     },
+    /// Create a plugin crate: a reconciler, a native test, fixtures and the admin's manifest.
+    New(new::NewArgs),
     /// Print a plugin as ConfigMaps for `kubectl apply -f -`: an immutable payload (zstd-compressed
     /// wasm) and the plugin ConfigMap (manifest + reference by digest); `--inline`: one ConfigMap.
     Pack(PackArgs),
@@ -89,6 +92,7 @@ pub fn main(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(if inspection.compatible { ExitCode::SUCCESS } else { ExitCode::FAILURE })
         }
         Command::Pack(args) => pack(args),
+        Command::New(args) => new::run(args).map(|()| ExitCode::SUCCESS),
     }
 }
 
