@@ -278,7 +278,7 @@ impl std::fmt::Debug for IndexedStore {
 impl Inner {
     /// True if index `name` exists with this spec, false if the name is free.
     fn has_index(&self, name: &str, spec: &IndexSpec) -> Result<bool> {
-        match self.indexes.iter().find(|i| &*i.name == name) {
+        match self.index(name) {
             Some(i) if &i.spec == spec => Ok(true),
             Some(_) => Err(Error::IndexConflict { name: name.into() }),
             None => Ok(false),
@@ -300,14 +300,14 @@ impl Inner {
     fn label_candidates(&self, selector: &Selector, limit: usize) -> Option<Vec<&Arc<str>>> {
         let pairs = self.index(LABEL_PAIRS_INDEX)?;
         let sets = |values: &[String]| -> Vec<&BTreeSet<Arc<str>>> { values.iter().filter_map(|v| pairs.map.get(v.as_str())).collect() };
-        let (_, best) = selector
+        let (count, best) = selector
             .required_pairs()
             .map(|values| {
                 let found = sets(&values);
                 (found.iter().map(|s| s.len()).sum::<usize>(), found)
             })
             .min_by_key(|(n, _)| *n)?;
-        if best.iter().map(|s| s.len()).sum::<usize>() >= limit {
+        if count >= limit {
             return None;
         }
         let mut keys: Vec<&Arc<str>> = best.into_iter().flatten().collect();
@@ -318,8 +318,7 @@ impl Inner {
 
     /// Objects with `value` in index `name`, in key order; None if there is no such index.
     fn lookup(&self, name: &str, value: &str) -> Option<Vec<Arc<CachedObject>>> {
-        let index = self.indexes.iter().find(|i| &*i.name == name)?;
-        let keys = index.map.get(value).into_iter().flatten();
+        let keys = self.index(name)?.map.get(value).into_iter().flatten();
         Some(keys.filter_map(|k| self.objects.get(k)).map(|e| e.obj.clone()).collect())
     }
 
