@@ -8,7 +8,8 @@
 //! - [`controller`]: maps events to keys, runs workers and resync, calls the reconciler;
 //! - [`actions`]: executes what reconcilers return, idempotently;
 //! - [`plugin`]: the wasmtime sandbox that runs Wasm reconcilers; [`grants`] what each may do;
-//! - [`hotload`]: loads, swaps and removes plugins from ConfigMaps.
+//! - [`hotload`]: loads, swaps and removes plugins from ConfigMaps;
+//! - [`fence`] and [`shard`]: who may write: the leader, or the owner of each shard.
 
 // Unsafe code needs a reason: the one block (deserialising a precompiled component, which
 // wasmtime cannot check fully) allows it where it is, with its SAFETY argument.
@@ -30,3 +31,4 @@ pub mod plugin;
 pub mod queue;
 pub mod reconciler;
 pub mod server;
+pub mod shard;

@@ -145,7 +145,12 @@ impl Executor {
 
     /// Execute one action on behalf of controller `manager` (its field manager and event source).
     pub async fn execute(&self, manager: &str, action: &Action) -> Result<Executed> {
-        if let Err(source) = self.fence.check() {
+        self.execute_fenced(manager, action, &self.fence).await
+    }
+
+    /// [`execute`](Self::execute) behind `fence` instead of the executor's own (a shard's).
+    pub async fn execute_fenced(&self, manager: &str, action: &Action, fence: &Fence) -> Result<Executed> {
+        if let Err(source) = fence.check() {
             let object = action.target().map(|t| t.to_string()).unwrap_or_default();
             return Err(Error::Fenced { verb: action.verb(), object, source });
         }

@@ -27,6 +27,7 @@ use wasmloop::informer::InformerRegistry;
 use wasmloop::kinds::KindResolver;
 use wasmloop::plugin::{ByteSize, PluginEngine};
 use wasmloop::server::{self, Readiness};
+use wasmloop::shard::{ShardConfig, Sharding};
 
 use super::LogFormat;
 
@@ -51,8 +52,12 @@ pub struct RunArgs {
     #[arg(long, env = "WASMLOOP_LISTEN", default_value = "0.0.0.0:8080")]
     listen: SocketAddr,
     /// Only the holder of a Lease reconciles (for several replicas).
-    #[arg(long, env = "WASMLOOP_LEADER_ELECT")]
+    #[arg(long, env = "WASMLOOP_LEADER_ELECT", conflicts_with = "shard_mode")]
     leader_elect: bool,
+    /// `plugin`: spread the plugins (and their key-space shards) over the live replicas, each
+    /// shard owned through its own Lease; every replica stays warm for every plugin.
+    #[arg(long, env = "WASMLOOP_SHARD_MODE", value_enum, default_value = "none")]
+    shard_mode: ShardMode,
     /// Name of the Lease.
     #[arg(long, env = "WASMLOOP_LEASE_NAME", default_value = "wasmloop")]
     lease_name: String,
@@ -91,6 +96,26 @@ pub struct RunArgs {
     log_format: LogFormat,
 }
 
+/// How replicas share the work.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ShardMode {
+    /// Every replica reconciles everything (or, with --leader-elect, the leader does).
+    None,
+    /// Each plugin shard is owned by one replica, chosen by rendezvous hashing over the live ones.
+    Plugin,
+}
+
+impl RunArgs {
+    /// The namespace of the Leases: --lease-namespace, else the plugin namespace.
+    fn lease_ns(&self) -> String {
+        self.lease_namespace.clone().unwrap_or_else(|| self.plugin_namespace.clone())
+    }
+
+    fn uses_leases(&self) -> bool {
+        self.leader_elect || self.shard_mode == ShardMode::Plugin
+    }
+}
+
 /// Where the host keeps its own objects: plugin ConfigMaps, the Lease, its ServiceAccount.
 fn protected_objects(args: &RunArgs, client: kube::Client) -> anyhow::Result<Protected> {
     let service_account = match args.service_account.as_deref() {
@@ -105,7 +130,7 @@ fn protected_objects(args: &RunArgs, client: kube::Client) -> anyhow::Result<Pro
     };
     let hosts = HostObjects {
         plugin_namespaces: if args.all_namespaces { Vec::new() } else { vec![args.plugin_namespace.clone()] },
-        lease_namespace: args.leader_elect.then(|| args.lease_namespace.clone().unwrap_or_else(|| args.plugin_namespace.clone())),
+        lease_namespace: args.uses_leases().then(|| args.lease_ns()),
         service_account,
     };
     Ok(Protected::new(hosts, Some(client)))
@@ -158,9 +183,22 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let leading = prometheus_client::metrics::gauge::Gauge::<i64>::default();
     prom.register(
         "wasmloop_leader",
-        "1 while this replica holds the Lease and reconciles (always 1 without --leader-elect)",
+        "1 while this replica holds the Lease and reconciles (1 without --leader-elect; 0 with --shard-mode plugin: see wasmloop_shard_owned)",
         leading.clone(),
     );
+    let sharding = match args.shard_mode {
+        ShardMode::None => None,
+        ShardMode::Plugin => {
+            let config = ShardConfig {
+                namespace: args.lease_ns(),
+                identity: identity.clone(),
+                duration: Duration::from_secs(args.lease_duration),
+                grace: Duration::from_secs(args.lease_grace),
+                release_timeout: args.shutdown_grace,
+            };
+            Some(Sharding::start(client.clone(), config, &mut prom).await.context("starting sharding")?)
+        }
+    };
     let prom = Arc::new(Mutex::new(prom));
     let engine = tokio::task::spawn_blocking(PluginEngine::new).await??;
 
@@ -184,6 +222,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         memory_budget: args.plugin_memory_budget.or_else(container_memory_limit),
         max_component_size: args.max_component_size,
         compile_budget: args.compile_budget,
+        sharding: sharding.clone(),
         ..PluginManagerConfig::new((!args.all_namespaces).then(|| args.plugin_namespace.clone()))
     };
     let start_manager = || {
@@ -192,14 +231,19 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
 
     if !args.leader_elect {
         let manager = start_manager().await.context("starting the plugin manager")?;
-        leading.set(1);
+        leading.set(i64::from(sharding.is_none()));
         ready.set(true);
-        info!("ready");
+        info!(sharded = sharding.is_some(), "ready");
         wait_stop(stop.clone()).await;
         ready.set(false);
+        // Running reconciles finish behind open fences; then the shards' Leases are released
+        // (other replicas take them at once) and this replica leaves the membership.
         manager.shutdown().await;
+        if let Some(sharding) = sharding {
+            sharding.shutdown().await;
+        }
     } else {
-        let lease_ns = args.lease_namespace.clone().unwrap_or_else(|| args.plugin_namespace.clone());
+        let lease_ns = args.lease_ns();
         let lease = LeaseManagerBuilder::new(client.clone(), &args.lease_name)
             .with_namespace(&lease_ns)
             .with_parameters(LeaseParams::new(identity.clone(), args.lease_duration, args.lease_grace))

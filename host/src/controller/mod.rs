@@ -43,6 +43,7 @@ use crate::grants::{Grants, ReadScope};
 use crate::informer::{self, Informer, InformerKey, InformerRegistry, Subscription};
 use crate::kinds::{KindRef, ObjectKey};
 use crate::queue::{RateLimitConfig, RateLimiter, TokenBucket, WorkQueue};
+use crate::shard::Ownership;
 use expectations::{Expected, ExpectedChange, Wait};
 use mapping::KeyMapper;
 
@@ -90,6 +91,9 @@ pub struct ControllerConfig {
     /// ([`expectations`]). Default 5 min (KCM's `ExpectationsTimeout`).
     #[serde(with = "crate::duration::serde")]
     pub expectations_timeout: Duration,
+    /// Key-space shards by namespace hash, each owned by one replica with `--shard-mode
+    /// plugin` ([`crate::shard`]). Default 1: the plugin is one shard.
+    pub shards: usize,
 }
 
 /// A rate with a burst (a token bucket, as client-go's client-side limiter): the actions a
@@ -133,6 +137,7 @@ impl Default for ControllerConfig {
             api: RateBudget::default(),
             events: RateBudget { qps: 5.0, burst: 50 },
             expectations_timeout: Duration::from_secs(300),
+            shards: 1,
         }
     }
 }
@@ -142,6 +147,7 @@ pub struct Controller {
     inner: Arc<Inner>,
     workers: Vec<JoinHandle<()>>,
     resync: Option<JoinHandle<()>>,
+    takeovers: Option<JoinHandle<()>>,
 }
 
 struct Inner {
@@ -170,6 +176,8 @@ struct Inner {
     current: RwLock<Option<Current>>,
     /// Set by [`Controller::shutdown`]: workers waiting for the fence give up their key.
     stopping: tokio::sync::watch::Sender<bool>,
+    /// With sharding: which keys this replica reconciles and the fence of each.
+    ownership: Option<Arc<Ownership>>,
 }
 
 /// Everything that changes together when the reconciler is replaced.
@@ -194,6 +202,21 @@ impl Controller {
         executor: Executor,
         metrics: ControllerMetrics,
     ) -> Result<Self> {
+        Self::start_sharded(reconciler, config, grants, registry, executor, metrics, None).await
+    }
+
+    /// [`start`](Self::start), reconciling only the keys of the shards this replica owns
+    /// (`ownership`; `None`: every key, behind the executor's fence). A shard taken over has
+    /// its keys queued from the cache.
+    pub async fn start_sharded(
+        reconciler: Arc<dyn Reconciler>,
+        config: ControllerConfig,
+        grants: Arc<Grants>,
+        registry: InformerRegistry,
+        executor: Executor,
+        metrics: ControllerMetrics,
+        ownership: Option<Arc<Ownership>>,
+    ) -> Result<Self> {
         let name = reconciler.spec().name.clone();
         let queue = WorkQueue::new(name.clone(), config.rate_limits.build(), Some(metrics.queue_handle(&name)))
             .with_priorities(config.rate_limits.priorities());
@@ -213,6 +236,7 @@ impl Controller {
             config,
             current: RwLock::new(None),
             stopping: tokio::sync::watch::Sender::new(false),
+            ownership,
         });
         let current = inner.wire(reconciler, grants).await?;
         *inner.current.write() = Some(current);
@@ -222,8 +246,9 @@ impl Controller {
             .map(|i| tokio::spawn(inner.clone().work().instrument(info_span!("worker", controller = %inner.name, i))))
             .collect();
         let resync = inner.config.resync.map(|period| tokio::spawn(inner.clone().resync_every(period)));
+        let takeovers = inner.ownership.as_ref().map(|o| tokio::spawn(Inner::follow_takeovers(Arc::downgrade(&inner), o.subscribe())));
         info!(controller = %inner.name, workers = inner.config.workers, "controller started");
-        Ok(Self { inner, workers, resync })
+        Ok(Self { inner, workers, resync, takeovers })
     }
 
     pub fn name(&self) -> &str {
@@ -262,6 +287,9 @@ impl Controller {
         if let Some(r) = self.resync.take() {
             r.abort();
         }
+        if let Some(t) = self.takeovers.take() {
+            t.abort();
+        }
         let deadline = Instant::now() + grace;
         for w in std::mem::take(&mut self.workers) {
             if tokio::time::timeout_at(deadline, w).await.is_err() {
@@ -279,6 +307,9 @@ impl Drop for Controller {
         self.workers.iter().for_each(JoinHandle::abort);
         if let Some(r) = &self.resync {
             r.abort();
+        }
+        if let Some(t) = &self.takeovers {
+            t.abort();
         }
     }
 }
@@ -412,7 +443,11 @@ impl Inner {
     }
 
     /// Queue `key` at `priority`; a key already queued lower is raised (its reason stays the first).
+    /// With sharding, only keys of the shards this replica owns are queued.
     fn enqueue_with(&self, key: ObjectKey, reason: Reason, priority: crate::queue::Priority) {
+        if self.ownership.as_ref().is_some_and(|o| !o.owns(&key)) {
+            return;
+        }
         self.reasons.lock().entry(key.clone()).or_insert(reason);
         self.queue.add_with_priority(key, priority);
     }
@@ -428,6 +463,33 @@ impl Inner {
         }
     }
 
+    /// Queue the keys of each shard this replica takes over (they were not queued before).
+    async fn follow_takeovers(me: std::sync::Weak<Self>, mut news: tokio::sync::broadcast::Receiver<usize>) {
+        loop {
+            let shard = match news.recv().await {
+                Ok(shard) => Some(shard),
+                Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => None,
+                Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+            };
+            let Some(inner) = me.upgrade() else { return };
+            let Some(ownership) = inner.ownership.clone() else { return };
+            let (primary, kind) = match inner.current.read().as_ref() {
+                Some(c) => (c.primary.clone(), c.reconciler.spec().reconciles.clone()),
+                None => continue,
+            };
+            let mut queued = 0;
+            for o in primary.iter().flat_map(|s| s.snapshot()) {
+                let key = ObjectKey::new(kind.clone(), o.namespace().map(str::to_string), o.name());
+                // Lagged: every owned shard (the enqueue skips the others).
+                if shard.is_none_or(|s| ownership.shard_of(&key) == s) {
+                    inner.enqueue_with(key, Reason::Resync, crate::queue::Priority::Normal);
+                    queued += 1;
+                }
+            }
+            info!(controller = %inner.name, ?shard, queued, "shard taken over; its keys queued from the cache");
+        }
+    }
+
     async fn resync_every(self: Arc<Self>, period: Duration) {
         let mut tick = tokio::time::interval_at(Instant::now() + period, period);
         loop {
@@ -439,6 +501,21 @@ impl Inner {
 
     async fn work(self: Arc<Self>) {
         while let Some(key) = self.queue.get().await {
+            if let Some(ownership) = &self.ownership {
+                // Sharded: a key whose shard this replica no longer owns is dropped; the owner
+                // queued it from its own cache when it took the shard over.
+                if !ownership.owns(&key) {
+                    self.reasons.lock().remove(&key);
+                    self.queue.forget(&key);
+                    self.queue.done(&key);
+                    continue;
+                }
+                let _running = ownership.running(&key);
+                let span = info_span!("reconcile", controller = %self.name, key = %key);
+                self.process(&key).instrument(span).await;
+                self.queue.done(&key);
+                continue;
+            }
             // A warm standby (leader election, Lease held elsewhere) holds one key per worker
             // and starts on it the moment its writes may go out.
             if !self.until_writable().await {
@@ -597,7 +674,7 @@ impl Inner {
             return Ok(None);
         }
         self.api_token().await;
-        match self.executor.execute(&self.name, action).await {
+        match self.executor.execute_fenced(&self.name, action, self.fence_for(key)).await {
             Ok(done) => {
                 self.metrics.action_executed(&self.name, action.verb(), "ok");
                 Ok(expectation(current, action, &done))
@@ -617,6 +694,14 @@ impl Inner {
         }
     }
 
+    /// The fence writes for `key` go behind: its shard's, else the executor's (leader election).
+    fn fence_for(&self, key: &ObjectKey) -> &crate::fence::Fence {
+        match &self.ownership {
+            Some(o) => o.fence_for(key),
+            None => self.executor.fence(),
+        }
+    }
+
     /// Wait for a token of the API budget.
     async fn api_token(&self) {
         let wait = RateLimiter::<()>::when(&self.api, &());
@@ -630,7 +715,7 @@ impl Inner {
     async fn report(&self, key: &ObjectKey, reason: &str, message: &str) {
         let event =
             Action::Event { regarding: key.clone(), event_type: EventType::Warning, reason: reason.into(), message: message.to_string() };
-        match self.executor.execute(HOST_REPORTER, &event).await {
+        match self.executor.execute_fenced(HOST_REPORTER, &event, self.fence_for(key)).await {
             Ok(_) => self.metrics.action_executed(HOST_REPORTER, "event", "ok"),
             Err(e) => {
                 self.metrics.action_executed(HOST_REPORTER, "event", "error");

@@ -68,6 +68,9 @@ pub struct PluginManagerConfig {
     pub compile_budget: Duration,
     /// ConfigMaps loaded or unloaded at once (one at a time per ConfigMap).
     pub loaders: usize,
+    /// With `--shard-mode plugin`: the shards of each plugin are spread over the replicas, and
+    /// plugin status is reported by one of them.
+    pub sharding: Option<crate::shard::Sharding>,
 }
 
 impl PluginManagerConfig {
@@ -84,6 +87,7 @@ impl PluginManagerConfig {
             compile_workers: 1,
             compile_budget: Duration::from_secs(60),
             loaders: 4,
+            sharding: None,
         }
     }
 }
@@ -626,6 +630,17 @@ impl Inner {
     async fn install(&self, key: &ObjectKey, plugin: &Arc<WasmPlugin>, manifest: &PluginManifest, payload: &str) -> Result<(), String> {
         let grants = plugin.grants().clone();
         let old = self.loaded.lock().await.remove(key);
+        let shards_changed = old.as_ref().map(|o| o.config.shards).filter(|n| *n != manifest.controller.shards);
+        if let (Some(from), Some(_)) = (shards_changed, &self.config.sharding) {
+            // Replicas reload one after another: two partitions of the keys at once would let
+            // two replicas reconcile one key. A new shard count needs the plugin removed first.
+            self.loaded.lock().await.extend(old.map(|o| (key.clone(), o)));
+            return Err(format!(
+                "shards cannot change from {from} to {} while the plugin is loaded with --shard-mode plugin; \
+                 delete its ConfigMap, wait for it to be removed everywhere, then apply the new one",
+                manifest.controller.shards
+            ));
+        }
         let (entry, result) = match old {
             Some(mut old) if old.config_eq(&manifest.controller) && old.plugin.spec().reconciles == plugin.spec().reconciles => {
                 match old.controller.replace_reconciler(plugin.clone() as Arc<dyn Reconciler>, grants).await {
@@ -683,9 +698,23 @@ impl Inner {
         config: &ControllerConfig,
         grants: Arc<crate::grants::Grants>,
     ) -> Result<Controller, String> {
-        Controller::start(plugin.clone(), config.clone(), grants, self.registry.clone(), self.executor.clone(), self.metrics.clone())
-            .await
-            .map_err(|e| e.to_string())
+        let ownership = self.config.sharding.as_ref().map(|s| s.register(plugin.name(), config.shards));
+        let started = Controller::start_sharded(
+            plugin.clone(),
+            config.clone(),
+            grants,
+            self.registry.clone(),
+            self.executor.clone(),
+            self.metrics.clone(),
+            ownership,
+        )
+        .await;
+        if started.is_err()
+            && let Some(sharding) = &self.config.sharding
+        {
+            sharding.unregister(plugin.name());
+        }
+        started.map_err(|e| e.to_string())
     }
 
     async fn unload(&self, key: &ObjectKey) {
@@ -700,6 +729,9 @@ impl Inner {
         self.plugin_metrics.load(&cm_label(key), "removed");
         self.plugin_metrics.set_loaded(&cm_label(key), None);
         old.controller.shutdown(self.config.shutdown_grace).await;
+        if let Some(sharding) = &self.config.sharding {
+            sharding.unregister(&plugin);
+        }
         info!(configmap = %key, %plugin, "plugin removed");
         self.release_name(&plugin);
         let _ = self.events.send(LoadEvent::Removed { configmap: key.name.clone(), plugin });
@@ -710,6 +742,11 @@ impl Inner {
         if self.executor.fence().check().is_err() {
             // A warm standby loads every plugin but writes nothing: the leader reports.
             debug!(configmap = %key, %reason, "standby: not reporting plugin status");
+            return;
+        }
+        if self.config.sharding.as_ref().is_some_and(|s| !s.speaks_for(&cm_label(key))) {
+            // Sharded: every replica loads every plugin; one of them reports each ConfigMap.
+            debug!(configmap = %key, %reason, "sharded: another replica reports this plugin's status");
             return;
         }
         let annotation = Action::Apply {
@@ -737,6 +774,7 @@ impl Loaded {
             && a.min_requeue_after == b.min_requeue_after
             && a.api == b.api
             && a.events == b.events
+            && a.shards == b.shards
     }
 }
 

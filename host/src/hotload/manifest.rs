@@ -18,6 +18,7 @@
 //! api: {qps: 50, burst: 100}        # actions per second this plugin may send (default 50/100)
 //! events: {qps: 5, burst: 50}       # Events per second it may record; the rest are dropped
 //! expectationsTimeout: 5m           # longest wait for the cache to show a key's creates/deletes
+//! shards: 30                        # key-space shards spread over replicas (--shard-mode plugin)
 //! ```
 
 use std::time::Duration;
@@ -58,6 +59,7 @@ struct Raw {
     api: Option<RateBudget>,
     events: Option<RateBudget>,
     expectations_timeout: Option<String>,
+    shards: Option<usize>,
 }
 
 /// A parsed, validated `plugin.yaml`.
@@ -112,6 +114,10 @@ impl PluginManifest {
         if expectations_timeout > Duration::from_secs(3600) {
             return Err(Error::Invalid("expectationsTimeout must be at most 1h (a key waits that long at worst)".into()));
         }
+        let shards = raw.shards.unwrap_or(1);
+        if !(1..=MAX_SHARDS).contains(&shards) {
+            return Err(Error::Invalid(format!("shards must be between 1 and {MAX_SHARDS}, got {shards}")));
+        }
         let api = raw.api.unwrap_or_default();
         api.validate("api").map_err(Error::Invalid)?;
         let events = raw.events.unwrap_or(ControllerConfig::default().events);
@@ -131,11 +137,15 @@ impl PluginManifest {
                 api,
                 events,
                 expectations_timeout,
+                shards,
                 ..ControllerConfig::default()
             },
         })
     }
 }
+
+/// The most key-space shards one plugin may have (each is a Lease renewed by its owner).
+pub const MAX_SHARDS: usize = 256;
 
 fn is_dns_label(s: &str) -> bool {
     !s.is_empty() && s.len() <= 63 && s.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
@@ -196,6 +206,8 @@ namespace: shop
             ("name: Bad_Name", "name"),
             ("plugin: Bad_Name", "plugin"),
             ("concurrency: 0", "concurrency"),
+            ("shards: 0", "shards"),
+            ("shards: 1000", "shards"),
             ("resync: soon", "resync"),
             ("queue: {qps: 0}", "qps"),
             ("api: {qps: 0}", "api.qps"),

@@ -1,0 +1,187 @@
+//! Scale-out: plugins (and key-space shards of plugins) spread over replicas through Leases.
+//!
+//! With `--shard-mode plugin` every replica loads every plugin and keeps its informers warm,
+//! but reconciles only the shards it owns:
+//! - a **shard** is a plugin (`podset`), or one of the N key-space shards of a plugin whose
+//!   manifest says `shards: N` (`podset/3-of-30`; a key belongs to the shard of its namespace's
+//!   hash, a cluster-scoped key to that of its name, so a namespace's objects stay together);
+//! - **membership**: each replica holds its own Lease (`wasmloop-member-<identity>`); a replica
+//!   is live while its renewals keep being observed ([`coordinator`]);
+//! - **assignment**: every replica computes the same owner for each shard by rendezvous hashing
+//!   over the live replicas, with bounded loads ([`rendezvous`]);
+//! - **ownership**: the assigned replica takes the shard's own Lease (`wasmloop-shard-…`); its
+//!   writes for that shard go out only while its renewals are observed (a [`Fence`] per shard,
+//!   as for the single leader), and a replica that is no longer assigned a shard closes its
+//!   fence, lets the shard's running reconciles finish, and only then releases the Lease. So
+//!   two replicas never write for one shard at once, and a dead replica's shards move when its
+//!   Leases expire.
+//!
+//! [`Ownership`] is what a controller sees: which shard a key is in, whether this replica may
+//! write for it, and when a shard was just taken over (its keys are then queued from the cache).
+
+pub mod coordinator;
+pub mod rendezvous;
+
+pub use coordinator::{ShardConfig, Sharding};
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use tokio::sync::broadcast;
+
+use crate::fence::Fence;
+use crate::kinds::ObjectKey;
+
+/// The shard name of shard `index` of `count` of `plugin` (`plugin` itself when unsharded).
+pub fn shard_name(plugin: &str, index: usize, count: usize) -> String {
+    if count <= 1 { plugin.to_string() } else { format!("{plugin}/{index}-of-{count}") }
+}
+
+/// The Lease that owns a shard.
+pub fn lease_name(shard: &str) -> String {
+    format!("wasmloop-shard-{}", shard.replace('/', "-"))
+}
+
+/// The key-space shard of `key` among `count`: by namespace, else (cluster-scoped) by name.
+pub fn shard_of(key: &ObjectKey, count: usize) -> usize {
+    if count <= 1 {
+        return 0;
+    }
+    let by = key.namespace.as_deref().unwrap_or(&key.name);
+    (rendezvous::stable_hash(&[by]) % count as u64) as usize
+}
+
+/// One plugin's shards as seen from this replica: a write fence per shard, the reconciles
+/// running in each, and news of shards taken over.
+#[derive(Debug)]
+pub struct Ownership {
+    plugin: String,
+    fences: Vec<Fence>,
+    running: Vec<AtomicUsize>,
+    acquired: broadcast::Sender<usize>,
+}
+
+impl Ownership {
+    /// `count` shards of `plugin`, none owned yet.
+    pub fn new(plugin: &str, count: usize) -> Self {
+        let count = count.max(1);
+        Self {
+            plugin: plugin.to_string(),
+            fences: (0..count).map(|_| Fence::closed()).collect(),
+            running: (0..count).map(|_| AtomicUsize::new(0)).collect(),
+            acquired: broadcast::channel(count.max(16)).0,
+        }
+    }
+
+    pub fn plugin(&self) -> &str {
+        &self.plugin
+    }
+
+    /// How many key-space shards the plugin has (1: unsharded).
+    pub fn count(&self) -> usize {
+        self.fences.len()
+    }
+
+    /// The shard `key` belongs to.
+    pub fn shard_of(&self, key: &ObjectKey) -> usize {
+        shard_of(key, self.count())
+    }
+
+    /// The shard names, in index order.
+    pub fn shard_names(&self) -> Vec<String> {
+        (0..self.count()).map(|i| shard_name(&self.plugin, i, self.count())).collect()
+    }
+
+    /// The write fence of shard `index`.
+    pub fn fence(&self, index: usize) -> &Fence {
+        &self.fences[index]
+    }
+
+    /// The write fence of the shard `key` belongs to.
+    pub fn fence_for(&self, key: &ObjectKey) -> &Fence {
+        self.fence(self.shard_of(key))
+    }
+
+    /// Whether this replica may write for `key` now.
+    pub fn owns(&self, key: &ObjectKey) -> bool {
+        self.fence_for(key).check().is_ok()
+    }
+
+    /// Count a reconcile of `key` as running until the guard drops (a shard is released only
+    /// when none runs).
+    pub fn running(&self, key: &ObjectKey) -> Running<'_> {
+        let counter = &self.running[self.shard_of(key)];
+        counter.fetch_add(1, Ordering::AcqRel);
+        Running(counter)
+    }
+
+    /// Whether no reconcile of shard `index` is running.
+    pub fn idle(&self, index: usize) -> bool {
+        self.running[index].load(Ordering::Acquire) == 0
+    }
+
+    /// News of shards this replica just took over (their keys should be queued).
+    pub fn subscribe(&self) -> broadcast::Receiver<usize> {
+        self.acquired.subscribe()
+    }
+
+    /// Shard `index` was taken over.
+    pub(crate) fn taken_over(&self, index: usize) {
+        let _ = self.acquired.send(index);
+    }
+}
+
+/// A running reconcile, counted in its shard.
+pub struct Running<'a>(&'a AtomicUsize);
+
+impl Drop for Running<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kinds::KindRef;
+
+    fn key(ns: Option<&str>, name: &str) -> ObjectKey {
+        ObjectKey::new(KindRef::new("wasmloop.dev/v1alpha1", "PodSet"), ns.map(str::to_string), name)
+    }
+
+    #[test]
+    fn a_namespace_stays_in_one_shard() {
+        let a = shard_of(&key(Some("shop"), "a"), 30);
+        assert_eq!(a, shard_of(&key(Some("shop"), "zz"), 30));
+        assert!(a < 30);
+        assert_eq!(shard_of(&key(Some("shop"), "a"), 1), 0);
+        // Namespaces spread: 300 of them fill every one of 30 shards.
+        let used: std::collections::BTreeSet<_> = (0..300).map(|i| shard_of(&key(Some(&format!("ns-{i}")), "x"), 30)).collect();
+        assert_eq!(used.len(), 30);
+    }
+
+    #[test]
+    fn names_and_leases() {
+        assert_eq!(shard_name("podset", 0, 1), "podset");
+        assert_eq!(shard_name("podset", 3, 30), "podset/3-of-30");
+        assert_eq!(lease_name("podset/3-of-30"), "wasmloop-shard-podset-3-of-30");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn ownership_follows_the_fences_and_counts_running_reconciles() {
+        let o = Ownership::new("podset", 4);
+        let k = key(Some("shop"), "a");
+        let shard = o.shard_of(&k);
+        assert!(!o.owns(&k));
+        o.fence(shard).open_until(tokio::time::Instant::now() + std::time::Duration::from_secs(5));
+        assert!(o.owns(&k));
+        let mut news = o.subscribe();
+        o.taken_over(shard);
+        assert_eq!(news.recv().await.unwrap(), shard);
+        let running = o.running(&k);
+        assert!(!o.idle(shard));
+        drop(running);
+        assert!(o.idle(shard));
+        o.fence(shard).close();
+        assert!(!o.owns(&k));
+    }
+}
