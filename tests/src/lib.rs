@@ -16,6 +16,8 @@ use kube::Client;
 use kube::api::{Api, DeleteParams, PostParams};
 
 /// The workspace root (where `scripts/` lives).
+pub mod cluster;
+
 pub fn workspace_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("tests/ has a parent").to_path_buf()
 }

@@ -1,0 +1,232 @@
+//! Scale-out against the real kube-apiserver: three `wasmloop run --shard-mode plugin` processes
+//! share the podset plugin's 30 key-space shards (`shards: 30` in its manifest, PodSets in 30
+//! namespaces), each owning its share through the shards' Leases; one is killed with SIGKILL in
+//! the middle of new work, its shards move to the other two within the lease duration, every
+//! PodSet converges exactly, and no shard ever had two owners at once (checked from both sides:
+//! the Leases' holders, and each host's own log of when it took a shard and when it let go).
+//!
+//! Needs the plugins and the host built, as `scripts/test.sh` does.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+
+use anyhow::{Result, ensure};
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::jiff::Timestamp;
+use kube::Client;
+use kube::api::{Api, ListParams, Patch, PatchParams};
+use serde_json::json;
+use wasmloop_tests::cluster::*;
+use wasmloop_tests::{TestNamespace, apply_plugin, client, eventually, init_tracing, kubeconfig, plugin_path};
+
+const SHARDS: usize = 30;
+const LEASE_SECS: u64 = 4;
+const WAIT: Duration = Duration::from_secs(90);
+
+/// The podset manifest, granted in `namespaces` only, in `SHARDS` key-space shards.
+fn sharded_manifest(namespaces: &[String]) -> String {
+    let list = namespaces.iter().map(|n| format!("\"{n}\"")).collect::<Vec<_>>().join(", ");
+    format!(
+        "name: podset\n\
+         grants:\n\
+         \x20 - kinds: [\"wasmloop.dev/v1alpha1/PodSet\"]\n\
+         \x20   verbs: [read, update-status, event]\n\
+         \x20   namespaces: [{list}]\n\
+         \x20 - kinds: [\"v1/Pod\"]\n\
+         \x20   verbs: [read, create, delete, patch]\n\
+         \x20   namespaces: [{list}]\n\
+         limits: {{memory: 32Mi, timeout: 1s}}\n\
+         concurrency: 2\n\
+         shards: {SHARDS}\n"
+    )
+}
+
+/// Shards each host says it owns (`wasmloop_shard_owned`).
+async fn owned(host: &HostProcess) -> Result<BTreeSet<String>> {
+    let m = host.metrics().await?;
+    Ok(m.samples("wasmloop_shard_owned").filter(|(_, v)| *v == 1.0).filter_map(|(l, _)| l.get("shard").cloned()).collect())
+}
+
+/// Holders of the shard Leases in `ns`.
+async fn shard_holders(admin: &Client, ns: &str) -> Result<BTreeMap<String, Option<String>>> {
+    let leases = Api::<Lease>::namespaced(admin.clone(), ns).list(&ListParams::default()).await?.items;
+    Ok(leases
+        .into_iter()
+        .filter(|l| l.metadata.name.as_deref().is_some_and(|n| n.starts_with("wasmloop-shard-podset-")))
+        .map(|l| (l.metadata.name.unwrap_or_default(), l.spec.and_then(|s| s.holder_identity)))
+        .collect())
+}
+
+/// When each host owned each shard, from its log: from "took over the shard" to the next
+/// "no longer assigned" / "not ours; fenced", or to `end` (its death, or the end of the test).
+fn ownership_intervals(host: &HostProcess, end: Timestamp) -> BTreeMap<String, Vec<(Timestamp, Timestamp)>> {
+    let mut open: BTreeMap<String, Timestamp> = BTreeMap::new();
+    let mut out: BTreeMap<String, Vec<(Timestamp, Timestamp)>> = BTreeMap::new();
+    for line in host.log_lines() {
+        let (Some(msg), Some(shard), Some(ts)) = (line["message"].as_str(), line["shard"].as_str(), line["timestamp"].as_str()) else {
+            continue;
+        };
+        let Ok(ts) = ts.parse::<Timestamp>() else { continue };
+        if msg == "sharding: took over the shard" {
+            open.entry(shard.to_string()).or_insert(ts);
+        } else if (msg.starts_with("sharding: no longer assigned") || msg.starts_with("sharding: the shard's Lease is not ours"))
+            && let Some(from) = open.remove(shard)
+        {
+            out.entry(shard.to_string()).or_default().push((from, ts));
+        }
+    }
+    for (shard, from) in open {
+        out.entry(shard).or_default().push((from, end));
+    }
+    out
+}
+
+/// Three sharded replicas: 10 ± 2 shards each, all PodSets converge; after kill -9 of one, its
+/// shards move within the lease duration (+ the lease manager's back-off), new and scaled
+/// PodSets converge exactly, and no shard was ever owned by two hosts at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_replicas_share_thirty_shards_and_survive_kill_9() -> Result<()> {
+    init_tracing();
+    let (admin, _) = client().await?;
+    deployed_and_served(&admin).await?;
+    let home = TestNamespace::create(&admin, "scaleout").await?;
+    let mut data = Vec::new();
+    for i in 0..SHARDS {
+        data.push(TestNamespace::create(&admin, &format!("scaleout-d{i}")).await?);
+    }
+    let names: Vec<String> = data.iter().map(|n| n.name.clone()).collect();
+    apply_plugin(&admin, &home.name, "podset", &std::fs::read(plugin_path("podset")?)?, &sharded_manifest(&names)).await?;
+    let dir = tempfile::tempdir()?;
+    let kc = kubeconfig()?;
+    let args = [
+        "--plugin-namespace",
+        home.name.as_str(),
+        "--shard-mode",
+        "plugin",
+        "--lease-duration",
+        "4",
+        "--lease-grace",
+        "2",
+        "--plugin-memory-budget",
+        "4Gi",
+    ];
+    let mut hosts = Vec::new();
+    for r in ["a", "b", "c"] {
+        hosts.push(HostProcess::start(&format!("{r}-{}", home.name), &kc, dir.path(), &args).await?);
+    }
+
+    // Every shard owned once, 10 ± 2 per host (bounded loads: exactly 10 when all three are live).
+    let started = Instant::now();
+    let split = eventually("30 shards owned, 10 ± 2 per host", WAIT, || async {
+        let mut per_host = Vec::new();
+        for h in &hosts {
+            per_host.push(owned(h).await?);
+        }
+        let all: BTreeSet<&String> = per_host.iter().flatten().collect();
+        let total: usize = per_host.iter().map(BTreeSet::len).sum();
+        Ok((all.len() == SHARDS && total == SHARDS).then_some(per_host))
+    })
+    .await?;
+    let counts: Vec<usize> = split.iter().map(BTreeSet::len).collect();
+    eprintln!("shards per host after {:.1}s: {counts:?}", started.elapsed().as_secs_f64());
+    ensure!(counts.iter().all(|n| n.abs_diff(SHARDS / 3) <= 2), "unbalanced: {counts:?}");
+    let holders = shard_holders(&admin, &home.name).await?;
+    ensure!(holders.len() == SHARDS, "{} shard Leases, want {SHARDS}: {holders:?}", holders.len());
+    for (h, mine) in hosts.iter().zip(&split) {
+        let held = holders.values().filter(|v| v.as_deref() == Some(h.name.as_str())).count();
+        ensure!(held == mine.len(), "host {} reports {} shards but holds {held} Leases", h.name, mine.len());
+    }
+
+    // Work in every namespace: two PodSets of 2 each.
+    let mut want: BTreeMap<String, BTreeMap<String, usize>> = BTreeMap::new();
+    for ns in &names {
+        for p in ["one", "two"] {
+            create_podset(&admin, ns, p, 2).await?;
+            want.entry(ns.clone()).or_default().insert(p.to_string(), 2);
+        }
+    }
+    for (ns, w) in &want {
+        converged(&admin, ns, w).await?;
+    }
+    let mut reconciles = Vec::new();
+    for h in &hosts {
+        reconciles.push(podset_reconciles(&h.metrics().await?));
+    }
+    eprintln!("reconciles per host before the kill: {reconciles:?}");
+    ensure!(reconciles.iter().all(|r| *r > 0.0), "a host reconciled nothing: {reconciles:?}");
+
+    // kill -9 one host, then more work at once: new PodSets everywhere, the "one"s scaled to 3.
+    let mut victim = hosts.remove(0);
+    let victim_shards = split[0].clone();
+    let killed = Instant::now();
+    victim.child.kill()?;
+    victim.wait_exit(Duration::from_secs(5)).await?;
+    let killed_at = Timestamp::now();
+    for ns in &names {
+        create_podset(&admin, ns, "after", 1).await?;
+        podsets(&admin, ns).patch("one", &PatchParams::default(), &Patch::Merge(json!({"spec": {"replicas": 3}}))).await?;
+        let w = want.get_mut(ns).expect("every namespace has work");
+        w.insert("after".into(), 1);
+        w.insert("one".into(), 3);
+    }
+    let moved = eventually("the dead host's shards to move", WAIT, || async {
+        let holders = shard_holders(&admin, &home.name).await?;
+        let live: BTreeSet<&str> = hosts.iter().map(|h| h.name.as_str()).collect();
+        Ok((holders.len() == SHARDS && holders.values().all(|h| h.as_deref().is_some_and(|h| live.contains(h)))).then(|| killed.elapsed()))
+    })
+    .await?;
+    for (ns, w) in &want {
+        converged(&admin, ns, w).await?;
+    }
+    let converged_after = killed.elapsed();
+    eprintln!(
+        "kill -9 of {} ({} shards): every shard Lease held by a live host after {:.2}s (lease {LEASE_SECS}s), \
+         all {} PodSets converged after {:.2}s",
+        victim.name,
+        victim_shards.len(),
+        moved.as_secs_f64(),
+        want.values().map(BTreeMap::len).sum::<usize>(),
+        converged_after.as_secs_f64()
+    );
+    // Expiry (≤ the lease duration) + kube-lease-manager's back-off (≤ 1 s) + the 0.5 s tick + polls.
+    ensure!(moved < Duration::from_secs(LEASE_SECS + 4), "the dead host's shards took {moved:?} to move");
+    let split = eventually("the survivors to report 15 ± 2 shards each", WAIT, || async {
+        let mut per_host = Vec::new();
+        for h in &hosts {
+            per_host.push(owned(h).await?);
+        }
+        let total: usize = per_host.iter().map(BTreeSet::len).sum();
+        Ok((total == SHARDS).then_some(per_host))
+    })
+    .await?;
+    let counts: Vec<usize> = split.iter().map(BTreeSet::len).collect();
+    ensure!(counts.iter().all(|n| n.abs_diff(SHARDS / 2) <= 2), "unbalanced after the kill: {counts:?}");
+
+    // No shard ever had two owners: the hosts' own ownership intervals never overlap.
+    let now = Timestamp::now();
+    let mut intervals: BTreeMap<String, Vec<(Timestamp, Timestamp, String)>> = BTreeMap::new();
+    for (h, end) in hosts.iter().map(|h| (h, now)).chain(std::iter::once((&victim, killed_at))) {
+        for (shard, spans) in ownership_intervals(h, end) {
+            intervals.entry(shard).or_default().extend(spans.into_iter().map(|(a, b)| (a, b, h.name.clone())));
+        }
+    }
+    ensure!(intervals.len() == SHARDS, "ownership logged for {} shards, want {SHARDS}", intervals.len());
+    let mut handovers = 0;
+    for (shard, spans) in &mut intervals {
+        spans.sort();
+        for pair in spans.windows(2) {
+            let ((_, end, a), (start, _, b)) = (&pair[0], &pair[1]);
+            ensure!(start >= end, "shard {shard}: {b} took it at {start} while {a} owned it until {end}");
+            handovers += usize::from(a != b);
+        }
+    }
+    eprintln!("handovers between hosts: {handovers}, no overlap");
+    ensure!(handovers >= victim_shards.len(), "only {handovers} handovers for {} orphaned shards", victim_shards.len());
+
+    drop(hosts);
+    drop(victim);
+    for ns in data {
+        ns.cleanup().await?;
+    }
+    home.cleanup().await
+}
