@@ -47,6 +47,24 @@ async fn owned(host: &HostProcess) -> Result<BTreeSet<String>> {
     Ok(m.samples("wasmloop_shard_owned").filter(|(_, v)| *v == 1.0).filter_map(|(l, _)| l.get("shard").cloned()).collect())
 }
 
+/// Once every host sees `members` live replicas and every shard is owned by exactly one of
+/// them: the shards each owns.
+async fn settled(hosts: &[HostProcess], members: usize) -> Result<Vec<BTreeSet<String>>> {
+    eventually(&format!("{members} members seen by every host, every shard owned once"), WAIT, || async {
+        let mut per_host = Vec::new();
+        for h in hosts {
+            if h.metrics().await?.sum("wasmloop_shard_members", &[]) != members as f64 {
+                return Ok(None);
+            }
+            per_host.push(owned(h).await?);
+        }
+        let all: BTreeSet<&String> = per_host.iter().flatten().collect();
+        let total: usize = per_host.iter().map(BTreeSet::len).sum();
+        Ok((all.len() == SHARDS && total == SHARDS).then_some(per_host))
+    })
+    .await
+}
+
 /// Holders of the shard Leases in `ns`.
 async fn shard_holders(admin: &Client, ns: &str) -> Result<BTreeMap<String, Option<String>>> {
     let leases = Api::<Lease>::namespaced(admin.clone(), ns).list(&ListParams::default()).await?.items;
@@ -117,16 +135,7 @@ async fn three_replicas_share_thirty_shards_and_survive_kill_9() -> Result<()> {
 
     // Every shard owned once, 10 ± 2 per host (bounded loads: exactly 10 when all three are live).
     let started = Instant::now();
-    let split = eventually("30 shards owned, 10 ± 2 per host", WAIT, || async {
-        let mut per_host = Vec::new();
-        for h in &hosts {
-            per_host.push(owned(h).await?);
-        }
-        let all: BTreeSet<&String> = per_host.iter().flatten().collect();
-        let total: usize = per_host.iter().map(BTreeSet::len).sum();
-        Ok((all.len() == SHARDS && total == SHARDS).then_some(per_host))
-    })
-    .await?;
+    let split = settled(&hosts, 3).await?;
     let counts: Vec<usize> = split.iter().map(BTreeSet::len).collect();
     eprintln!("shards per host after {:.1}s: {counts:?}", started.elapsed().as_secs_f64());
     ensure!(counts.iter().all(|n| n.abs_diff(SHARDS / 3) <= 2), "unbalanced: {counts:?}");
@@ -190,15 +199,7 @@ async fn three_replicas_share_thirty_shards_and_survive_kill_9() -> Result<()> {
     );
     // Expiry (≤ the lease duration) + kube-lease-manager's back-off (≤ 1 s) + the 0.5 s tick + polls.
     ensure!(moved < Duration::from_secs(LEASE_SECS + 4), "the dead host's shards took {moved:?} to move");
-    let split = eventually("the survivors to report 15 ± 2 shards each", WAIT, || async {
-        let mut per_host = Vec::new();
-        for h in &hosts {
-            per_host.push(owned(h).await?);
-        }
-        let total: usize = per_host.iter().map(BTreeSet::len).sum();
-        Ok((total == SHARDS).then_some(per_host))
-    })
-    .await?;
+    let split = settled(&hosts, 2).await?;
     let counts: Vec<usize> = split.iter().map(BTreeSet::len).collect();
     ensure!(counts.iter().all(|n| n.abs_diff(SHARDS / 2) <= 2), "unbalanced after the kill: {counts:?}");
 

@@ -196,7 +196,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
                 grace: Duration::from_secs(args.lease_grace),
                 release_timeout: args.shutdown_grace,
             };
-            Some(Sharding::start(client.clone(), config, &mut prom).await.context("starting sharding")?)
+            Some(Sharding::start(client.clone(), config, &mut prom).context("starting sharding")?)
         }
     };
     let prom = Arc::new(Mutex::new(prom));

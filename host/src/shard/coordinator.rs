@@ -6,9 +6,11 @@
 //!   observed within their duration (on this replica's clock, as client-go's leader elector
 //!   judges a leader, so clock skew between nodes does not matter); this replica always counts;
 //! - the **assignment** is [`rendezvous::assign`] of every registered shard over them;
-//! - a shard assigned here gets a holder task (kube-lease-manager) that takes its Lease as soon
-//!   as it is free or expired and renews it; a shard no longer assigned here has its fence
-//!   closed at once, its running reconciles are let finish, then its Lease is released;
+//! - this replica's member Lease and the Leases of the shards assigned here are taken as soon
+//!   as they are free, or expired on this replica's clock, and renewed `grace` before they
+//!   expire ([`super::lease`]: optimistic concurrency, one winner); a shard no longer assigned
+//!   here has its fence closed at once, its running reconciles are let finish (at most
+//!   `release_timeout`), then its Lease is released, so the next owner takes it on the event;
 //! - each observed renewal of a shard Lease held by this replica opens that shard's fence until
 //!   `observed + duration - grace/2`; the first one after the fence was closed is a takeover,
 //!   and the shard's controller queues the shard's keys from its cache.
@@ -19,19 +21,20 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::jiff::Timestamp;
 use kube::api::Api;
 use kube::runtime::watcher::{self, watcher};
-use kube_lease_manager::{LeaseManagerBuilder, LeaseParams};
 use parking_lot::Mutex;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
-use tokio::sync::{Notify, oneshot, watch};
+use tokio::sync::{Notify, watch};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
+use super::lease::LeaseWriter;
 use super::{Ownership, lease_name, rendezvous, shard_name};
 
 /// The prefix of the Leases that say which replicas are live.
@@ -42,10 +45,8 @@ pub const SHARD_LEASE_PREFIX: &str = "wasmloop-shard-";
 /// Errors starting sharding.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("lease duration {duration:?} must be longer than the grace {grace:?}")]
+    #[error("the lease duration {duration:?} must be at least twice the grace {grace:?} (renewals every duration - grace)")]
     Durations { duration: Duration, grace: Duration },
-    #[error("taking this replica's member Lease {lease}: {source}")]
-    Member { lease: String, source: kube_lease_manager::LeaseManagerError },
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -85,8 +86,11 @@ impl std::fmt::Debug for Sharding {
 
 struct Inner {
     client: kube::Client,
+    writer: LeaseWriter,
     config: ShardConfig,
     plugins: Mutex<BTreeMap<String, Arc<Ownership>>>,
+    /// The shards assigned here in the last round.
+    desired: Mutex<BTreeSet<String>>,
     /// A plugin was registered or removed.
     changed: Notify,
     /// The live members, as last computed.
@@ -98,37 +102,32 @@ struct Inner {
 }
 
 impl Sharding {
-    /// Take this replica's member Lease and start following the others'. Metrics go to `registry`.
-    pub async fn start(client: kube::Client, config: ShardConfig, registry: &mut Registry) -> Result<Self> {
-        if config.grace.is_zero() || config.grace >= config.duration {
+    /// Join: take this replica's member Lease and start following the others'. Metrics go to
+    /// `registry`.
+    pub fn start(client: kube::Client, config: ShardConfig, registry: &mut Registry) -> Result<Self> {
+        if config.grace.is_zero() || config.grace * 2 > config.duration {
             return Err(Error::Durations { duration: config.duration, grace: config.grace });
         }
-        let lease = member_lease_name(&config.identity);
-        let member = LeaseManagerBuilder::new(client.clone(), &lease)
-            .with_namespace(&config.namespace)
-            .with_parameters(lease_params(&config))
-            .build()
-            .await
-            .map_err(|source| Error::Member { lease: lease.clone(), source })?;
         let owned = Family::<ShardLabels, Gauge>::default();
         let member_count = Gauge::default();
         registry.register("wasmloop_shard_owned", "1 for each shard this replica owns (--shard-mode plugin)", owned.clone());
         registry.register("wasmloop_shard_members", "Live replicas this replica sees (--shard-mode plugin)", member_count.clone());
         let inner = Arc::new(Inner {
+            writer: LeaseWriter::new(client.clone(), &config.namespace, &config.identity, config.duration),
             client,
             members: watch::Sender::new(BTreeSet::from([config.identity.clone()])),
             config,
             plugins: Mutex::new(BTreeMap::new()),
+            desired: Mutex::new(BTreeSet::new()),
             changed: Notify::new(),
             stop: watch::Sender::new(false),
             task: Mutex::new(None),
             owned,
             member_count,
         });
-        let (member_rx, member_task) = member.watch().await;
-        let task = tokio::spawn(inner.clone().run(member_rx, member_task));
+        let task = tokio::spawn(inner.clone().run());
         *inner.task.lock() = Some(task);
-        info!(identity = %inner.config.identity, %lease, "sharding: member Lease taken; following the other replicas");
+        info!(identity = %inner.config.identity, lease = %member_lease_name(&inner.config.identity), "sharding: joining");
         Ok(Self { inner })
     }
 
@@ -169,7 +168,7 @@ impl Sharding {
         self.inner.members.borrow().clone()
     }
 
-    /// Close every fence, release every Lease (shards first, then membership) and stop.
+    /// Close every fence, release every Lease this replica holds, and stop.
     pub async fn shutdown(self) {
         self.inner.stop.send_replace(true);
         let task = self.inner.task.lock().take();
@@ -190,81 +189,83 @@ pub fn member_lease_name(identity: &str) -> String {
     name
 }
 
-fn lease_params(config: &ShardConfig) -> LeaseParams {
-    LeaseParams::new(config.identity.clone(), config.duration.as_secs().max(1), config.grace.as_secs().max(1))
-}
-
 /// What was observed of one Lease.
 #[derive(Debug)]
 struct Seen {
+    lease: Lease,
     holder: Option<String>,
     renew: Option<String>,
     /// Until when its holder counts as live, on this replica's clock.
     alive_until: Instant,
 }
 
-/// A shard this replica holds (or is taking): dropping `stop` releases its Lease.
-struct Held {
-    stop: oneshot::Sender<()>,
-    task: JoinHandle<()>,
+/// A Lease write this replica decided on.
+enum Op {
+    Acquire(String, Option<Lease>),
+    Renew(Lease),
+    Release(Lease),
 }
 
 impl Inner {
-    async fn run(
-        self: Arc<Self>,
-        member_rx: watch::Receiver<bool>,
-        member_task: JoinHandle<kube_lease_manager::Result<kube_lease_manager::LeaseManager>>,
-    ) {
+    async fn run(self: Arc<Self>) {
         let api: Api<Lease> = Api::namespaced(self.client.clone(), &self.config.namespace);
         let mut events = watcher(api, watcher::Config::default()).boxed();
         let mut stop = self.stop.subscribe();
         let mut table: HashMap<String, Seen> = HashMap::new();
-        let mut held: BTreeMap<String, Held> = BTreeMap::new();
-        let mut releasing: BTreeMap<String, JoinHandle<()>> = BTreeMap::new();
+        // Shards no longer assigned here, and since when (their reconciles are let finish).
+        let mut releasing: BTreeMap<String, Instant> = BTreeMap::new();
+        let mut synced = false;
         let mut tick = tokio::time::interval(Duration::from_millis(500));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
                 _ = stop.wait_for(|s| *s) => break,
                 event = events.next() => match event {
-                    Some(Ok(watcher::Event::Apply(l) | watcher::Event::InitApply(l))) => self.observe(&mut table, &l, &held),
+                    Some(Ok(watcher::Event::Apply(l) | watcher::Event::InitApply(l))) => self.observe(&mut table, &l),
                     Some(Ok(watcher::Event::Delete(l))) => {
                         let name = l.metadata.name.clone().unwrap_or_default();
                         table.remove(&name);
                         self.observe_gone(&name);
                     }
-                    Some(Ok(_)) => continue,
+                    Some(Ok(watcher::Event::InitDone)) => synced = true,
+                    Some(Ok(watcher::Event::Init)) => continue,
                     Some(Err(e)) => { debug!(error = %e, "sharding: watching Leases"); continue; }
                     None => break,
                 },
                 _ = tick.tick() => {}
                 () = self.changed.notified() => {}
             }
-            releasing.retain(|_, task| !task.is_finished());
-            self.rebalance(&table, &mut held, &mut releasing);
+            // Nothing is decided before the first list: every Lease must be known.
+            if synced {
+                self.step(&mut table, &mut releasing).await;
+            }
         }
-        // Stop: close every fence, then release shards and membership.
+        self.leave(&table).await;
+    }
+
+    /// Stopping: close every fence, then release every Lease this replica holds at once.
+    async fn leave(&self, table: &HashMap<String, Seen>) {
         for o in self.plugins.lock().values() {
             (0..o.count()).for_each(|i| o.fence(i).close());
         }
-        for (_, h) in std::mem::take(&mut held) {
-            drop(h.stop);
-            let _ = tokio::time::timeout(Duration::from_secs(5), h.task).await;
-        }
-        for (_, task) in releasing {
-            let _ = tokio::time::timeout(Duration::from_secs(5), task).await;
-        }
-        drop(member_rx);
-        match tokio::time::timeout(Duration::from_secs(5), member_task).await {
-            Ok(Ok(Ok(_))) => info!("sharding: member Lease released"),
-            Ok(Ok(Err(e))) => warn!(error = %e, "sharding: releasing the member Lease failed"),
-            _ => warn!("sharding: releasing the member Lease did not finish in time"),
+        let me = Some(self.config.identity.as_str());
+        let mine = table.values().filter(|s| s.holder.as_deref() == me).map(|s| self.writer.release(&s.lease));
+        match tokio::time::timeout(Duration::from_secs(5), futures::future::join_all(mine)).await {
+            Ok(results) => {
+                let failed = results.iter().filter(|r| r.is_err()).count();
+                info!(released = results.len() - failed, failed, "sharding: Leases released");
+            }
+            Err(_) => warn!("sharding: releasing the Leases did not finish in time"),
         }
     }
 
-    /// Record a Lease; a shard Lease also opens or closes that shard's fence.
-    fn observe(&self, table: &mut HashMap<String, Seen>, lease: &Lease, held: &BTreeMap<String, Held>) {
+    /// Record a Lease (unless a newer version was already seen); a shard Lease also opens or
+    /// closes that shard's fence.
+    fn observe(&self, table: &mut HashMap<String, Seen>, lease: &Lease) {
         let name = lease.metadata.name.clone().unwrap_or_default();
+        if table.get(&name).is_some_and(|prev| is_older(lease, &prev.lease)) {
+            return;
+        }
         let spec = lease.spec.clone().unwrap_or_default();
         let duration = spec.lease_duration_seconds.map_or(self.config.duration, |s| Duration::from_secs(s.max(0) as u64));
         let renew = spec.renew_time.as_ref().map(|t| t.0.to_string());
@@ -277,21 +278,21 @@ impl Inner {
             // count as live for a whole duration after this replica starts.
             None => {
                 let age = spec.renew_time.as_ref().map_or(duration, |t| {
-                    let age = k8s_openapi::jiff::Timestamp::now().duration_since(t.0);
+                    let age = Timestamp::now().duration_since(t.0);
                     Duration::try_from(age).unwrap_or(Duration::ZERO)
                 });
                 now + duration.saturating_sub(age)
             }
         };
         let renewed = table.get(&name).is_none_or(|p| p.renew != renew);
-        table.insert(name.clone(), Seen { holder: spec.holder_identity.clone(), renew, alive_until });
+        table.insert(name.clone(), Seen { lease: lease.clone(), holder: spec.holder_identity.clone(), renew, alive_until });
         if !name.starts_with(SHARD_LEASE_PREFIX) {
             return;
         }
         let Some((ownership, index, shard)) = self.find_shard(&name) else { return };
         let fence = ownership.fence(index);
         let mine = spec.holder_identity.as_deref() == Some(self.config.identity.as_str());
-        if mine && held.contains_key(&shard) {
+        if mine && self.desired.lock().contains(&shard) {
             if renewed {
                 let was_open = fence.check().is_ok();
                 fence.open_until(now + duration.saturating_sub(self.config.grace / 2));
@@ -342,13 +343,9 @@ impl Inner {
         members
     }
 
-    /// Take the shards assigned here and let go of the others.
-    fn rebalance(
-        self: &Arc<Self>,
-        table: &HashMap<String, Seen>,
-        held: &mut BTreeMap<String, Held>,
-        releasing: &mut BTreeMap<String, JoinHandle<()>>,
-    ) {
+    /// One round: recompute the assignment, keep this replica's member Lease and the shards
+    /// assigned here, release the others once their reconciles have finished.
+    async fn step(&self, table: &mut HashMap<String, Seen>, releasing: &mut BTreeMap<String, Instant>) {
         let members = self.live_members(table);
         let changed = self.members.send_if_modified(|m| {
             let changed = *m != members;
@@ -363,76 +360,76 @@ impl Inner {
         }
         let plugins: Vec<Arc<Ownership>> = self.plugins.lock().values().cloned().collect();
         let shards: BTreeMap<String, (Arc<Ownership>, usize)> =
-            plugins.iter().flat_map(|o| o.shard_names().into_iter().enumerate().map(|(i, s)| (s, (o.clone(), i)))).collect();
-        let names: BTreeSet<String> = shards.keys().cloned().collect();
-        let assignment = rendezvous::assign(&names, &members);
+            plugins.iter().flat_map(|o| o.shard_names().into_iter().enumerate().map(|(i, s)| (lease_name(&s), (o.clone(), i)))).collect();
+        let names: BTreeSet<String> = plugins.iter().flat_map(|o| o.shard_names()).collect();
         let me = self.config.identity.as_str();
-        for (shard, owner) in &assignment {
-            if *owner == me && !held.contains_key(shard) && !releasing.contains_key(shard) {
-                debug!(%shard, "sharding: assigned here; taking its Lease");
-                held.insert(shard.clone(), self.hold(shard));
+        let desired: BTreeSet<String> =
+            rendezvous::assign(&names, &members).into_iter().filter(|(_, m)| *m == me).map(|(s, _)| s).collect();
+        let desired_leases: BTreeSet<String> = desired.iter().map(|s| lease_name(s)).collect();
+        *self.desired.lock() = desired;
+
+        let now = Instant::now();
+        let mut ops: Vec<Op> = std::iter::once(member_lease_name(me))
+            .chain(desired_leases.iter().cloned())
+            .filter_map(|name| self.keep(&name, table.get(&name), now))
+            .collect();
+        releasing.retain(|name, _| !desired_leases.contains(name));
+        for (name, seen) in table.iter() {
+            if !name.starts_with(SHARD_LEASE_PREFIX) || seen.holder.as_deref() != Some(me) || desired_leases.contains(name) {
+                continue;
+            }
+            let found = shards.get(name);
+            if let Some((o, i)) = found {
+                let shard = &o.shard_names()[*i];
+                if o.fence(*i).check().is_ok() {
+                    info!(%shard, "sharding: no longer assigned here; releasing after its running reconciles");
+                }
+                o.fence(*i).close();
+                self.owned_gauge(o, shard).set(0);
+            }
+            let since = *releasing.entry(name.clone()).or_insert(now);
+            if found.is_none_or(|(o, i)| o.idle(*i)) || now.duration_since(since) >= self.config.release_timeout {
+                ops.push(Op::Release(seen.lease.clone()));
             }
         }
-        let unassigned: Vec<String> = held.keys().filter(|s| assignment.get(*s).is_none_or(|o| *o != me)).cloned().collect();
-        for shard in unassigned {
-            let Some(h) = held.remove(&shard) else { continue };
-            let found = shards.get(&shard).cloned();
-            if let Some((o, i)) = &found {
-                o.fence(*i).close();
-                self.owned_gauge(o, &shard).set(0);
+        releasing.retain(|name, _| table.get(name).is_some_and(|s| s.holder.as_deref() == Some(me)));
+        let results = futures::future::join_all(ops.into_iter().map(|op| async move {
+            let call = async {
+                match op {
+                    Op::Acquire(name, seen) => self.writer.acquire(&name, seen.as_ref()).await,
+                    Op::Renew(seen) => self.writer.renew(&seen).await,
+                    Op::Release(seen) => self.writer.release(&seen).await,
+                }
+            };
+            tokio::time::timeout(self.config.grace, call).await
+        }))
+        .await;
+        for result in results {
+            match result {
+                Ok(Ok(lease)) => self.observe(table, &lease),
+                Ok(Err(super::lease::Error::Conflict(lease))) => debug!(%lease, "sharding: another replica wrote the Lease first"),
+                Ok(Err(e)) => warn!(error = %e, "sharding: writing a Lease"),
+                Err(_) => warn!("sharding: a Lease write timed out"),
             }
-            info!(%shard, "sharding: no longer assigned here; releasing after its running reconciles");
-            let timeout = self.config.release_timeout;
-            releasing.insert(
-                shard,
-                tokio::spawn(async move {
-                    if let Some((o, i)) = found {
-                        let deadline = Instant::now() + timeout;
-                        while !o.idle(i) && Instant::now() < deadline {
-                            tokio::time::sleep(Duration::from_millis(20)).await;
-                        }
-                    }
-                    drop(h.stop);
-                    let _ = tokio::time::timeout(Duration::from_secs(5), h.task).await;
-                }),
-            );
         }
     }
 
-    /// A task that takes and renews `shard`'s Lease until told to stop, then releases it.
-    fn hold(&self, shard: &str) -> Held {
-        let (stop, mut stopped) = oneshot::channel::<()>();
-        let (client, namespace, lease, params) =
-            (self.client.clone(), self.config.namespace.clone(), lease_name(shard), lease_params(&self.config));
-        let shard = shard.to_string();
-        let task = tokio::spawn(async move {
-            let manager = loop {
-                let built =
-                    LeaseManagerBuilder::new(client.clone(), &lease).with_namespace(&namespace).with_parameters(params.clone()).build();
-                tokio::select! {
-                    _ = &mut stopped => return,
-                    built = built => match built {
-                        Ok(m) => break m,
-                        Err(e) => warn!(%shard, error = %e, "sharding: setting up the shard's Lease; retrying"),
-                    },
-                }
-                tokio::select! {
-                    _ = &mut stopped => return,
-                    () = tokio::time::sleep(Duration::from_secs(1)) => {}
-                }
-            };
-            let (leading, task) = manager.watch().await;
-            let _ = stopped.await;
-            // Dropping the receiver makes the Lease task release the Lease and return.
-            drop(leading);
-            match tokio::time::timeout(Duration::from_secs(5), task).await {
-                Ok(Ok(Ok(_))) => debug!(%shard, "sharding: shard Lease released"),
-                Ok(Ok(Err(e))) => warn!(%shard, error = %e, "sharding: releasing the shard's Lease failed"),
-                _ => warn!(%shard, "sharding: releasing the shard's Lease did not finish in time"),
-            }
-        });
-        Held { stop, task }
+    /// What to do to keep Lease `name` (ours, or to be taken): take it when missing, free or
+    /// expired on this replica's clock; renew it `grace` before it expires.
+    fn keep(&self, name: &str, seen: Option<&Seen>, now: Instant) -> Option<Op> {
+        let Some(seen) = seen else { return Some(Op::Acquire(name.to_string(), None)) };
+        if seen.holder.as_deref() == Some(self.config.identity.as_str()) {
+            return (seen.alive_until.saturating_duration_since(now) <= self.config.grace).then(|| Op::Renew(seen.lease.clone()));
+        }
+        (seen.holder.is_none() || seen.alive_until <= now).then(|| Op::Acquire(name.to_string(), Some(seen.lease.clone())))
     }
+}
+
+/// Whether `a` is an older version than `b` (resourceVersions compared as etcd revisions when
+/// both are numbers; otherwise not older).
+fn is_older(a: &Lease, b: &Lease) -> bool {
+    let rv = |l: &Lease| l.metadata.resource_version.as_deref().and_then(|v| v.parse::<u64>().ok());
+    matches!((rv(a), rv(b)), (Some(a), Some(b)) if a < b)
 }
 
 /// Every shard name of `plugins` (for tests and tools).
@@ -449,6 +446,17 @@ mod tests {
         assert_eq!(member_lease_name("wasmloop-7d9c-xk2"), "wasmloop-member-wasmloop-7d9c-xk2");
         assert_eq!(member_lease_name("Host_1:42"), "wasmloop-member-host-1-42");
         assert!(member_lease_name(&"x".repeat(400)).len() <= 253);
+    }
+
+    #[test]
+    fn older_versions_are_told_by_their_revision() {
+        let lease =
+            |rv: &str| Lease { metadata: kube::api::ObjectMeta { resource_version: Some(rv.into()), ..Default::default() }, spec: None };
+        assert!(is_older(&lease("9"), &lease("10")));
+        assert!(!is_older(&lease("10"), &lease("9")));
+        assert!(!is_older(&lease("10"), &lease("10")));
+        // Opaque versions are never judged older (the event is taken).
+        assert!(!is_older(&lease("a"), &lease("10")));
     }
 
     #[test]

@@ -20,6 +20,7 @@
 //! write for it, and when a shard was just taken over (its keys are then queued from the cache).
 
 pub mod coordinator;
+pub mod lease;
 pub mod rendezvous;
 
 pub use coordinator::{ShardConfig, Sharding};
