@@ -96,7 +96,7 @@ async fn kubectl_apply_k_deploy_creates_valid_objects() -> Result<()> {
 
     // The hardening, as stored by the API server.
     let d = Api::<Deployment>::namespaced(admin.clone(), DEPLOY_NS).get("wasmloop").await?;
-    let pod = d.spec.context("spec")?.template.spec.context("pod spec")?;
+    let pod = d.spec.clone().context("spec")?.template.spec.context("pod spec")?;
     assert_eq!(pod.service_account_name.as_deref(), Some(DEPLOY_SA));
     let psc = pod.security_context.clone().context("pod securityContext")?;
     assert_eq!(psc.run_as_non_root, Some(true));
@@ -118,12 +118,34 @@ async fn kubectl_apply_k_deploy_creates_valid_objects() -> Result<()> {
     assert_eq!(probe_path(&c.readiness_probe).as_deref(), Some("/readyz"));
 
     // terminationGracePeriodSeconds covers the host's worst-case shutdown: the shutdown grace per
-    // loaded plugin (3 example plugins), + 5 s to release the Lease, + 5 s to stop HTTP.
+    // loaded plugin (3 example plugins), + 10 s to release the Leases, + 5 s to stop HTTP.
     let env: BTreeMap<String, String> = c.env.clone().unwrap_or_default().into_iter().filter_map(|e| Some((e.name, e.value?))).collect();
     let grace = wasmloop::duration::parse(env.get("WASMLOOP_SHUTDOWN_GRACE").context("WASMLOOP_SHUTDOWN_GRACE not set")?)?;
-    let needed = 3 * grace.as_secs() + 5 + 5;
+    let needed = 3 * grace.as_secs() + 10 + 5;
     let tgps = pod.termination_grace_period_seconds.context("terminationGracePeriodSeconds")?;
     assert!(tgps as u64 > needed, "terminationGracePeriodSeconds {tgps} does not cover {needed}s of shutdown");
+
+    // Three replicas sharing the plugins, and a PodDisruptionBudget that keeps two of them up:
+    // deploy/pdb.yaml selects exactly the Deployment's Pods (applied where policy/v1 is served;
+    // this control plane is v1.20, so there it is only checked against the Deployment).
+    let spec = d.spec.clone().context("spec")?;
+    let replicas = spec.replicas.context("replicas")?;
+    assert_eq!(replicas, 3);
+    assert_eq!(env.get("WASMLOOP_SHARD_MODE").map(String::as_str), Some("plugin"));
+    let pdb: Value = serde_saphyr::from_str(&std::fs::read_to_string(workspace_root().join("deploy/pdb.yaml"))?)?;
+    assert_eq!(pdb["apiVersion"], "policy/v1");
+    assert_eq!(pdb["metadata"]["namespace"], DEPLOY_NS);
+    let pdb_selector: BTreeMap<String, String> = serde_json::from_value(pdb["spec"]["selector"]["matchLabels"].clone())?;
+    let pod_labels = spec.template.metadata.and_then(|m| m.labels).unwrap_or_default();
+    assert!(
+        !pdb_selector.is_empty() && pdb_selector.iter().all(|(k, v)| pod_labels.get(k) == Some(v)),
+        "{pdb_selector:?} vs {pod_labels:?}"
+    );
+    let max_unavailable = pdb["spec"]["maxUnavailable"].as_i64().context("maxUnavailable")?;
+    assert!((1..i64::from(replicas)).contains(&max_unavailable), "maxUnavailable {max_unavailable} of {replicas}");
+    if kubectl(&["api-versions"])?.lines().any(|l| l == "policy/v1") {
+        kubectl(&["apply", "-f", "deploy/pdb.yaml"])?;
+    }
 
     // Every env var the Deployment sets is one `wasmloop run --help` documents.
     let help = Command::new(host_binary()?).args(["run", "--help"]).output()?;

@@ -5,6 +5,7 @@
 //! PodSet converges exactly, and no shard ever had two owners at once (checked from both sides:
 //! the Leases' holders, and each host's own log of when it took a shard and when it let go).
 //!
+//! The hosts run with the deploy ServiceAccount's token and RBAC (`deploy/rbac/`), as deployed.
 //! Needs the plugins and the host built, as `scripts/test.sh` does.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -17,7 +18,7 @@ use kube::Client;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use serde_json::json;
 use wasmloop_tests::cluster::*;
-use wasmloop_tests::{TestNamespace, apply_plugin, client, eventually, init_tracing, kubeconfig, plugin_path};
+use wasmloop_tests::{TestNamespace, apply_plugin, client, eventually, init_tracing, plugin_path, sa_kubeconfig};
 
 const SHARDS: usize = 30;
 const LEASE_SECS: u64 = 4;
@@ -115,7 +116,9 @@ async fn three_replicas_share_thirty_shards_and_survive_kill_9() -> Result<()> {
     let names: Vec<String> = data.iter().map(|n| n.name.clone()).collect();
     apply_plugin(&admin, &home.name, "podset", &std::fs::read(plugin_path("podset")?)?, &sharded_manifest(&names)).await?;
     let dir = tempfile::tempdir()?;
-    let kc = kubeconfig()?;
+    // As deployed: the deploy ServiceAccount's token, its RBAC bound in the host's namespace.
+    bind_host_role(&admin, &home.name, DEPLOY_NS, DEPLOY_SA).await?;
+    let kc = sa_kubeconfig(&admin, DEPLOY_NS, DEPLOY_SA, dir.path()).await?;
     let args = [
         "--plugin-namespace",
         home.name.as_str(),
