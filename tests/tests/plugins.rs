@@ -91,6 +91,19 @@ impl Drop for GarbageCollector {
     }
 }
 
+/// The examples stay small (issue: podset ≤ 300 KB raw on the SDK's light path, no k8s-openapi):
+/// a dependency or a change that brings a big (de)serializer back fails here, not in a review.
+#[test]
+fn example_plugins_stay_within_their_size_budgets() -> Result<()> {
+    for (plugin, budget) in [("podset", 300_000), ("namespace_config", 160_000)] {
+        let path = wasmloop_tests::plugin_path(plugin)?;
+        let size = std::fs::metadata(&path).with_context(|| format!("{}", path.display()))?.len();
+        eprintln!("{plugin}: {size} bytes (budget {budget})");
+        assert!(size <= budget, "{plugin} is {size} bytes, over its {budget}-byte budget ({})", path.display());
+    }
+    Ok(())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn podset_plugin_creates_scales_and_deletes_ten_podsets_idempotently() -> Result<()> {
     init_tracing();
