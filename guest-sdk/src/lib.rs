@@ -63,7 +63,7 @@ pub mod testing;
 #[cfg(all(feature = "embed", not(target_arch = "wasm32")))]
 pub mod embed;
 
-/// Typed Kubernetes structs: the `k8s-openapi` crate (API v1.30), feature `k8s`.
+/// Typed Kubernetes structs: the `k8s-openapi` crate (0.29, API v1.33), feature `k8s`.
 #[cfg(feature = "k8s")]
 pub use k8s_openapi as k8s;
 
