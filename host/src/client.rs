@@ -120,7 +120,7 @@ pub async fn build(kubeconfig: Option<&str>) -> Result<(Client, ApiRequests)> {
 }
 
 /// A counting client from an explicit config.
-pub fn from_config(config: Config) -> Result<(Client, ApiRequests)> {
+fn from_config(config: Config) -> Result<(Client, ApiRequests)> {
     let requests = ApiRequests::default();
     let counter = requests.clone();
     let client = ClientBuilder::try_from(config)?

@@ -211,7 +211,8 @@ impl CachedObject {
     }
 
     /// UIDs of all owners.
-    pub fn owner_uids(&self) -> impl Iterator<Item = &str> {
+    #[cfg(test)]
+    fn owner_uids(&self) -> impl Iterator<Item = &str> {
         self.owners().map(|o| o.uid)
     }
 

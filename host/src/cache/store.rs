@@ -128,7 +128,8 @@ impl IndexedStore {
     }
 
     /// Names of the indexes, built-ins first.
-    pub fn index_names(&self) -> Vec<String> {
+    #[cfg(test)]
+    fn index_names(&self) -> Vec<String> {
         self.inner.read().indexes.iter().map(|i| i.name.to_string()).collect()
     }
 

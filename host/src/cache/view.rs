@@ -27,7 +27,8 @@ impl CacheView {
     }
 
     /// This view plus `store`.
-    pub fn with_store(mut self, store: Arc<IndexedStore>) -> Self {
+    #[cfg(test)]
+    fn with_store(mut self, store: Arc<IndexedStore>) -> Self {
         self.insert(store);
         self
     }

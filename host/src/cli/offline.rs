@@ -83,7 +83,7 @@ pub fn run(args: ReconcileArgs) -> anyhow::Result<ExitCode> {
 }
 
 /// `[group/]version/kind/[namespace/]name`. A first segment like `v1`, `v1beta1` is the core group.
-pub fn parse_key(text: &str) -> anyhow::Result<ObjectKey> {
+fn parse_key(text: &str) -> anyhow::Result<ObjectKey> {
     let parts: Vec<&str> = text.split('/').collect();
     if parts.iter().any(|p| p.is_empty()) {
         bail!("--key {text:?}: empty segment");

@@ -125,11 +125,6 @@ impl Informer {
         &self.store
     }
 
-    /// True once the first complete list has been applied.
-    pub fn has_synced(&self) -> bool {
-        *self.synced.borrow()
-    }
-
     /// Wait until the first list is in the store, or fail after `timeout`.
     pub async fn wait_synced(&self, timeout: Duration) -> Result<()> {
         let mut rx = self.synced.clone();
@@ -145,11 +140,6 @@ impl Informer {
         let id = self.handlers.next_id.fetch_add(1, Ordering::Relaxed);
         self.handlers.add(id, handler);
         Subscription { informer: self.clone(), id }
-    }
-
-    /// Number of current subscribers.
-    pub fn subscribers(&self) -> usize {
-        self.handlers.list.read().len()
     }
 }
 

@@ -131,7 +131,7 @@ impl PluginEngine {
     }
 
     /// Hex of a sha256 over the engine's compatibility hash (wasmtime version, target, config).
-    pub fn compatibility_key(&self) -> String {
+    fn compatibility_key(&self) -> String {
         let mut h = Sha256Hasher(Sha256::new());
         self.inner.engine.precompile_compatibility_hash().hash(&mut h);
         hex::encode(h.0.finalize())

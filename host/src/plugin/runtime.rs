@@ -581,7 +581,7 @@ pub fn check_export_names<'a>(names: impl IntoIterator<Item = &'a str>) -> Resul
 }
 
 /// The contract version `component` exports, checked against the host's.
-pub fn check_contract(engine: &PluginEngine, component: &Component) -> Result<String> {
+fn check_contract(engine: &PluginEngine, component: &Component) -> Result<String> {
     let ty = component.component_type();
     let names: Vec<&str> = ty.exports(engine.engine()).map(|(n, _)| n).collect();
     check_export_names(names)

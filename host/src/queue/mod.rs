@@ -431,7 +431,8 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> WorkQueue<K> {
     }
 
     /// Number of keys parked until a deadline.
-    pub fn delayed_len(&self) -> usize {
+    #[cfg(test)]
+    fn delayed_len(&self) -> usize {
         let mut state = self.inner.state.lock();
         self.promote_due(&mut state);
         state.waiting.len()
@@ -450,13 +451,14 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> WorkQueue<K> {
     }
 
     /// Whether [`shut_down`](Self::shut_down) was called.
-    pub fn is_shut_down(&self) -> bool {
+    fn is_shut_down(&self) -> bool {
         self.inner.state.lock().shut_down
     }
 
     /// Replaces the rate limiter (after a configuration change). Queued and parked keys stay;
     /// failure histories start afresh in the new limiter.
-    pub fn set_rate_limiter(&self, limiter: Arc<dyn RateLimiter<K>>) {
+    #[cfg(test)]
+    fn set_rate_limiter(&self, limiter: Arc<dyn RateLimiter<K>>) {
         *self.inner.limiter.write() = limiter;
     }
 }
