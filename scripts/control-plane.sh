@@ -10,6 +10,9 @@
 #   control-plane.sh env DIR        print `export KUBECONFIG=...` etc. for DIR
 #   control-plane.sh kcm DIR [ARGS] start kube-controller-manager against DIR's apiserver (PID in DIR)
 #   control-plane.sh bin NAME       print the path of a built binary (kube-apiserver, kubectl, ...)
+#   control-plane.sh kill DIR etcd|apiserver     SIGKILL one of DIR's processes (fault injection)
+#   control-plane.sh restart DIR etcd|apiserver  start it again (stopping it first if it runs) on
+#                                    the same ports, data and certificates; waits until it serves
 #
 # Several control planes can run side by side: each picks its own free ports and directory.
 set -euo pipefail
@@ -129,50 +132,18 @@ start() {
   mkdir -p "$dir/etcd" "$dir/certs"
   local etcd_port peer_port api_port
   etcd_port=$(free_port); peer_port=$(free_port); api_port=$(free_port)
+  printf 'etcd_port=%s\npeer_port=%s\napi_port=%s\n' "$etcd_port" "$peer_port" "$api_port" >"$dir/ports"
 
-  "$ETCD" --name wasmloop --data-dir "$dir/etcd" \
-    --listen-client-urls "http://127.0.0.1:$etcd_port" --advertise-client-urls "http://127.0.0.1:$etcd_port" \
-    --listen-peer-urls "http://127.0.0.1:$peer_port" --initial-advertise-peer-urls "http://127.0.0.1:$peer_port" \
-    --initial-cluster "wasmloop=http://127.0.0.1:$peer_port" \
-    --quota-backend-bytes 4294967296 --unsafe-no-fsync \
-    >"$dir/etcd.log" 2>&1 &
-  echo $! >"$dir/etcd.pid"
-  local i=0
-  until curl -sf --max-time 1 "http://127.0.0.1:$etcd_port/health" >/dev/null 2>&1; do
-    alive "$dir/etcd.pid" || { tail -n 20 "$dir/etcd.log" >&2; stop "$dir" >/dev/null 2>&1 || true; die "etcd exited during start (log above)"; }
-    i=$((i + 1)); [ $i -ge 120 ] && { stop "$dir" >/dev/null 2>&1 || true; die "etcd not healthy after 30s"; }
-    sleep 0.25
-  done
+  launch_etcd "$dir" || { stop "$dir" >/dev/null 2>&1 || true; die "etcd did not start (log above)"; }
 
   local token; token=$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')
   echo "$token,admin,admin,system:masters" >"$dir/tokens.csv"
   openssl genrsa -out "$dir/certs/sa.key" 2048 >/dev/null 2>&1
   openssl rsa -in "$dir/certs/sa.key" -pubout -out "$dir/certs/sa.pub" >/dev/null 2>&1
 
-  "$BIN/kube-apiserver" \
-    --etcd-servers "http://127.0.0.1:$etcd_port" \
-    --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$api_port" \
-    --cert-dir "$dir/certs" --token-auth-file "$dir/tokens.csv" \
-    --authorization-mode RBAC \
-    --service-account-key-file "$dir/certs/sa.pub" \
-    --service-account-signing-key-file "$dir/certs/sa.key" \
-    --service-account-issuer https://kubernetes.default.svc \
-    --service-cluster-ip-range 10.0.0.0/24 \
-    --disable-admission-plugins ServiceAccount \
-    --max-requests-inflight 2000 --max-mutating-requests-inflight 1000 \
-    >"$dir/apiserver.log" 2>&1 &
-  echo $! >"$dir/apiserver.pid"
-  # The apiserver writes its self-signed CA + serving cert into --cert-dir on start.
-  i=0
-  until [ -f "$dir/certs/apiserver.crt" ]; do
-    alive "$dir/apiserver.pid" || { tail -n 20 "$dir/apiserver.log" >&2; stop "$dir" >/dev/null 2>&1 || true; die "kube-apiserver exited during start (log above)"; }
-    i=$((i + 1)); [ $i -ge 240 ] && { stop "$dir" >/dev/null 2>&1 || true; die "kube-apiserver wrote no certificate in 60s"; }
-    sleep 0.25
-  done
+  launch_apiserver "$dir" || { stop "$dir" >/dev/null 2>&1 || true; die "kube-apiserver did not start (log above)"; }
   local ca=$dir/certs/apiserver-ca.crt
   [ -f "$ca" ] || ca=$dir/certs/apiserver.crt
-  wait_ready "https://127.0.0.1:$api_port/readyz" "$token" "$ca" 90 "$dir/apiserver.pid" kube-apiserver \
-    || { tail -n 20 "$dir/apiserver.log" >&2; stop "$dir" >/dev/null 2>&1 || true; die "kube-apiserver did not become ready"; }
 
   cat >"$dir/kubeconfig" <<KC
 apiVersion: v1
@@ -198,6 +169,78 @@ export PATH=$BIN:\$PATH
 ENV
   log "ready: https://127.0.0.1:$api_port (etcd :$etcd_port) in $dir"
   echo "$dir"
+}
+
+# Start DIR's etcd on its ports and data dir; wait until healthy. Returns non-zero on failure.
+launch_etcd() {
+  local dir=$1 etcd_port peer_port api_port
+  # shellcheck disable=SC1091
+  . "$dir/ports"
+  "$ETCD" --name wasmloop --data-dir "$dir/etcd" \
+    --listen-client-urls "http://127.0.0.1:$etcd_port" --advertise-client-urls "http://127.0.0.1:$etcd_port" \
+    --listen-peer-urls "http://127.0.0.1:$peer_port" --initial-advertise-peer-urls "http://127.0.0.1:$peer_port" \
+    --initial-cluster "wasmloop=http://127.0.0.1:$peer_port" \
+    --quota-backend-bytes 4294967296 --unsafe-no-fsync \
+    >>"$dir/etcd.log" 2>&1 &
+  echo $! >"$dir/etcd.pid"
+  local i=0
+  until curl -sf --max-time 1 "http://127.0.0.1:$etcd_port/health" >/dev/null 2>&1; do
+    alive "$dir/etcd.pid" || { tail -n 20 "$dir/etcd.log" >&2; return 1; }
+    i=$((i + 1)); [ $i -ge 120 ] && { log "etcd not healthy after 30s"; return 1; }
+    sleep 0.25
+  done
+}
+
+# Start DIR's kube-apiserver on its port with its certificates; wait until ready.
+launch_apiserver() {
+  local dir=$1 etcd_port peer_port api_port
+  # shellcheck disable=SC1091
+  . "$dir/ports"
+  "$BIN/kube-apiserver" \
+    --etcd-servers "http://127.0.0.1:$etcd_port" \
+    --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$api_port" \
+    --cert-dir "$dir/certs" --token-auth-file "$dir/tokens.csv" \
+    --authorization-mode RBAC \
+    --service-account-key-file "$dir/certs/sa.pub" \
+    --service-account-signing-key-file "$dir/certs/sa.key" \
+    --service-account-issuer https://kubernetes.default.svc \
+    --service-cluster-ip-range 10.0.0.0/24 \
+    --disable-admission-plugins ServiceAccount \
+    --max-requests-inflight 2000 --max-mutating-requests-inflight 1000 \
+    >>"$dir/apiserver.log" 2>&1 &
+  echo $! >"$dir/apiserver.pid"
+  # The apiserver writes its self-signed CA + serving cert into --cert-dir on first start.
+  local i=0
+  until [ -f "$dir/certs/apiserver.crt" ]; do
+    alive "$dir/apiserver.pid" || { tail -n 20 "$dir/apiserver.log" >&2; return 1; }
+    i=$((i + 1)); [ $i -ge 240 ] && { log "kube-apiserver wrote no certificate in 60s"; return 1; }
+    sleep 0.25
+  done
+  local ca=$dir/certs/apiserver-ca.crt token
+  [ -f "$ca" ] || ca=$dir/certs/apiserver.crt
+  token=$(cut -d, -f1 "$dir/tokens.csv")
+  wait_ready "https://127.0.0.1:$api_port/readyz" "$token" "$ca" 90 "$dir/apiserver.pid" kube-apiserver \
+    || { tail -n 20 "$dir/apiserver.log" >&2; return 1; }
+}
+
+# kill -9 one process of DIR (etcd or apiserver): a crash, for the fault tests.
+kill_one() {
+  local dir=${1:?dir} what=${2:?etcd or apiserver}
+  case $what in etcd | apiserver) ;; *) die "kill: $what is not etcd or apiserver" ;; esac
+  alive "$dir/$what.pid" || die "the $what of $dir is not running"
+  kill -9 "$(cat "$dir/$what.pid")"
+  rm -f "$dir/$what.pid"
+  log "killed $what of $dir"
+}
+
+# Start one process of DIR again (after `kill`, or stopping it first) on the same ports and data.
+restart_one() {
+  local dir=${1:?dir} what=${2:?etcd or apiserver}
+  case $what in etcd | apiserver) ;; *) die "restart: $what is not etcd or apiserver" ;; esac
+  [ -f "$dir/ports" ] || die "$dir has no ports file (started by an older control-plane.sh?)"
+  stop_pid "$dir/$what.pid" "$what"
+  "launch_$what" "$dir" || die "$what did not come back (log above)"
+  log "restarted $what of $dir"
 }
 
 stop_pid() { # pidfile name
@@ -250,6 +293,8 @@ case "${1:-}" in
   env) shift; env_of "${1:-}" ;;
   kcm) shift; kcm "$@" ;;
   stop-kcm) shift; stop_pid "${1:?dir}/kcm.pid" kube-controller-manager ;;
+  kill) shift; kill_one "$@" ;;
+  restart) shift; restart_one "$@" ;;
   bin) shift; have_binaries || die "not built: run '$0 build'"; echo "$BIN/${1:?name}" ;;
-  *) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+  *) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac
