@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what building and testing wasmloop needs on a fresh machine (idempotent, quick when
-# everything is there): the wasm32-wasip2 Rust target, rustfmt and clippy, zstd, and the test control plane
+# everything is there): the wasm32-wasip2 and musl Rust targets, rustfmt and clippy, zstd, what
+# scripts/image.sh needs (umoci, musl-tools, binutils, jq), and the test control plane
 # (etcd + kube-apiserver/kube-controller-manager/kubectl v1.20.2, built once and cached).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -11,7 +12,22 @@ fi
 for component in rustfmt clippy; do
   rustup component list --installed | grep -q "^$component" || rustup component add "$component"
 done
-if ! command -v zstd >/dev/null 2>&1; then
-  if [ "$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq zstd >/dev/null; fi
+# Debian packages, by the command each provides: zstd; for scripts/image.sh (the container image,
+# built without a container engine) umoci, musl-gcc for the static binary's C parts, readelf, jq.
+missing=()
+for pair in zstd:zstd umoci:umoci musl-gcc:musl-tools readelf:binutils jq:jq; do
+  command -v "${pair%%:*}" >/dev/null 2>&1 || missing+=("${pair#*:}")
+done
+if [ ${#missing[@]} -gt 0 ] && [ "$(id -u)" = 0 ]; then
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+# The image's static binary (scripts/image.sh).
+case "$(uname -m)" in
+  x86_64) musl=x86_64-unknown-linux-musl ;;
+  aarch64) musl=aarch64-unknown-linux-musl ;;
+  *) musl= ;;
+esac
+if [ -n "$musl" ] && ! rustup target list --installed | grep -qx "$musl"; then
+  rustup target add "$musl"
 fi
 ./scripts/control-plane.sh build

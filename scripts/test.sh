@@ -21,6 +21,11 @@ say "building plugins (wasm32-wasip2)"
 say "building the host binary"
 cargo build -p wasmloop --bin wasmloop --locked
 
+# A static release build in its own target dir (target/image; incremental after the first run),
+# assembled with umoci; tests/tests/image.rs checks the layout.
+say "building the container image (scripts/image.sh)"
+./scripts/image.sh
+
 say "starting a control plane for this run"
 dir=$(./scripts/control-plane.sh start)
 trap './scripts/control-plane.sh stop "$dir" >/dev/null 2>&1 || true' EXIT
