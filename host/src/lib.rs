@@ -22,6 +22,10 @@ pub mod client;
 pub mod controller;
 pub mod duration;
 pub mod fence;
+// The fuzz harnesses' runner, shared with wasmloop-model (one file, so both run them alike).
+#[cfg(test)]
+#[path = "../../model/src/fuzz.rs"]
+mod fuzz;
 pub mod grants;
 pub mod hotload;
 pub mod informer;

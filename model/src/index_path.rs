@@ -168,4 +168,70 @@ mod tests {
         assert!(values("spec.missing.deeper").is_empty());
         assert!(values("spec").is_empty(), "objects give no value");
     }
+
+    /// Pieces index paths are made of, valid and not.
+    const SEGMENTS: &[&str] = &[
+        "labels",
+        "metadata",
+        "annotations",
+        "spec",
+        "status",
+        "containers",
+        "image",
+        "0",
+        "12",
+        "a-b",
+        "x_y",
+        "app",
+        "example.com/team",
+        "app.kubernetes.io/name",
+        "",
+        "[0]",
+        " ",
+        "é",
+        "a b",
+    ];
+
+    /// A path of [`SEGMENTS`] joined by dots, or any text.
+    fn path_text() -> impl proptest::strategy::Strategy<Value = String> {
+        use proptest::prelude::*;
+        prop_oneof![
+            1 => any::<String>(),
+            4 => prop::collection::vec(prop::sample::select(SEGMENTS), 1..6).prop_map(|s| s.join(".")),
+        ]
+    }
+
+    /// The object that holds `"v"` where `path` points: nested objects along the dotted part,
+    /// the label or annotation key as one key.
+    fn object_at(path: &IndexPath) -> Value {
+        let (fields, key) = match path {
+            IndexPath::Label(key) => ("metadata.labels", Some(key.as_str())),
+            IndexPath::Field(path) => split_map_key(path),
+        };
+        let segs: Vec<&str> = fields.split('.').chain(key).collect();
+        segs.iter().rev().fold(json!("v"), |inner, seg| json!({ *seg: inner }))
+    }
+
+    /// `IndexPath::parse` on any text: never panics, a refusal has a reason. A path that parses
+    /// prints (`Display`) as a path that parses to the same one, evaluates on any JSON value
+    /// without panicking to sorted, distinct values, and finds a value placed where it points.
+    #[test]
+    fn fuzz_index_path() {
+        use proptest::prelude::*;
+        crate::fuzz::run(file!(), "index-path", (path_text(), crate::fuzz::json_value()), |(text, value)| {
+            let path = match IndexPath::parse(&text) {
+                Ok(path) => path,
+                Err(reason) => {
+                    prop_assert!(!reason.is_empty(), "{text:?}: empty reason");
+                    return Ok(false);
+                }
+            };
+            prop_assert_eq!(IndexPath::parse(&path.to_string()), Ok(path.clone()), "{:?}", text);
+            let values = path.values(&value);
+            prop_assert!(values.windows(2).all(|w| w[0] < w[1]), "{text:?}: {values:?} not sorted and distinct");
+            let object = object_at(&path);
+            prop_assert_eq!(path.values(&object), vec![Cow::Borrowed("v")], "{:?} in {}", text, object);
+            Ok(true)
+        });
+    }
 }

@@ -11,6 +11,8 @@
 #![forbid(unsafe_code)]
 
 pub mod field;
+#[cfg(test)]
+mod fuzz;
 pub mod index_path;
 pub mod selector;
 pub mod target;

@@ -379,6 +379,9 @@ fn is_label_name(s: &str) -> bool {
 }
 
 #[cfg(test)]
+mod fuzz;
+
+#[cfg(test)]
 mod tests {
     use std::collections::HashMap;
 
