@@ -225,4 +225,189 @@ namespace: shop
             assert!(err.contains(needle), "{yaml:?} → {err}");
         }
     }
+
+    mod fuzz {
+        use std::time::Instant;
+
+        use proptest::prelude::*;
+
+        use super::*;
+        use crate::plugin::limits::ByteSize;
+        use crate::queue::{RateLimiter, TokenBucket};
+
+        /// Scalars a manifest's values are made of: numbers at and past every bound, durations,
+        /// names, YAML specials.
+        const SCALARS: &[&str] = &[
+            "0",
+            "1",
+            "-1",
+            "2",
+            "64",
+            "65",
+            "256",
+            "257",
+            "4294967296",
+            "18446744073709551616",
+            "1e400",
+            "1e-300",
+            "0.5",
+            ".nan",
+            ".inf",
+            "-.inf",
+            "podset",
+            "my-plugin",
+            "Bad_Name",
+            "-x",
+            "\"\"",
+            "''",
+            "never",
+            "0s",
+            "5ms",
+            "999ms",
+            "1s",
+            "90s",
+            "1h",
+            "2h",
+            "1.5s",
+            "5124095576030431h",
+            "99999999999999999999999h",
+            "soon",
+            "~",
+            "null",
+            "true",
+            "[]",
+            "{}",
+            "[a, b]",
+            "64Mi",
+            "1Gi",
+            "17179869184Gi",
+            "lots",
+            "*",
+            "&a x",
+            "*a",
+            "!!binary aGk=",
+            "|\n  text",
+        ];
+        /// The keys of each nested mapping, with one that is not a field.
+        const LIMITS: &[&str] = &["memory", "timeout", "output", "outputPerMinute", "readsPerCall", "maxActions", "tableElements", "bogus"];
+        const QUEUE: &[&str] = &["baseDelay", "maxDelay", "qps", "burst", "aging", "agedEvery", "bogus"];
+        const BUDGET: &[&str] = &["qps", "burst", "qsp"];
+        const KINDS: &[&str] =
+            &["v1/Pod", "apps/v1/Deployment", "wasmloop.dev/v1alpha1/PodSet", "*", "Pod", "a/b/c/D", "v1/", "v1/PodList"];
+        const VERBS: &[&str] = &["read", "create", "apply", "patch", "delete", "update-status", "event", "*", "fly", "\"\""];
+
+        fn scalar() -> impl Strategy<Value = String> {
+            prop_oneof![4 => prop::sample::select(SCALARS).prop_map(str::to_owned), 1 => "[0-9]{1,12}(\\.[0-9]{1,3})?(ns|us|ms|s|m|h|Ki|Mi)?"]
+        }
+
+        /// `{k: v, …}` over `keys`.
+        fn flow_map(keys: &'static [&'static str]) -> impl Strategy<Value = String> {
+            prop::collection::vec((prop::sample::select(keys), scalar()), 0..4)
+                .prop_map(|kv| format!("{{{}}}", kv.iter().map(|(k, v)| format!("{k}: {v}")).collect::<Vec<_>>().join(", ")))
+        }
+
+        fn flow_list(items: &'static [&'static str]) -> impl Strategy<Value = String> {
+            prop::collection::vec(prop::sample::select(items), 0..3).prop_map(|v| format!("[{}]", v.join(", ")))
+        }
+
+        fn grants() -> impl Strategy<Value = String> {
+            let grant = (flow_list(KINDS), flow_list(VERBS), prop::option::of(flow_list(&["shop", "\"\"", "a-b"])), any::<bool>())
+                .prop_map(|(kinds, verbs, namespaces, extra)| {
+                    let ns = namespaces.map(|n| format!(", namespaces: {n}")).unwrap_or_default();
+                    format!("{{kinds: {kinds}, verbs: {verbs}{ns}{}}}", if extra { ", bogus: 1" } else { "" })
+                });
+            prop::collection::vec(grant, 0..3).prop_map(|g| format!("[{}]", g.join(", ")))
+        }
+
+        /// One `key: value` line of a manifest, the value of the key's type mostly.
+        fn line() -> impl Strategy<Value = String> {
+            let key = prop::sample::select(
+                &["name", "plugin", "concurrency", "resync", "namespace", "minRequeueAfter", "expectationsTimeout", "shards", "nmae"][..],
+            );
+            prop_oneof![
+                4 => (key, scalar()).prop_map(|(k, v)| format!("{k}: {v}")),
+                1 => flow_map(LIMITS).prop_map(|v| format!("limits: {v}")),
+                1 => flow_map(QUEUE).prop_map(|v| format!("queue: {v}")),
+                1 => (prop::sample::select(&["api", "events"][..]), flow_map(BUDGET)).prop_map(|(k, v)| format!("{k}: {v}")),
+                1 => grants().prop_map(|v| format!("grants: {v}")),
+            ]
+        }
+
+        /// Arbitrary text, YAML-ish text, or a manifest of known keys with random values.
+        fn manifest_text() -> impl Strategy<Value = String> {
+            prop_oneof![
+                1 => any::<String>(),
+                1 => "[a-z0-9:{}\\[\\],&*!|>'\" \n-]{0,40}",
+                6 => prop::collection::vec(line(), 0..6).prop_map(|lines| lines.join("\n")),
+            ]
+        }
+
+        /// Whether `d` can be added to the clock (a deadline that far away exists).
+        fn fits_the_clock(d: Duration) -> bool {
+            Instant::now().checked_add(d).is_some()
+        }
+
+        /// A bucket's first `burst + 1` reservations (so that it runs dry) do not panic.
+        fn drain(bucket: &TokenBucket, burst: u32) {
+            for _ in 0..=burst.min(1000) {
+                RateLimiter::<()>::when(bucket, &());
+            }
+        }
+
+        /// Found by [`fuzz_manifest`]: a resync past the clock's range was accepted and panicked
+        /// when the controller added it to `Instant::now()`; durations past `duration::MAX` are
+        /// refused now.
+        #[test]
+        fn a_resync_past_the_end_of_time_is_refused() {
+            let err = PluginManifest::parse("resync: 5124095576030431h", "p").unwrap_err().to_string();
+            assert!(err.contains("resync: invalid duration \"5124095576030431h\": too large"), "{err}");
+        }
+
+        /// Found by [`fuzz_manifest`]: `qps: 1e-300` is positive, so it is accepted, and the
+        /// token bucket panicked computing its 1e300-second wait; the wait is "never" now.
+        #[test]
+        fn a_tiny_qps_is_usable() {
+            let m = PluginManifest::parse("api: {qps: 1e-300, burst: 1}", "p").unwrap();
+            drain(&TokenBucket::new(m.controller.api.qps, m.controller.api.burst), 3);
+        }
+
+        /// `PluginManifest::parse` on any text: never panics; a refusal says `invalid
+        /// plugin.yaml: <reason>`. An accepted manifest keeps the documented bounds (name a DNS
+        /// label, 1-64 workers, 1-256 shards, resync ≥ 1s or never, expectationsTimeout ≤ 1h,
+        /// positive rates), is usable (every duration fits the clock, the rate limiters it
+        /// builds run dry without panicking) and its memory limit prints as it parses.
+        #[test]
+        fn fuzz_manifest() {
+            crate::fuzz::run(file!(), "manifest", manifest_text(), |yaml| {
+                let m = match PluginManifest::parse(&yaml, "default-name") {
+                    Ok(m) => m,
+                    Err(e) => {
+                        let message = e.to_string();
+                        prop_assert!(message.len() > "invalid plugin.yaml: ".len(), "{yaml:?}: {message:?}");
+                        return Ok(false);
+                    }
+                };
+                prop_assert!(is_dns_label(&m.name), "{:?}", m.name);
+                prop_assert!(m.component.as_deref().is_none_or(is_dns_label));
+                let c = &m.controller;
+                prop_assert!((1..=64).contains(&c.workers) && (1..=MAX_SHARDS).contains(&c.shards));
+                prop_assert!(c.resync.is_none_or(|r| r >= Duration::from_secs(1)));
+                prop_assert!(c.expectations_timeout <= Duration::from_secs(3600));
+                prop_assert!(c.rate_limits.validate().is_ok() && c.api.validate("api").is_ok() && c.events.validate("events").is_ok());
+                let q = &c.rate_limits;
+                for d in [c.resync.unwrap_or_default(), c.min_requeue_after, c.expectations_timeout, q.base_delay, q.max_delay, q.aging] {
+                    prop_assert!(fits_the_clock(d), "{yaml:?}: {d:?}");
+                }
+                prop_assert!(fits_the_clock(m.limits.timeout), "{yaml:?}: {:?}", m.limits.timeout);
+                let limiter = q.build::<()>();
+                for _ in 0..=q.burst.min(1000) {
+                    limiter.when(&());
+                }
+                drain(&TokenBucket::new(c.api.qps, c.api.burst), c.api.burst);
+                drain(&TokenBucket::new(c.events.qps, c.events.burst), c.events.burst);
+                prop_assert_eq!(ByteSize::parse(&m.limits.memory.to_string()).ok(), Some(m.limits.memory));
+                Ok(true)
+            });
+        }
+    }
 }

@@ -127,7 +127,10 @@ impl<K> RateLimiter<K> for TokenBucket {
         let tokens = (bucket.tokens + elapsed * self.qps).min(self.burst) - 1.0;
         bucket.tokens = tokens;
         bucket.last = bucket.last.max(now);
-        if tokens >= 0.0 { Duration::ZERO } else { Duration::from_secs_f64(-tokens / self.qps) }
+        // A wait too long for a `Duration` (a positive but tiny qps such as 1e-300, which
+        // validation lets through) is `Duration::MAX`, "never", rather than a panic: found by
+        // `fuzz_manifest` with `api: {qps: 1e-300}`.
+        if tokens >= 0.0 { Duration::ZERO } else { Duration::try_from_secs_f64(-tokens / self.qps).unwrap_or(Duration::MAX) }
     }
 
     /// The bucket is shared by all keys, so there is nothing per-key to forget.
@@ -309,6 +312,15 @@ mod tests {
         let burst_zero = TokenBucket::new(1.0, 0);
         assert_eq!(RateLimiter::<u8>::when(&burst_zero, &0), Duration::ZERO);
         assert_eq!(RateLimiter::<u8>::when(&burst_zero, &0), Duration::from_secs(1));
+    }
+
+    /// Found by `fuzz_manifest` (`api: {qps: 1e-300}`): the second reservation's wait, 1e300
+    /// seconds, panicked converting to a `Duration`; it is `Duration::MAX` now.
+    #[tokio::test(start_paused = true)]
+    async fn token_bucket_with_a_tiny_qps_waits_forever_without_panicking() {
+        let bucket = TokenBucket::new(1e-300, 1);
+        assert_eq!(RateLimiter::<u8>::when(&bucket, &0), Duration::ZERO);
+        assert_eq!(RateLimiter::<u8>::when(&bucket, &0), Duration::MAX);
     }
 
     #[tokio::test(start_paused = true)]
