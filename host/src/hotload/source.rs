@@ -251,6 +251,9 @@ pub fn sha256(parts: &[&[u8]]) -> String {
 }
 
 #[cfg(test)]
+mod fuzz;
+
+#[cfg(test)]
 mod tests {
     use super::*;
     use k8s_openapi::ByteString;
