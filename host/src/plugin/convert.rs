@@ -287,9 +287,16 @@ fn preconditions(p: wit::Preconditions) -> Preconditions {
     Preconditions { uid: p.uid.filter(|s| !s.is_empty()), resource_version: p.resource_version.filter(|s| !s.is_empty()) }
 }
 
+/// Most segments of a JSON patch operation's path: as deep as a document the host parses
+/// (serde_json's nesting limit). Admission places each value at its path
+/// ([`Action::written`]), one level per segment, and a path of a million `/a` nested that deep:
+/// merging and dropping the result overflowed the stack and aborted the host (found while
+/// writing `fuzz_outcome`; `deep_json_patch_paths_are_refused`).
+pub(crate) const MAX_PATCH_PATH_SEGMENTS: usize = 128;
+
 /// A patch action: its document must be an object (merge) or a list of `add`, `remove`,
 /// `replace` and `test` operations (JSON patch; `move` and `copy` would write values admission
-/// cannot see).
+/// cannot see) with paths of at most [`MAX_PATCH_PATH_SEGMENTS`] segments.
 fn patch(i: usize, p: wit::Patch) -> Result<Action, String> {
     let verb = if p.status { "update-status" } else { "patch" };
     let key = checked_key(i, verb, p.key)?;
@@ -322,8 +329,11 @@ fn checked_patch(
                 if !matches!(name, "add" | "remove" | "replace" | "test") {
                     return Err(format!("action {i} ({verb}): operation {j}: op {name:?} is not one of add, remove, replace, test"));
                 }
-                if !op.get("path").is_some_and(Value::is_string) {
+                let Some(path) = op.get("path").and_then(Value::as_str) else {
                     return Err(format!("action {i} ({verb}): operation {j}: path must be a string"));
+                };
+                if path.matches('/').count() > MAX_PATCH_PATH_SEGMENTS {
+                    return Err(format!("action {i} ({verb}): operation {j}: path has more than {MAX_PATCH_PATH_SEGMENTS} segments"));
                 }
                 if name != "remove" && op.get("value").is_none() {
                     return Err(format!("action {i} ({verb}): operation {j}: {name} needs a value"));
@@ -334,6 +344,9 @@ fn checked_patch(
     };
     Ok(Action::Patch { key, status, patch_type, body, preconditions: preconditions(pre) })
 }
+
+#[cfg(test)]
+mod fuzz;
 
 #[cfg(test)]
 mod tests {
