@@ -1,15 +1,25 @@
-//! The Kubernetes API client: kubeconfig or in-cluster config, plus a request counter.
+//! The Kubernetes API client: kubeconfig or in-cluster config, plus request and response counters.
 //!
 //! Every request the host sends goes through [`ApiRequests`], so tests (and `/metrics`) can prove
-//! that cache reads and resyncs never reach the API server.
+//! that cache reads and resyncs never reach the API server. Retries of 429, 503 and 504 answers
+//! happen in the client, honouring `Retry-After` (kube's own `RetryPolicy::server_retry`), and
+//! every answer, retried or final, is counted by status code: an API server that throttles or
+//! fails shows in `wasmloop_api_responses_total` even when a retry then succeeds.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use kube::client::ClientBuilder;
+use kube::client::retry::RetryPolicy;
+use kube::client::{ClientBuilder, DynBody};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
-use tower::util::MapRequestLayer;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::registry::Registry;
+use tower::buffer::BufferLayer;
+use tower::retry::RetryLayer;
+use tower::util::{MapRequestLayer, MapResponseLayer};
 
 /// Errors building the client.
 #[derive(Debug, thiserror::Error)]
@@ -24,7 +34,8 @@ pub enum Error {
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
-/// Counts requests sent to the API server, by verb (method + whether it is a watch).
+/// Counts requests sent to the API server, by verb (method + whether it is a watch), and the
+/// answers to every attempt, by status code.
 #[derive(Clone, Default, Debug)]
 pub struct ApiRequests(Arc<Counts>);
 
@@ -34,6 +45,18 @@ struct Counts {
     list: AtomicU64,
     watch: AtomicU64,
     write: AtomicU64,
+    requests: Family<VerbLabel, Counter>,
+    responses: Family<CodeLabel, Counter>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct VerbLabel {
+    verb: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CodeLabel {
+    code: u16,
 }
 
 /// A snapshot of [`ApiRequests`].
@@ -67,22 +90,46 @@ impl ApiRequests {
         }
     }
 
+    /// Answers by status code so far (every attempt, retried or final).
+    pub fn responses(&self, code: u16) -> u64 {
+        self.0.responses.get_or_create(&CodeLabel { code }).get()
+    }
+
+    /// `wasmloop_api_requests_total{verb}` and `wasmloop_api_responses_total{code}`.
+    pub fn register(&self, registry: &mut Registry) {
+        registry.register(
+            "wasmloop_api_requests",
+            "Requests sent to the API server, by verb (get, list, watch, write)",
+            self.0.requests.clone(),
+        );
+        registry.register(
+            "wasmloop_api_responses",
+            "Answers from the API server by status code, every attempt (429/503/504 are retried in the client)",
+            self.0.responses.clone(),
+        );
+    }
+
     fn record<B>(&self, req: &http::Request<B>) {
         let c = &self.0;
-        let counter = match *req.method() {
+        let (counter, verb) = match *req.method() {
             http::Method::GET => {
                 let q = req.uri().query().unwrap_or("");
                 if q.split('&').any(|kv| kv == "watch=true" || kv == "watch=1") {
-                    &c.watch
+                    (&c.watch, "watch")
                 } else if is_collection(req.uri().path()) {
-                    &c.list
+                    (&c.list, "list")
                 } else {
-                    &c.get
+                    (&c.get, "get")
                 }
             }
-            _ => &c.write,
+            _ => (&c.write, "write"),
         };
         counter.fetch_add(1, Ordering::Relaxed);
+        c.requests.get_or_create(&VerbLabel { verb }).inc();
+    }
+
+    fn record_response<B>(&self, res: &http::Response<B>) {
+        self.0.responses.get_or_create(&CodeLabel { code: res.status().as_u16() }).inc();
     }
 }
 
@@ -119,11 +166,20 @@ pub async fn build(kubeconfig: Option<&str>) -> Result<(Client, ApiRequests)> {
     from_config(config)
 }
 
-/// A counting client from an explicit config.
-fn from_config(config: Config) -> Result<(Client, ApiRequests)> {
+/// A counting client from an explicit config. kube's retry layer is moved above the response
+/// counter (it sits outside everything by default), so every attempt's answer is counted.
+fn from_config(mut config: Config) -> Result<(Client, ApiRequests)> {
+    config.default_retry = false;
     let requests = ApiRequests::default();
-    let counter = requests.clone();
+    let (counter, answers) = (requests.clone(), requests.clone());
     let client = ClientBuilder::try_from(config)?
+        .with_layer(&MapResponseLayer::new(move |res: http::Response<Box<DynBody>>| {
+            answers.record_response(&res);
+            res
+        }))
+        // The retry layer clones its inner service; a buffer makes the boxed stack cloneable.
+        .with_layer(&BufferLayer::new(1024))
+        .with_layer(&RetryLayer::new(RetryPolicy::server_retry()))
         .with_layer(&MapRequestLayer::new(move |req: http::Request<_>| {
             counter.record(&req);
             req

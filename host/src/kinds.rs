@@ -3,6 +3,9 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
+use std::time::Duration;
+
+use backon::{ExponentialBuilder, Retryable};
 
 use kube::core::{ApiResource, GroupVersionKind};
 use kube::discovery::{self, Scope};
@@ -15,6 +18,8 @@ pub enum Error {
     InvalidApiVersion(String),
     #[error("kind {0} is not served by the API server (is its CRD installed?): {1}")]
     NotServed(KindRef, #[source] kube::Error),
+    #[error("discovering kind {0} failed: the API server did not answer after retries: {1}")]
+    Discovery(KindRef, #[source] kube::Error),
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -106,7 +111,14 @@ impl KindResolver {
             return Ok(r.clone());
         }
         let gvk = kind.gvk()?;
-        let (resource, caps) = discovery::pinned_kind(&self.client, &gvk).await.map_err(|e| Error::NotServed(kind.clone(), e))?;
+        // A dropped connection or a 5xx/429 answer is not "not served": retried for ~15 s first.
+        let retry = ExponentialBuilder::default()
+            .with_min_delay(Duration::from_millis(200))
+            .with_max_delay(Duration::from_secs(5))
+            .with_max_times(6);
+        let discovered = (|| discovery::pinned_kind(&self.client, &gvk)).retry(retry).when(is_transient).sleep(tokio::time::sleep).await;
+        let (resource, caps) =
+            discovered.map_err(|e| if is_transient(&e) { Error::Discovery(kind.clone(), e) } else { Error::NotServed(kind.clone(), e) })?;
         let resolved = ResolvedKind { kind: kind.clone(), resource, namespaced: caps.scope == Scope::Namespaced };
         self.cache.lock().insert(kind.clone(), resolved.clone());
         Ok(resolved)
@@ -115,6 +127,15 @@ impl KindResolver {
     /// Forget a kind (e.g. after its CRD was removed).
     pub fn forget(&self, kind: &KindRef) {
         self.cache.lock().remove(kind);
+    }
+}
+
+/// Errors a later attempt may not meet: no answer, or the API server busy or failing.
+fn is_transient(e: &kube::Error) -> bool {
+    match e {
+        kube::Error::Api(s) => s.code == 429 || s.code >= 500,
+        kube::Error::HyperError(_) | kube::Error::Service(_) => true,
+        _ => false,
     }
 }
 

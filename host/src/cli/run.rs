@@ -169,7 +169,7 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
 pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     super::init_tracing(args.log_format);
     let identity = args.identity.clone().unwrap_or_else(default_identity);
-    let (client, _requests) = wasmloop::client::build(args.kubeconfig.as_deref()).await?;
+    let (client, requests) = wasmloop::client::build(args.kubeconfig.as_deref()).await?;
     let resolver = KindResolver::new(client.clone());
     let registry = InformerRegistry::new(resolver.clone());
     let protected = protected_objects(&args, client.clone())?;
@@ -178,6 +178,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let fence = if args.leader_elect { Fence::closed() } else { Fence::open() };
     let executor = Executor::new(resolver, Some(identity.clone())).with_protected(protected).with_fence(fence.clone());
     let mut prom = Registry::default();
+    requests.register(&mut prom);
     let metrics = ControllerMetrics::new(&mut prom);
     let plugin_metrics = wasmloop::hotload::metrics::PluginMetrics::new(&mut prom);
     let leading = prometheus_client::metrics::gauge::Gauge::<i64>::default();
