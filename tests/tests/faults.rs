@@ -146,3 +146,131 @@ async fn converges_exactly_through_apiserver_etcd_and_host_restarts() -> Result<
     drop(host);
     ns.cleanup().await
 }
+
+/// PodSets created, scaled and deleted throughout while a proxy between the host and the API
+/// server delays requests, answers 429 (with `Retry-After`), 500, 503 and 409 on status writes,
+/// cuts watches and resets lists mid-body: every PodSet converges exactly, every throttled
+/// request was retried only after its `Retry-After`, and the host's own counters account for
+/// every injected answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn podsets_converge_exactly_through_injected_api_faults() -> Result<()> {
+    use std::sync::atomic::Ordering::Relaxed;
+    use wasmloop_tests::fault_proxy::{FaultProxy, Faults};
+    init_tracing();
+    let (admin, _) = wasmloop_tests::client().await?;
+    ensure_podset_crd(&admin).await?;
+    let ns = TestNamespace::create(&admin, "faults-proxy").await?;
+    let manifest = format!(
+        "namespace: {}\nconcurrency: 4\ngrants:\n  - kinds: [\"wasmloop.dev/v1alpha1/PodSet\"]\n    verbs: [read, update-status, event]\n  - kinds: [\"v1/Pod\"]\n    verbs: [read, create, delete, patch]\n",
+        ns.name
+    );
+    apply_plugin(&admin, &ns.name, "podset", &std::fs::read(plugin_path("podset")?)?, &manifest).await?;
+    let dir = tempfile::tempdir()?;
+    let proxy = FaultProxy::start(&wasmloop_tests::kubeconfig()?, dir.path(), Faults::default()).await?;
+    // Armed from the start: the host's discovery, first lists and watches go through the faults too.
+    proxy.arm(true);
+    let mut host = HostProcess::start("faults-proxy", &proxy.kubeconfig, dir.path(), &["--plugin-namespace", ns.name.as_str()]).await?;
+    eventually("the host to be ready", Duration::from_secs(60), || async { Ok((host.get("/readyz").await?.0 == 200).then_some(())) })
+        .await?;
+
+    // Churn: waves of creates, scales and deletes while the faults are on.
+    let mut want = BTreeMap::new();
+    for wave in 0..4 {
+        create_podsets(&admin, &ns.name, &format!("w{wave}"), 5, 2, &mut want).await?;
+        if wave > 0 {
+            let prev = format!("w{}", wave - 1);
+            for i in 0..2 {
+                let name = format!("{prev}-{i}");
+                podsets(&admin, &ns.name).patch(&name, &PatchParams::default(), &Patch::Merge(json!({"spec": {"replicas": 4}}))).await?;
+                want.insert(name, 4);
+            }
+            let gone = format!("{prev}-4");
+            podsets(&admin, &ns.name).delete(&gone, &Default::default()).await?;
+            want.remove(&gone);
+            // No garbage collector runs here: remove its Pods as kube-controller-manager's would.
+            let pods = kube::Api::<k8s_openapi::api::core::v1::Pod>::namespaced(admin.clone(), &ns.name);
+            pods.delete_collection(&Default::default(), &kube::api::ListParams::default().labels(&format!("app={gone}"))).await?;
+        }
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+    let took = converged_exactly(&admin, &ns.name, &want, "injected API faults").await?;
+    proxy.arm(false);
+    ensure!(host.alive(), "the host exited under injected faults:\n{}", host.log_tail(30));
+    // Settle: no request of the faulty phase still in flight when the counters are compared.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    converged_exactly(&admin, &ns.name, &want, "disarming the proxy").await?;
+
+    let i = &proxy.injected;
+    let after = host.metrics().await?;
+    let answered = |code: &str| after.sum("wasmloop_api_responses_total", &[("code", code)]);
+    let sent = |verb: &str| after.sum("wasmloop_api_requests_total", &[("verb", verb)]);
+    eprintln!(
+        "faults: {} requests through the proxy; injected: {} delays, {} × 429, {} × 500, {} × 503, {} × 409 on status, {} watch cuts, \
+         {} resets mid-body; Retry-After honoured {} times, violated {}; the host counted 429: {}, 500: {}, 503: {}, 409: {}, \
+         watches: {}, lists: {}; converged {:.1}s after the last wave",
+        i.requests.load(Relaxed),
+        i.delayed.load(Relaxed),
+        i.throttled.load(Relaxed),
+        i.internal_errors.load(Relaxed),
+        i.unavailable.load(Relaxed),
+        i.status_conflicts.load(Relaxed),
+        i.watch_cuts.load(Relaxed),
+        i.resets.load(Relaxed),
+        i.retry_after_honoured.load(Relaxed),
+        i.retry_after_violations.load(Relaxed),
+        answered("429"),
+        answered("500"),
+        answered("503"),
+        answered("409"),
+        sent("watch"),
+        sent("list"),
+        took.as_secs_f64()
+    );
+    for (what, n) in [
+        ("delays", &i.delayed),
+        ("429s", &i.throttled),
+        ("500s", &i.internal_errors),
+        ("503s", &i.unavailable),
+        ("409s on status writes", &i.status_conflicts),
+        ("watch cuts", &i.watch_cuts),
+        ("resets mid-body", &i.resets),
+    ] {
+        ensure!(n.load(Relaxed) > 0, "no {what} were injected: the test did not exercise them");
+    }
+    ensure!(i.retry_after_violations.load(Relaxed) == 0, "writes came back before their Retry-After: {:?}", i.violations.lock());
+    ensure!(i.retry_after_honoured.load(Relaxed) > 0, "no throttled request was seen again");
+    // Every injected answer reached the host's counters (its retries included).
+    ensure!(answered("429") == i.throttled.load(Relaxed) as f64, "429: host {} vs injected {}", answered("429"), i.throttled.load(Relaxed));
+    ensure!(
+        answered("500") >= i.internal_errors.load(Relaxed) as f64,
+        "500: host {} vs injected {}",
+        answered("500"),
+        i.internal_errors.load(Relaxed)
+    );
+    ensure!(
+        answered("503") >= i.unavailable.load(Relaxed) as f64,
+        "503: host {} vs injected {}",
+        answered("503"),
+        i.unavailable.load(Relaxed)
+    );
+    ensure!(
+        answered("409") >= i.status_conflicts.load(Relaxed) as f64,
+        "409: host {} vs injected {}",
+        answered("409"),
+        i.status_conflicts.load(Relaxed)
+    );
+    ensure!(
+        sent("watch") >= i.watch_cuts.load(Relaxed) as f64,
+        "every cut watch is watched again: {} watches, {} cuts",
+        sent("watch"),
+        i.watch_cuts.load(Relaxed)
+    );
+    ensure!(
+        sent("list") >= i.resets.load(Relaxed) as f64,
+        "every reset list is listed again: {} lists, {} resets",
+        sent("list"),
+        i.resets.load(Relaxed)
+    );
+    drop(host);
+    ns.cleanup().await
+}
