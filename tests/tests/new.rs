@@ -1,6 +1,7 @@
 //! `wasmloop new` creates a plugin crate that works as created: outside the workspace, its
 //! native tests pass, its component builds, and `wasmloop reconcile` with the generated fixtures
-//! and manifest (its grants checked as the host checks them) creates the ConfigMap.
+//! and manifest (its grants checked as the host checks them) creates the ConfigMap; `wasmloop
+//! pack` packs it with that manifest, derives one without it, and refuses one missing a read.
 
 use std::path::Path;
 use std::process::Command;
@@ -52,6 +53,20 @@ fn a_new_plugin_tests_builds_and_reconciles_out_of_the_box() -> Result<()> {
         "wasmloop reconcile",
     )?;
     ensure!(out.contains("action: create") && out.contains("message: Welcome to team-a!"), "unexpected outcome:\n{out}");
+    // Packing: with the generated manifest; without one (reads derived from the plugin's
+    // metadata, writes from --allow); and a manifest missing a declared read is refused.
+    run(Command::new(&wasmloop).current_dir(&dir).arg("pack").arg(&wasm).args(["--manifest", "hello-world.plugin.yaml"]), "pack")?;
+    let derived = Command::new(&wasmloop).current_dir(&dir).arg("pack").arg(&wasm).args(["--allow", "v1/ConfigMap=create"]).output()?;
+    let (stdout, stderr) = (String::from_utf8_lossy(&derived.stdout), String::from_utf8_lossy(&derived.stderr));
+    ensure!(derived.status.success(), "pack without --manifest failed:\n{stderr}");
+    ensure!(
+        stdout.contains(r#"verbs: ["read", "create"]"#) && stdout.contains(r#"kinds: ["v1/Namespace"]"#),
+        "the derived manifest does not grant the declared reads and the allowed write:\n{stdout}"
+    );
+    std::fs::write(dir.join("reads-nothing.yaml"), "name: hello-world\ngrants: []\n")?;
+    let refused = Command::new(&wasmloop).current_dir(&dir).arg("pack").arg(&wasm).args(["--manifest", "reads-nothing.yaml"]).output()?;
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    ensure!(!refused.status.success() && stderr.contains("would refuse") && stderr.contains("v1/Namespace"), "not refused:\n{stderr}");
     // A second `new` into the same place is refused, not merged.
     let again = Command::new(&wasmloop).args(["new", "hello-world", "--dir"]).arg(&dir).output()?;
     ensure!(!again.status.success() && String::from_utf8_lossy(&again.stderr).contains("already exists"));

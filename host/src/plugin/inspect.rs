@@ -113,6 +113,14 @@ impl fmt::Display for Inspection {
             for i in &m.indexes {
                 writeln!(f, "index:      {} {} = {}", i.kind, i.name, i.path)?;
             }
+            // What a manifest must grant for the host to load it (writes are the plugin's own business).
+            let mut reads: Vec<String> = m.kinds().iter().chain(m.indexes.iter().map(|i| &i.kind)).map(ToString::to_string).collect();
+            reads.dedup();
+            writeln!(
+                f,
+                "needs:      read on {} (grant writes too; `wasmloop pack --allow KIND=VERBS` derives a manifest)",
+                reads.join(", ")
+            )?;
         }
         if let Some(e) = &self.metadata_error {
             writeln!(f, "metadata:   unavailable: {e}")?;

@@ -1,0 +1,161 @@
+//! `wasmloop pack`: a plugin as ConfigMaps for `kubectl apply -f -`, with a manifest the host
+//! will accept.
+//!
+//! Without `--manifest`, the manifest is derived from the plugin itself: its name, a `read`
+//! grant for every kind its metadata says it reconciles, watches or indexes, and the writes the
+//! author lists with `--allow KIND=VERB[,VERB]`. With or without one, the plugin's declared
+//! reads are checked against the grants before anything is printed, so the author never ships
+//! a ConfigMap the host is sure to refuse.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{Context, bail};
+use wasmloop::controller::ReconcilerSpec;
+use wasmloop::hotload::{PluginManifest, pack};
+
+#[derive(clap::Args, Debug)]
+pub struct PackArgs {
+    /// The plugin component (.wasm).
+    plugin: PathBuf,
+    /// The admin's manifest (name, grants, limits, queue, resync); validated before packing.
+    /// Without it, one is derived: `read` on what the plugin declares, plus `--allow`.
+    #[arg(long)]
+    manifest: Option<PathBuf>,
+    /// Without --manifest: a write to grant, `KIND=VERB[,VERB]`, e.g.
+    /// `--allow v1/Pod=create,delete` or `--allow wasmloop.dev/v1alpha1/PodSet=update-status,event`.
+    #[arg(long = "allow", value_name = "KIND=VERBS", conflicts_with = "manifest")]
+    allow: Vec<String>,
+    /// ConfigMap and plugin name (default: the manifest's name, else the plugin's own).
+    #[arg(long)]
+    name: Option<String>,
+    /// ConfigMap namespace (default: none, i.e. kubectl's current namespace).
+    #[arg(long)]
+    namespace: Option<String>,
+    /// Write to this file instead of standard output.
+    #[arg(short, long)]
+    output: Option<PathBuf>,
+    /// The older single-ConfigMap form (wasm inline in the plugin ConfigMap's binaryData) instead of
+    /// an immutable payload ConfigMap `<name>-wasm-<digest>` referenced from the plugin ConfigMap.
+    #[arg(long)]
+    inline: bool,
+}
+
+pub fn run(args: PackArgs) -> anyhow::Result<ExitCode> {
+    let wasm = std::fs::read(&args.plugin).with_context(|| format!("reading {}", args.plugin.display()))?;
+    let spec = declared(&wasm).with_context(|| format!("reading what {} declares", args.plugin.display()))?;
+    let (mut manifest, source) = match &args.manifest {
+        Some(p) => (std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?, p.display().to_string()),
+        None => {
+            let derived = derive_manifest(&spec, args.name.as_deref(), &args.allow)?;
+            eprintln!("wasmloop pack: no --manifest; derived from the plugin's metadata and --allow:\n{derived}");
+            (derived, "the derived manifest".to_string())
+        }
+    };
+    // The name: --name, else the manifest's, else the plugin's own. Written into the manifest.
+    let parsed = PluginManifest::parse(&manifest, &spec.name).with_context(|| format!("in {source}"))?;
+    let name = args.name.clone().unwrap_or_else(|| parsed.name.clone());
+    if args.name.is_some() || !manifest.lines().any(|l| l.starts_with("name:")) {
+        manifest = format!("name: {name}\n{}", manifest.lines().filter(|l| !l.starts_with("name:")).collect::<Vec<_>>().join("\n"));
+    }
+    let parsed = PluginManifest::parse(&manifest, &name).context("after setting the name")?;
+    // What the host checks at load: every declared read is granted.
+    if let Err(e) = parsed.grants.check_spec(&spec) {
+        bail!(
+            "the host would refuse this plugin with {source}: {e}\n(grant it in the manifest, or pack without --manifest to derive the reads)"
+        );
+    }
+    let path = args.plugin.display().to_string();
+    let input = pack::PackInput { wasm: &wasm, path: &path, manifest, name, namespace: args.namespace };
+    let (yaml, raw, compressed, how) = if args.inline {
+        let packed = pack::pack(input)?;
+        (pack::to_yaml(&packed.config_map)?, packed.raw_bytes, packed.compressed_bytes, "inline".to_string())
+    } else {
+        let packed = pack::pack_referenced(input)?;
+        let how = format!("payload ConfigMap {} ({})", packed.payload.metadata.name.as_deref().unwrap_or_default(), packed.digest);
+        (pack::to_yaml_stream(&[&packed.payload, &packed.plugin])?, packed.raw_bytes, packed.compressed_bytes, how)
+    };
+    eprintln!("wasmloop pack: {path} → {raw} bytes raw, {compressed} bytes zstd ({:.0}%), {how}", 100.0 * compressed as f64 / raw as f64);
+    match args.output {
+        Some(out) => std::fs::write(&out, yaml).with_context(|| format!("writing {}", out.display()))?,
+        None => print!("{yaml}"),
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// What the plugin declares (`metadata()`), from compiling and asking it.
+fn declared(wasm: &[u8]) -> anyhow::Result<ReconcilerSpec> {
+    let engine = wasmloop::plugin::PluginEngine::new()?;
+    let inspection = wasmloop::plugin::inspect(&engine, wasm)?;
+    inspection.metadata.with_context(|| inspection.metadata_error.unwrap_or_else(|| "the plugin answered no metadata".into()))
+}
+
+/// A manifest granting `read` on every kind `spec` reads, plus the `allow`ed writes
+/// (`KIND=VERB[,VERB]`), named `name` (else the plugin's own name).
+pub fn derive_manifest(spec: &ReconcilerSpec, name: Option<&str>, allow: &[String]) -> anyhow::Result<String> {
+    let mut verbs: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let reads = std::iter::once(&spec.reconciles).chain(spec.watches.iter().map(|w| &w.kind)).chain(spec.indexes.iter().map(|i| &i.kind));
+    for kind in reads {
+        verbs.entry(kind.to_string()).or_insert_with(|| vec!["read".into()]);
+    }
+    for a in allow {
+        let Some((kind, list)) = a.split_once('=').filter(|(k, v)| !k.is_empty() && !v.is_empty()) else {
+            bail!("--allow {a:?}: expected KIND=VERB[,VERB], e.g. v1/Pod=create,delete");
+        };
+        let entry = verbs.entry(kind.trim().to_string()).or_default();
+        for verb in list.split(',').map(str::trim).filter(|v| !v.is_empty()) {
+            if !entry.iter().any(|v| v == verb) {
+                entry.push(verb.to_string());
+            }
+        }
+    }
+    let mut yaml = format!("name: {}\ngrants:\n", name.unwrap_or(&spec.name));
+    for (kind, verbs) in &verbs {
+        let quoted: Vec<String> = verbs.iter().map(|v| format!("{v:?}")).collect();
+        yaml.push_str(&format!("  - kinds: [{kind:?}]\n    verbs: [{}]\n", quoted.join(", ")));
+    }
+    // The verbs and kinds are checked by the manifest's own parser, naming what is wrong.
+    PluginManifest::parse(&yaml, &spec.name).context("the derived manifest (check the --allow verbs)")?;
+    Ok(yaml)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use wasmloop::controller::{IndexDecl, Mapping, WatchSpec};
+    use wasmloop::kinds::KindRef;
+
+    fn spec() -> ReconcilerSpec {
+        ReconcilerSpec {
+            name: "podset".into(),
+            version: "0.1.0".into(),
+            reconciles: KindRef::new("wasmloop.dev/v1alpha1", "PodSet"),
+            selector: None,
+            watches: vec![WatchSpec { kind: KindRef::new("v1", "Pod"), mapping: Mapping::Owner, selector: None }],
+            indexes: vec![IndexDecl { kind: KindRef::new("v1", "Pod"), name: "node".into(), path: "spec.nodeName".into() }],
+            fields: vec![],
+        }
+    }
+
+    #[test]
+    fn the_derived_manifest_grants_exactly_the_declared_reads_and_the_allowed_writes() {
+        let yaml =
+            derive_manifest(&spec(), None, &["v1/Pod=create,delete".into(), "wasmloop.dev/v1alpha1/PodSet=update-status".into()]).unwrap();
+        let m = PluginManifest::parse(&yaml, "x").unwrap();
+        assert_eq!(m.name, "podset");
+        m.grants.check_spec(&spec()).unwrap();
+        assert!(yaml.contains("kinds: [\"v1/Pod\"]\n    verbs: [\"read\", \"create\", \"delete\"]"), "{yaml}");
+        assert!(yaml.contains("[\"read\", \"update-status\"]"), "{yaml}");
+        // Nothing beyond what was declared or allowed.
+        assert_eq!(yaml.matches("kinds:").count(), 2, "{yaml}");
+    }
+
+    #[test]
+    fn bad_allow_flags_say_what_is_wrong() {
+        let e = derive_manifest(&spec(), None, &["v1/Pod".into()]).unwrap_err();
+        assert!(e.to_string().contains("KIND=VERB"), "{e}");
+        let e = derive_manifest(&spec(), None, &["v1/Pod=crate".into()]).unwrap_err();
+        assert!(format!("{e:#}").contains("crate"), "{e:#}");
+    }
+}
