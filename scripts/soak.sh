@@ -3,8 +3,8 @@
 #
 #   scripts/soak.sh [MINUTES]        default 30; writes target/soak/samples.csv and prints a summary
 #
-# Starts its own control plane, the host (release build if present, else debug; KEEP the one you
-# want to measure built) with the podset plugin, then until the time is up: every few seconds
+# Starts its own control plane, the host (SOAK_HOST, else the release build if present, else a
+# debug build) with the podset plugin, then until the time is up: every few seconds
 # creates PodSets, scales others and deletes old ones (their Pods removed as the garbage collector
 # would), and every minute reloads the plugin (a manifest change: a new version serves, queued
 # keys are kept). Every 30 s it samples the host's RSS (VmRSS), open file descriptors and
@@ -19,8 +19,9 @@ minutes=${1:-30}
 ./scripts/setup.sh >/dev/null
 ./scripts/build-plugins.sh podset >/dev/null
 target_dir=${CARGO_TARGET_DIR:-$root/target}
-host=$target_dir/release/wasmloop
+host=${SOAK_HOST:-$target_dir/release/wasmloop}
 [ -x "$host" ] || { cargo build -p wasmloop --bin wasmloop >/dev/null; host=$target_dir/debug/wasmloop; }
+echo "soak: host binary $host" >&2
 kubectl=$(./scripts/control-plane.sh bin kubectl)
 plugin=$target_dir/wasm32-wasip2/plugin/podset.wasm
 
