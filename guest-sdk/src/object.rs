@@ -204,7 +204,7 @@ mod tests {
         assert_eq!(controller_uid(&p), Some("rs1"));
         assert!(!is_deleting(&p));
         let k = key(&p).unwrap();
-        assert_eq!(k.to_string(), "v1/Pod default/web-0");
+        assert_eq!(k.to_string(), "v1/Pod/default/web-0");
     }
 
     #[test]

@@ -379,7 +379,7 @@ mod tests {
             .create_owned(&owner, json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}}))
             .into_result()
             .unwrap_err();
-        assert_eq!(e.message(), "invalid action: create_owned: owner v1/ConfigMap c has no metadata.uid");
+        assert_eq!(e.message(), "invalid action: create_owned: owner v1/ConfigMap/c has no metadata.uid");
     }
 
     #[test]
@@ -412,7 +412,7 @@ mod tests {
         let deleted: Vec<String> = out.deleted().map(|k| k.name.clone()).collect();
         assert_eq!(deleted, ["p", "q"]);
         let (key, status) = out.status_updates().next().unwrap();
-        assert_eq!(key.to_string(), "apps/v1/ReplicaSet prod/web");
+        assert_eq!(key.to_string(), "apps/v1/ReplicaSet/prod/web");
         assert_eq!(status["replicas"], 1);
         let ev = out.events().next().unwrap();
         assert_eq!((ev.event_type, ev.reason.as_str()), (EventType::Warning, "Failed"));

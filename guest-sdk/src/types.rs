@@ -74,9 +74,11 @@ impl ObjectKey {
 
 impl fmt::Display for ObjectKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // The one key syntax of logs, errors, Events and the CLI's --key:
+        // <apiVersion>/<kind>/<namespace>/<name>, or <apiVersion>/<kind>/<name> if cluster-scoped.
         match &self.namespace {
-            Some(ns) => write!(f, "{} {}/{}", self.kind, ns, self.name),
-            None => write!(f, "{} {}", self.kind, self.name),
+            Some(ns) => write!(f, "{}/{}/{}", self.kind, ns, self.name),
+            None => write!(f, "{}/{}", self.kind, self.name),
         }
     }
 }
@@ -331,8 +333,8 @@ mod tests {
 
     #[test]
     fn key_display_with_and_without_namespace() {
-        assert_eq!(kinds::POD.key(Some("ns"), "p").to_string(), "v1/Pod ns/p");
-        assert_eq!(kinds::NAMESPACE.key(None, "team-a").to_string(), "v1/Namespace team-a");
+        assert_eq!(kinds::POD.key(Some("ns"), "p").to_string(), "v1/Pod/ns/p");
+        assert_eq!(kinds::NAMESPACE.key(None, "team-a").to_string(), "v1/Namespace/team-a");
     }
 
     #[test]

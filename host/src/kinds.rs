@@ -74,9 +74,11 @@ impl ObjectKey {
 
 impl fmt::Display for ObjectKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // The one key syntax of logs, errors, Events and the CLI's --key:
+        // <apiVersion>/<kind>/<namespace>/<name>, or <apiVersion>/<kind>/<name> if cluster-scoped.
         match &self.namespace {
-            Some(ns) => write!(f, "{} {}/{}", self.kind, ns, self.name),
-            None => write!(f, "{} {}", self.kind, self.name),
+            Some(ns) => write!(f, "{}/{}/{}", self.kind, ns, self.name),
+            None => write!(f, "{}/{}", self.kind, self.name),
         }
     }
 }
@@ -231,8 +233,8 @@ mod tests {
     #[test]
     fn keys_display_with_and_without_namespace() {
         let k = ObjectKey::new(KindRef::new("v1", "Pod"), Some("ns".into()), "p");
-        assert_eq!(k.to_string(), "v1/Pod ns/p");
+        assert_eq!(k.to_string(), "v1/Pod/ns/p");
         let k = ObjectKey::new(KindRef::new("v1", "Namespace"), None, "team-a");
-        assert_eq!(k.to_string(), "v1/Namespace team-a");
+        assert_eq!(k.to_string(), "v1/Namespace/team-a");
     }
 }

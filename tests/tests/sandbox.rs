@@ -264,7 +264,7 @@ fn guest_output_goes_to_the_log_tagged_with_plugin_and_key() {
     let log = String::from_utf8(buffer.0.lock().unwrap().clone()).unwrap();
     let line = |needle: &str| log.lines().find(|l| l.contains(needle)).unwrap_or_else(|| panic!("no {needle:?} in:\n{log}")).to_owned();
     let logged = line("echo: web is");
-    assert!(logged.contains("plugin=\"echo\"") && logged.contains("key=\"v1/ConfigMap default/web\""), "{logged}");
+    assert!(logged.contains("plugin=\"echo\"") && logged.contains("key=\"v1/ConfigMap/default/web\""), "{logged}");
     let stdout = line("echo: stdout works");
     assert!(stdout.contains("stream=\"stdout\"") && stdout.contains("plugin=\"echo\""), "{stdout}");
     let stderr = line("sandbox-probe: stderr line");

@@ -429,10 +429,10 @@ mod tests {
     fn bodies_key_by_their_target() {
         let ok = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "n"}});
         let t = Action::Create { object: ok.clone() }.target().map(|t| t.display_name());
-        assert_eq!(target_key("create", &ok, t).unwrap().to_string(), "v1/Pod n/p");
+        assert_eq!(target_key("create", &ok, t).unwrap().to_string(), "v1/Pod/n/p");
         let generated = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"generateName": "web-", "namespace": "n"}});
         let t = Action::Create { object: generated.clone() }.target().map(|t| t.display_name());
-        assert_eq!(target_key("create", &generated, t).unwrap().to_string(), "v1/Pod n/web-*");
+        assert_eq!(target_key("create", &generated, t).unwrap().to_string(), "v1/Pod/n/web-*");
         let t = Action::Apply { object: generated.clone() }.target().map(|t| t.display_name());
         let err = target_key("apply", &generated, t).unwrap_err().to_string();
         assert!(err.contains("generateName is only allowed on create"), "{err}");

@@ -83,19 +83,32 @@ pub fn run(args: ReconcileArgs) -> anyhow::Result<ExitCode> {
 }
 
 /// `[group/]version/kind/[namespace/]name`. A first segment like `v1`, `v1beta1` is the core group.
+/// A `--key`, in the syntax logs, errors and Events print (`ObjectKey`'s Display):
+/// `<apiVersion>/<kind>/<namespace>/<name>`, or `<apiVersion>/<kind>/<name>` for a cluster-scoped
+/// kind. Also taken: an empty namespace (`v1/Namespace//team-a`) and the space-separated form of
+/// older logs (`v1/Pod shop/web`).
 fn parse_key(text: &str) -> anyhow::Result<ObjectKey> {
-    let parts: Vec<&str> = text.split('/').collect();
-    if parts.iter().any(|p| p.is_empty()) {
-        bail!("--key {text:?}: empty segment");
+    const EXPECTED: &str = "expected <apiVersion>/<kind>/<namespace>/<name>, or <apiVersion>/<kind>/<name> for a cluster-scoped kind \
+                            (e.g. wasmloop.dev/v1alpha1/PodSet/shop/web, v1/Namespace/team-a)";
+    let joined = match text.trim().split_once(' ') {
+        Some((kind, rest)) if !rest.trim().is_empty() && !rest.contains(' ') => format!("{kind}/{}", rest.trim()),
+        Some(_) => bail!("--key {text:?}: {EXPECTED}"),
+        None => text.trim().to_string(),
+    };
+    let mut parts: Vec<&str> = joined.split('/').collect();
+    let core = parts.first().is_some_and(|p| is_version(p));
+    let kind_at = if core { 1 } else { 2 };
+    // `<apiVersion>/<kind>//<name>`: an empty namespace is a cluster-scoped key.
+    if parts.len() == kind_at + 3 && parts[kind_at + 1].is_empty() {
+        parts.remove(kind_at + 1);
     }
-    let core = is_version(parts[0]);
+    if let Some(i) = parts.iter().position(|p| p.is_empty()) {
+        bail!("--key {text:?}: segment {} is empty; {EXPECTED}", i + 1);
+    }
     let (api_version, rest) = match (core, parts.len()) {
         (true, 3 | 4) => (parts[0].to_string(), &parts[1..]),
         (false, 4 | 5) => (format!("{}/{}", parts[0], parts[1]), &parts[2..]),
-        _ => bail!(
-            "--key {text:?}: expected <apiVersion>/<kind>/<namespace>/<name> or <apiVersion>/<kind>/<name> \
-             (e.g. wasmloop.dev/v1alpha1/PodSet/shop/web, v1/Namespace/team-a)"
-        ),
+        _ => bail!("--key {text:?}: {EXPECTED}"),
     };
     let kind = KindRef::new(api_version, rest[0]);
     Ok(match rest {
@@ -194,7 +207,17 @@ mod tests {
     #[test]
     fn keys_parse_for_core_and_named_groups() {
         let k = parse_key("wasmloop.dev/v1alpha1/PodSet/shop/web").unwrap();
-        assert_eq!(k.to_string(), "wasmloop.dev/v1alpha1/PodSet shop/web");
+        // One syntax: what a key prints is what --key takes.
+        assert_eq!(k.to_string(), "wasmloop.dev/v1alpha1/PodSet/shop/web");
+        for printed in ["v1/Pod/ns/p", "v1/Namespace/team-a", "apps/v1/ReplicaSet/ns/r", "rbac.authorization.k8s.io/v1/ClusterRole/admin"] {
+            assert_eq!(parse_key(printed).unwrap().to_string(), printed);
+        }
+        // The forms the guide and older logs used.
+        assert_eq!(parse_key("v1/Namespace//team-a").unwrap().to_string(), "v1/Namespace/team-a");
+        assert_eq!(parse_key("v1/Pod shop/web").unwrap().to_string(), "v1/Pod/shop/web");
+        assert_eq!(parse_key("v1/Namespace team-a").unwrap().to_string(), "v1/Namespace/team-a");
+        let err = parse_key("v1/Pod/a//b").unwrap_err().to_string();
+        assert!(err.contains("segment 4 is empty") && err.contains("expected <apiVersion>/<kind>"), "{err}");
         assert_eq!(parse_key("v1/Namespace/team-a").unwrap().namespace, None);
         assert_eq!(parse_key("v1/Pod/ns/p").unwrap().namespace.as_deref(), Some("ns"));
         assert_eq!(parse_key("apps/v1/ReplicaSet/ns/r").unwrap().kind.api_version, "apps/v1");
