@@ -14,6 +14,7 @@
 #   1 convergence vs kube-controller-manager and the floor, 100 × 10 and 1000 × 10
 #   2 Wasm vs native (criterion)   3 memory
 #   4 work queue   5 latency (host pinned apart from the load; taskset): event → reconcile, hot reload
+#   6 scale-out (--shard-mode plugin, 30 shards): 1 vs 3 replicas, imbalance, kill -9 → takeover
 # Any failure exits non-zero before a report is written. KEEP_RESULTS=1 keeps the raw results.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -30,7 +31,7 @@ case "${1:-}" in
     "$target_dir/release/wasmloop-bench" report --results "$dir" --out "$root/BENCHMARKS.md"
     exit 0 ;;
   "") ;;
-  *) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+  *) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac
 
 t_start=$(date +%s)
@@ -97,6 +98,7 @@ if [ $quick = 1 ]; then
   lat=(--rate 100 --seconds 1 --keys 20)
   rel=(--compile-runs 1 --cached-runs 1)
   cache_pods=1000
+  scale=(--namespaces 9 --replicasets 1 --replicas 2 --lease-duration 4 --lease-grace 2 --timeout-secs 120)
 else
   conv=(--runs 5 --replicasets 100 --replicas 10)
   conv_large=(--runs 5 --replicasets 1000 --replicas 10 --timeout-secs 600)
@@ -107,6 +109,8 @@ else
   lat=(--rate 1000 --seconds 10 --keys 500)
   rel=(--compile-runs 5 --cached-runs 10)
   cache_pods=10000
+  # The Deployment's lease duration and grace (deploy/): what a crash costs in production.
+  scale=(--namespaces 90 --replicasets 4 --replicas 10 --lease-duration 15 --lease-grace 5)
 fi
 
 say "1. convergence: kube-controller-manager, wasmloop and the floor, in turn"
@@ -148,6 +152,10 @@ if [ -n "$pin_others" ]; then
 fi
 "$bench_bin" reload --kubeconfig "$kubeconfig" --plugin "$plugin" --manifest "$manifest" --out "$results/reload.json" "${rel[@]}"
 
+say "6. scale-out: 1 vs 3 sharded replicas, kill -9 of one"
+"$bench_bin" scale-out --kubeconfig "$kubeconfig" --host-bin "$host_bin" --host-profile "$profile" --plugin "$plugin" \
+  --manifest "$manifest" --work-dir "$results/work-scaleout" --out "$results/scaleout.json" "${scale[@]}"
+
 echo "| load average at end | $(cut -d' ' -f1-3 /proc/loadavg) |" >>"$results/machine.md"
 echo "" >>"$results/machine.md"
 echo "Noise: this machine is shared (other builds may run at the same time; see the load averages), so every figure is a median with its min–max over repeated runs, and ratios compare medians measured in the same run." >>"$results/machine.md"
@@ -161,7 +169,7 @@ else
   out=$root/BENCHMARKS.md
 fi
 "$bench_bin" report --results "$results" --out "$out.tmp"
-for section in "## 1. Convergence" "## 2. The same ReplicaSet" "## 3. Memory" "## 4. Work queue" "## 5. Latency"; do
+for section in "## 1. Convergence" "## 2. The same ReplicaSet" "## 3. Memory" "## 4. Work queue" "## 5. Latency" "## 6. Scale-out"; do
   grep -q "^$section" "$out.tmp" || { echo "bench.sh: the report has no section '$section'" >&2; exit 1; }
 done
 mv "$out.tmp" "$out"

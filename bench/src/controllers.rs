@@ -23,6 +23,8 @@ pub struct HostArgs<'a> {
     pub plugin_namespace: &'a str,
     pub precompiled_dir: &'a Path,
     pub log: PathBuf,
+    /// More `wasmloop run` flags (e.g. `--shard-mode plugin --identity r1`).
+    pub extra: &'a [String],
 }
 
 impl HostProcess {
@@ -41,6 +43,7 @@ impl HostProcess {
             .arg(args.precompiled_dir)
             .arg("--listen")
             .arg(format!("127.0.0.1:{port}"))
+            .args(args.extra)
             .env("RUST_LOG", "warn,wasmloop=info")
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
@@ -73,6 +76,13 @@ impl HostProcess {
         if let Some(status) = self.child.try_wait()? {
             bail!("the host exited ({status}); log: {}\n{}", self.log.display(), tail(&self.log, 20));
         }
+        Ok(())
+    }
+
+    /// SIGKILL (`kill -9`), and reap the process.
+    pub fn kill(&mut self) -> Result<()> {
+        self.child.kill().context("killing the host")?;
+        self.child.wait().context("reaping the host")?;
         Ok(())
     }
 

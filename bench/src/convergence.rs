@@ -137,7 +137,8 @@ pub struct HostProfile {
 }
 
 impl HostProfile {
-    fn scrape(port: u16) -> Result<Self> {
+    /// Read the host's `/metrics` on `port` (every controller's samples summed).
+    pub fn scrape(port: u16) -> Result<Self> {
         let text = kube_util::http_get(port, "/metrics")?;
         let m = |name: &str, with: &[&str]| kube_util::metric_sum(&text, name, with);
         let p = Self {
@@ -155,7 +156,7 @@ impl HostProfile {
     }
 
     /// What happened since `before`.
-    fn minus(&self, before: &Self) -> Self {
+    pub fn minus(&self, before: &Self) -> Self {
         Self {
             reconciles: self.reconciles - before.reconciles,
             reconcile_seconds: self.reconcile_seconds - before.reconcile_seconds,
@@ -238,6 +239,7 @@ pub async fn run(args: Args) -> Result<Results> {
                         plugin_namespace: PLUGIN_NAMESPACE,
                         precompiled_dir: &precompiled,
                         log: args.work_dir.join(format!("wasmloop-{i}.log")),
+                        extra: &[],
                     };
                     let mut host = HostProcess::start(host_args, Duration::from_secs(120)).await?;
                     let ready_s = started.elapsed().as_secs_f64();

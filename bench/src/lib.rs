@@ -19,4 +19,5 @@ pub mod procfs;
 pub mod queue;
 pub mod reload;
 pub mod report;
+pub mod scaleout;
 pub mod stats;

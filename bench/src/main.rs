@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use serde::Serialize;
-use wasmloop_bench::{alloc, cache_memory, call_cost, convergence, latency, memory, queue, reload, report};
+use wasmloop_bench::{alloc, cache_memory, call_cost, convergence, latency, memory, queue, reload, report, scaleout};
 
 #[global_allocator]
 static ALLOC: alloc::Counting = alloc::Counting;
@@ -41,6 +41,8 @@ enum Command {
     Latency(latency::Args),
     /// Section 5b: hot reload, ConfigMap applied → new version serving.
     Reload(reload::Args),
+    /// Section 6: scale-out, 1 vs 3 sharded replicas, imbalance, kill -9 failover.
+    ScaleOut(scaleout::Args),
     /// Write BENCHMARKS.md from a results directory.
     Report(report::Args),
 }
@@ -86,6 +88,10 @@ fn main() -> anyhow::Result<()> {
         Command::Reload(args) => {
             let out = args.out.clone();
             write_json(&out, &rt()?.block_on(reload::run(args))?)?;
+        }
+        Command::ScaleOut(args) => {
+            let out = args.out.clone();
+            write_json(&out, &rt()?.block_on(scaleout::run(args))?)?;
         }
         Command::Report(args) => report::run(args)?,
     }

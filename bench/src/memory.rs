@@ -77,6 +77,7 @@ pub async fn run(args: Args) -> Result<Results> {
             plugin_namespace: &plugin_ns,
             precompiled_dir: &args.work_dir.join("precompiled"),
             log: args.work_dir.join(format!("memory-{r}.log")),
+            extra: &[],
         };
         let mut host = HostProcess::start(host_args, Duration::from_secs(60)).await?;
         tokio::time::sleep(settle).await;

@@ -18,7 +18,9 @@ use crate::stats::Summary;
 use crate::{convergence, latency, memory, phases::PhaseReport, queue, reload};
 
 mod race;
+mod scaleout;
 use race::Race;
+use scaleout::ScaleOut;
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct Args {
@@ -101,6 +103,8 @@ pub fn run(args: Args) -> Result<()> {
     let attacked: latency::Results = read(dir, "latency_attack.json")?;
     let attack_ratio = attacked.event_to_reconcile_us.p99 / lat.event_to_reconcile_us.p99;
     let rel: reload::Results = read(dir, "reload.json")?;
+    let scale_results: crate::scaleout::Results = read(dir, "scaleout.json")?;
+    let scale = ScaleOut::new(&scale_results)?;
 
     // ---- Section 1 figures.
     let conv_large: convergence::Results = read(dir, "convergence_large.json")?;
@@ -221,12 +225,14 @@ pub fn run(args: Args) -> Result<()> {
     )?;
     writeln!(
         w,
-        "| well-behaved plugin p99 under attack / baseline ≤ 2x | {:.2}x ({:.2} ms vs {:.2} ms; [§5](#5-latency)) | {} |\n",
+        "| well-behaved plugin p99 under attack / baseline ≤ 2x | {:.2}x ({:.2} ms vs {:.2} ms; [§5](#5-latency)) | {} |",
         attack_ratio,
         attacked.event_to_reconcile_us.p99 / 1e3,
         lat.event_to_reconcile_us.p99 / 1e3,
         status(attack_ratio <= 2.0)
     )?;
+    scale.target_rows(w)?;
+    writeln!(w)?;
 
     // ---- 1.
     writeln!(w, "## 1. Convergence: ReplicaSets on the real API server, side by side with kube-controller-manager\n")?;
@@ -596,6 +602,9 @@ pub fn run(args: Args) -> Result<()> {
             meta["nproc"].as_u64().unwrap_or(0)
         )?;
     }
+    // ---- 6.
+    scale.section(w, meta["nproc"].as_u64().unwrap_or(0))?;
+
     writeln!(w, "## How to reproduce\n")?;
     writeln!(
         w,
