@@ -110,6 +110,7 @@ impl Sharding {
         }
         let owned = Family::<ShardLabels, Gauge>::default();
         let member_count = Gauge::default();
+        member_count.set(1); // this replica, until others are seen
         registry.register("wasmloop_shard_owned", "1 for each shard this replica owns (--shard-mode plugin)", owned.clone());
         registry.register("wasmloop_shard_members", "Live replicas this replica sees (--shard-mode plugin)", member_count.clone());
         let inner = Arc::new(Inner {
