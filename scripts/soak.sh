@@ -23,10 +23,11 @@ host=${SOAK_HOST:-$target_dir/release/wasmloop}
 [ -x "$host" ] || { cargo build -p wasmloop --bin wasmloop >/dev/null; host=$target_dir/debug/wasmloop; }
 echo "soak: host binary $host" >&2
 kubectl=$(./scripts/control-plane.sh bin kubectl)
-plugin=$target_dir/wasm32-wasip2/plugin/podset.wasm
-
 out=$target_dir/soak
 mkdir -p "$out"
+# A copy: a rebuild of the plugin during the run would be a new version (a compile), not churn.
+plugin=$out/podset.wasm
+cp "$target_dir/wasm32-wasip2/plugin/podset.wasm" "$plugin"
 csv=$out/samples.csv
 cp_dir=$(./scripts/control-plane.sh start)
 host_pid=""
