@@ -135,7 +135,7 @@ impl ApiRequests {
 
 /// `/api/v1/namespaces/x/pods` is a collection; `/api/v1/namespaces/x/pods/p` an object.
 /// Discovery documents (`/api`, `/apis/apps/v1`) count as gets.
-fn is_collection(path: &str) -> bool {
+pub fn is_collection(path: &str) -> bool {
     let segs: Vec<&str> = path.trim_matches('/').split('/').collect();
     let rest = match segs.first() {
         Some(&"api") => &segs[segs.len().min(2)..],

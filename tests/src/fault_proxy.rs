@@ -303,7 +303,7 @@ impl State {
             self.injected.status_conflicts.fetch_add(1, Ordering::Relaxed);
             return Fault::Answer(StatusCode::CONFLICT, "Conflict");
         }
-        let is_list = *method == http::Method::GET && path.split('?').next().is_some_and(is_collection);
+        let is_list = *method == http::Method::GET && path.split('?').next().is_some_and(wasmloop::client::is_collection);
         let sure = self.injected.resets.load(Ordering::Relaxed) < f.first_for_sure;
         if is_list && (sure || rng.f64() < f.reset_mid_body) {
             return Fault::ResetMidBody;
@@ -314,17 +314,6 @@ impl State {
         }
         Fault::None
     }
-}
-
-/// `/api/v1/namespaces/x/pods`, `/apis/apps/v1/replicasets`: collections (lists).
-fn is_collection(path: &str) -> bool {
-    let segs: Vec<&str> = path.trim_matches('/').split('/').collect();
-    let rest = match segs.first() {
-        Some(&"api") => &segs[segs.len().min(2)..],
-        Some(&"apis") => &segs[segs.len().min(3)..],
-        _ => return false,
-    };
-    matches!(rest, [_] | ["namespaces", _, _])
 }
 
 /// A response body cut off (an error, so the connection is closed) once `deadline` passes.
