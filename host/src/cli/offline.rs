@@ -45,7 +45,9 @@ pub fn run(args: ReconcileArgs) -> anyhow::Result<ExitCode> {
             let grants = if m.named { m.grants } else { m.grants.named("") };
             (m.limits, grants)
         }
-        None => (Limits::default(), Grants::all()),
+        // Everything granted, under the plugin's own name (`Grants::all()` is named "*", which
+        // the load refuses as another plugin's name).
+        None => (Limits::default(), Grants::all().named("")),
     };
     let bytes = std::fs::read(&args.plugin).with_context(|| format!("reading {}", args.plugin.display()))?;
     let engine = PluginEngine::new()?;
