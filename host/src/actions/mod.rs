@@ -307,7 +307,49 @@ impl Executor {
             action: truncate(reason, 128),
             secondary: None,
         };
-        self.retrying("event", regarding, || recorder.publish(&event, &reference)).await?;
+        let published = self.retrying("event", regarding, || recorder.publish(&event, &reference)).await;
+        match published {
+            // The Recorder puts Events about cluster-scoped objects in `default`, which API
+            // servers before 1.21 refuse for events.k8s.io/v1 Events: they take them only in
+            // `kube-system` (the new Event API's rule; 1.21 accepts both).
+            Err(Error::Api { source: kube::Error::Api(s), .. })
+                if regarding.namespace.is_none() && s.code == 422 && s.message.contains("does not match event.namespace") =>
+            {
+                self.event_in_kube_system(manager, regarding, reference, &event).await
+            }
+            published => published.map(|()| Executed::Done),
+        }
+    }
+
+    /// An Event about a cluster-scoped object, in `kube-system`, as the Recorder would have made
+    /// it (without its series: each call creates an Event).
+    async fn event_in_kube_system(
+        &self,
+        manager: &str,
+        regarding: &ObjectKey,
+        reference: ObjectReference,
+        event: &KubeEvent,
+    ) -> Result<Executed> {
+        use k8s_openapi::api::events::v1::Event;
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+        let now = k8s_openapi::jiff::Timestamp::now();
+        let body = Event {
+            metadata: ObjectMeta { name: Some(format!("{}.{:x}", regarding.name, now.as_nanosecond())), ..Default::default() },
+            event_time: Some(MicroTime(now)),
+            regarding: Some(reference),
+            reason: Some(event.reason.clone()),
+            action: Some(event.action.clone()),
+            note: event.note.clone(),
+            type_: Some(match event.type_ {
+                KubeEventType::Normal => "Normal".into(),
+                KubeEventType::Warning => "Warning".into(),
+            }),
+            reporting_controller: Some(manager.to_string()),
+            reporting_instance: Some(self.instance.clone().unwrap_or_else(|| manager.to_string())),
+            ..Default::default()
+        };
+        let (api, params) = (Api::<Event>::namespaced(self.resolver.client().clone(), "kube-system"), PostParams::default());
+        self.retrying("event", regarding, || api.create(&params, &body)).await?;
         Ok(Executed::Done)
     }
 
