@@ -1,7 +1,8 @@
-//! `wasmloop new <name>`: a plugin crate that builds, tests and runs out of the box — the
-//! reconciler of docs/plugin-guide.md (Namespaces labelled `<name>=true` get a ConfigMap), a
-//! native test on the SDK's `FakeCache`, fixtures for `wasmloop reconcile`, and the admin's
-//! manifest with exactly the grants it needs.
+//! `wasmloop new <name>`: a plugin crate that builds, tests and runs out of the box — exactly the
+//! crate of docs/plugin-guide.md with its name (`tests/tests/guide.rs` compares them file by file):
+//! the reconciler (Namespaces labelled `<name>=true` get a ConfigMap), a native test on the SDK's
+//! `FakeCache`, fixtures for it and `wasmloop reconcile`, the admin's manifest with exactly the
+//! grants it needs, and the RBAC that lets the host's ServiceAccount carry them out.
 
 use std::path::{Path, PathBuf};
 
@@ -20,13 +21,14 @@ pub struct NewArgs {
     sdk: Option<PathBuf>,
 }
 
-/// The template: (path in the crate, contents with `{{name}}`, `{{type}}`, `{{crate}}`, `{{sdk}}`).
-const FILES: [(&str, &str); 5] = [
+/// The template: (path in the crate, contents with `{{name}}`, `{{type}}`, `{{sdk}}`).
+const FILES: [(&str, &str); 6] = [
     ("Cargo.toml", include_str!("template/Cargo.toml.tmpl")),
     ("src/lib.rs", include_str!("template/src/lib.rs.tmpl")),
     ("src/tests.rs", include_str!("template/src/tests.rs.tmpl")),
     ("fixtures/namespaces.yaml", include_str!("template/fixtures/namespaces.yaml.tmpl")),
     ("{{name}}.plugin.yaml", include_str!("template/plugin.yaml.tmpl")),
+    ("rbac.yaml", include_str!("template/rbac.yaml.tmpl")),
 ];
 
 pub fn run(args: NewArgs) -> anyhow::Result<()> {
@@ -54,23 +56,21 @@ pub fn run(args: NewArgs) -> anyhow::Result<()> {
         }
     };
     let sdk = sdk.canonicalize().with_context(|| format!("--sdk {}", sdk.display()))?;
-    let vars = [
-        ("{{name}}", name.clone()),
-        ("{{type}}", type_name(name)),
-        ("{{crate}}", name.replace('-', "_")),
-        ("{{sdk}}", sdk.display().to_string()),
-    ];
+    let vars = [("{{name}}", name.clone()), ("{{type}}", type_name(name)), ("{{sdk}}", sdk.display().to_string())];
     let fill = |text: &str| vars.iter().fold(text.to_string(), |t, (k, v)| t.replace(k, v));
     for (path, text) in FILES {
         let path = dir.join(fill(path));
         std::fs::create_dir_all(path.parent().unwrap_or(&dir)).with_context(|| format!("creating {}", dir.display()))?;
         std::fs::write(&path, fill(text)).with_context(|| format!("writing {}", path.display()))?;
     }
-    let crate_name = name.replace('-', "_");
+    // The commands of docs/plugin-guide.md, sections 3 to 5.
+    let wasm = format!("target/wasm32-wasip2/release/{}.wasm", name.replace('-', "_"));
     println!(
         "created plugin {name} in {d}\n\n  cd {d}\n  cargo test\n  cargo build --target wasm32-wasip2 --release\n  \
-         wasmloop reconcile target/wasm32-wasip2/release/{crate_name}.wasm --objects fixtures --key v1/Namespace/team-a --manifest {name}.plugin.yaml\n  \
-         wasmloop pack target/wasm32-wasip2/release/{crate_name}.wasm --manifest {name}.plugin.yaml --namespace wasmloop | kubectl apply -f -",
+         wasmloop reconcile {wasm} --objects ./fixtures --key v1/Namespace/team-a\n  \
+         kubectl apply -f rbac.yaml\n  \
+         wasmloop pack {wasm} --manifest {name}.plugin.yaml --namespace wasmloop > {name}-plugin.yaml\n  \
+         kubectl apply -f {name}-plugin.yaml",
         d = dir.display()
     );
     Ok(())
