@@ -256,6 +256,12 @@ pub async fn apply_configmap(client: &Client, namespace: &str, mut cm: k8s_opena
 /// A kubeconfig for ServiceAccount `ns/sa`: a token from the TokenRequest API, the server and CA
 /// of the admin kubeconfig. Written to `dir/<sa>.kubeconfig`.
 pub async fn sa_kubeconfig(admin: &Client, ns: &str, sa: &str, dir: &Path) -> Result<PathBuf> {
+    sa_kubeconfig_of(&kubeconfig()?, admin, ns, sa, dir).await
+}
+
+/// [`sa_kubeconfig`] on the control plane of `admin_kubeconfig` (`admin` is a client of it), for
+/// test binaries that start a control plane of their own.
+pub async fn sa_kubeconfig_of(admin_kubeconfig: &Path, admin: &Client, ns: &str, sa: &str, dir: &Path) -> Result<PathBuf> {
     use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
     use k8s_openapi::api::core::v1::ServiceAccount;
     let request = TokenRequest {
@@ -269,7 +275,7 @@ pub async fn sa_kubeconfig(admin: &Client, ns: &str, sa: &str, dir: &Path) -> Re
         .status
         .context("TokenRequest without status")?
         .token;
-    let admin_kc = kube::config::Kubeconfig::read_from(kubeconfig()?)?;
+    let admin_kc = kube::config::Kubeconfig::read_from(admin_kubeconfig)?;
     let cluster = admin_kc.clusters.first().and_then(|c| c.cluster.clone()).context("admin kubeconfig without a cluster")?;
     let server = cluster.server.context("admin kubeconfig without a server")?;
     let ca = match (cluster.certificate_authority, cluster.certificate_authority_data) {
