@@ -271,7 +271,7 @@ async fn run_watch(
         };
         match event {
             watcher::Event::Init => buffer.clear(),
-            watcher::Event::InitApply(obj) => match to_value(obj) {
+            watcher::Event::InitApply(obj) => match to_value(obj, &key.kind) {
                 Ok(v) => buffer.push(v),
                 Err(e) => warn!(informer = %key, error = %e, "skipping object that does not serialise"),
             },
@@ -286,7 +286,7 @@ async fn run_watch(
                 }
             }
             watcher::Event::Apply(obj) => {
-                match to_value(obj).map_err(|e| e.to_string()).and_then(|v| store.apply(v).map_err(|e| e.to_string())) {
+                match to_value(obj, &key.kind).map_err(|e| e.to_string()).and_then(|v| store.apply(v).map_err(|e| e.to_string())) {
                     Ok(change) => handlers.dispatch(&change),
                     Err(e) => warn!(informer = %key, error = %e, "object not cached"),
                 }
@@ -325,7 +325,13 @@ fn delayed<T: Send + 'static>(mut stream: BoxStream<'static, T>, delay: Duration
     .boxed()
 }
 
-fn to_value(obj: DynamicObject) -> serde_json::Result<serde_json::Value> {
+/// The object as JSON, with the informer's `apiVersion` and `kind`: the API server leaves them
+/// out of the items of a built-in kind's list (a Namespace or ConfigMap from the initial list
+/// would otherwise reach plugins without them, and e.g. `create_owned` on it fails).
+fn to_value(mut obj: DynamicObject, kind: &KindRef) -> serde_json::Result<serde_json::Value> {
+    if obj.types.as_ref().is_none_or(|t| t.api_version.is_empty() || t.kind.is_empty()) {
+        obj.types = Some(kube::core::TypeMeta { api_version: kind.api_version.clone(), kind: kind.kind.clone() });
+    }
     serde_json::to_value(obj)
 }
 
@@ -335,6 +341,21 @@ mod tests {
 
     use super::*;
     use crate::cache::CachedObject;
+
+    #[test]
+    fn list_items_without_api_version_and_kind_get_the_informers() {
+        let ns = KindRef::new("v1", "Namespace");
+        // As a built-in kind's list returns its items: no apiVersion, no kind.
+        let item: DynamicObject = serde_json::from_value(serde_json::json!({"metadata": {"name": "team-a"}})).unwrap();
+        let v = to_value(item, &ns).unwrap();
+        assert_eq!((v["apiVersion"].as_str(), v["kind"].as_str()), (Some("v1"), Some("Namespace")));
+        // As a watch event or a custom resource's list: kept as sent.
+        let event: DynamicObject =
+            serde_json::from_value(serde_json::json!({"apiVersion": "wasmloop.dev/v1alpha1", "kind": "PodSet", "metadata": {"name": "p"}}))
+                .unwrap();
+        let v = to_value(event, &ns).unwrap();
+        assert_eq!((v["apiVersion"].as_str(), v["kind"].as_str()), (Some("wasmloop.dev/v1alpha1"), Some("PodSet")));
+    }
 
     #[test]
     fn a_handler_may_unsubscribe_and_subscribe_while_being_dispatched() {
