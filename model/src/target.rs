@@ -148,7 +148,8 @@ impl Target {
 
 impl fmt::Display for Target {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}/{} ", self.api_version, self.kind)?;
+        // The one key syntax (as the host's ObjectKey): <apiVersion>/<kind>/[<namespace>/]<name>.
+        write!(f, "{}/{}/", self.api_version, self.kind)?;
         if let Some(ns) = &self.namespace {
             write!(f, "{ns}/")?;
         }
@@ -257,15 +258,15 @@ mod tests {
     #[test]
     fn objects_give_their_target() {
         let t = create(json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "a"}})).unwrap();
-        assert_eq!(t.to_string(), "v1/Pod a/p");
+        assert_eq!(t.to_string(), "v1/Pod/a/p");
         assert_eq!(t.name(), Some("p"));
         let t = create(json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"generateName": "web-", "namespace": "a"}})).unwrap();
         assert_eq!(t.name, TargetName::GenerateName("web-".into()));
-        assert_eq!(t.to_string(), "v1/Pod a/web-*");
+        assert_eq!(t.to_string(), "v1/Pod/a/web-*");
         let t =
             apply(json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "system:x"}})).unwrap();
         assert_eq!(t.namespace, None);
-        assert_eq!(t.to_string(), "rbac.authorization.k8s.io/v1/ClusterRole system:x");
+        assert_eq!(t.to_string(), "rbac.authorization.k8s.io/v1/ClusterRole/system:x");
         let t = apply(json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": ""}})).unwrap();
         assert_eq!(t.namespace, None, "an empty namespace is no namespace");
     }

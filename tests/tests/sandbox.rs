@@ -119,8 +119,8 @@ fn echo_gets_a_fresh_instance_for_every_reconcile() {
         assert_eq!(status["lastError"], Value::Null);
         assert_eq!(outcome.requeue_after, Some(Duration::from_secs(30)));
     }
-    let failing = Request { last_error: Some("create v1/Pod a/b: quota".into()), ..request("default", "web") };
-    assert_eq!(status_of(&echo.reconcile(&failing, &cache).unwrap())["lastError"], "create v1/Pod a/b: quota");
+    let failing = Request { last_error: Some("create v1/Pod/a/b: quota".into()), ..request("default", "web") };
+    assert_eq!(status_of(&echo.reconcile(&failing, &cache).unwrap())["lastError"], "create v1/Pod/a/b: quota");
     let missing = echo.reconcile(&request("default", "absent"), &cache).unwrap();
     assert!(missing.actions.is_empty());
     let retry = Request { reason: Reason::Retry(3), ..request("default", "web") };

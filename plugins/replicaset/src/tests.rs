@@ -260,7 +260,7 @@ fn status_counts_fully_labeled_ready_available_and_generation() {
 fn failed_creates_set_replica_failure_until_they_succeed() {
     let f = fake(|_| {}, &[full("web-a")]);
     let mut req = Request::new(key());
-    req.last_error = Some("create v1/Pod prod/web-*: pods \"web-x\" is forbidden: exceeded quota (403 Forbidden)".into());
+    req.last_error = Some("create v1/Pod/prod/web-*: pods \"web-x\" is forbidden: exceeded quota (403 Forbidden)".into());
     let out = f.reconcile_request::<ReplicaSetReconciler>(req.clone()).unwrap();
     let cond = &status(&out)["conditions"][0];
     assert_eq!((&cond["type"], &cond["status"], &cond["reason"]), (&json!("ReplicaFailure"), &json!("True"), &json!("FailedCreate")));
@@ -284,7 +284,7 @@ fn failed_creates_set_replica_failure_until_they_succeed() {
     );
     // A status write failing is not a Pod failure; a reconcile without error removes it.
     let mut other = Request::new(key());
-    other.last_error = Some("update-status apps/v1/ReplicaSet prod/web: timeout".into());
+    other.last_error = Some("update-status apps/v1/ReplicaSet/prod/web: timeout".into());
     let out = f.reconcile_request::<ReplicaSetReconciler>(other).unwrap();
     assert_eq!(status(&out)["conditions"], Value::Null);
 }
