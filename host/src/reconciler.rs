@@ -120,4 +120,9 @@ impl ReconcilerSpec {
 pub trait Reconciler: Send + Sync + 'static {
     fn spec(&self) -> &ReconcilerSpec;
     fn reconcile(&self, request: &Request, cache: &SharedCache) -> Result<Outcome, ReconcileError>;
+    /// Which build this is (a Wasm plugin's `sha256:<hex>`), for logs that must tell two
+    /// versions with the same `spec().version` apart; `None` for native reconcilers.
+    fn digest(&self) -> Option<&str> {
+        None
+    }
 }

@@ -499,6 +499,27 @@ impl Inner {
         }
     }
 
+    /// One line per reconcile at [`RECONCILE_LOG`]: the key, the actions returned (or why there
+    /// were none), the result, how long it took, and which build of the reconciler ran it.
+    fn log_reconcile(
+        &self,
+        key: &ObjectKey,
+        current: &Current,
+        took: Duration,
+        returned: Option<String>,
+        result: &Result<Option<Duration>, Failed>,
+    ) {
+        let took_ms = (took.as_secs_f64() * 10_000.0).round() / 10.0;
+        let digest = current.reconciler.digest().unwrap_or("native");
+        let what = match (returned, result) {
+            (Some(actions), Ok(_)) => actions,
+            (Some(actions), Err(Failed::Transient(m) | Failed::Permanent(m) | Failed::Conflict(m))) => format!("{actions}: {m}"),
+            (None, Err(Failed::Transient(m) | Failed::Permanent(m) | Failed::Conflict(m))) => format!("failed: {m}"),
+            (None, Ok(_)) => "no actions".into(),
+        };
+        debug!(target: RECONCILE_LOG, result = result_label(result), took_ms, digest, "{key}: {what}");
+    }
+
     async fn work(self: Arc<Self>) {
         while let Some(key) = self.queue.get().await {
             if let Some(ownership) = &self.ownership {
@@ -556,6 +577,11 @@ impl Inner {
         let result = tokio::task::spawn_blocking(move || reconciler.reconcile(&request, &view))
             .await
             .unwrap_or_else(|e| Err(ReconcileError::Transient(format!("reconciler panicked: {e}"))));
+        // The actions returned, for the reconcile line (only when someone reads it).
+        let returned = match &result {
+            Ok(outcome) if tracing::enabled!(target: RECONCILE_LOG, tracing::Level::DEBUG) => Some(summarize(&outcome.actions)),
+            _ => None,
+        };
         let result = match result {
             Ok(outcome) => self.execute(key, &current, outcome).await,
             Err(ReconcileError::Permanent(msg)) => {
@@ -565,6 +591,9 @@ impl Inner {
             Err(ReconcileError::Transient(msg)) => Err(Failed::Transient(msg)),
         };
         self.metrics.worker_finished(&self.name, started.elapsed(), result_label(&result));
+        if tracing::enabled!(target: RECONCILE_LOG, tracing::Level::DEBUG) {
+            self.log_reconcile(key, &current, started.elapsed(), returned, &result);
+        }
         match &result {
             Ok(_) => drop(self.failures.lock().remove(key)),
             Err(Failed::Transient(msg) | Failed::Permanent(msg)) => drop(self.failures.lock().insert(key.clone(), msg.clone())),
@@ -727,6 +756,22 @@ impl Inner {
 
 /// The Event reporter for what the host itself says about objects.
 pub const HOST_REPORTER: &str = "wasmloop";
+
+/// The tracing target of one line per reconcile (at debug): its actions, result and duration,
+/// inside the `reconcile` span (controller, key). `wasmloop dev` shows these.
+pub const RECONCILE_LOG: &str = "wasmloop::reconcile";
+
+/// `create v1/ConfigMap/team-a/welcome, event v1/Namespace/team-a`, or `no actions`.
+fn summarize(actions: &[Action]) -> String {
+    if actions.is_empty() {
+        return "no actions".into();
+    }
+    let one = |a: &Action| match a.target() {
+        Ok(target) => format!("{} {target}", a.verb()),
+        Err(_) => format!("{} (no valid target)", a.verb()),
+    };
+    actions.iter().map(one).collect::<Vec<_>>().join(", ")
+}
 
 /// How a reconcile failed, as the controller handles it.
 enum Failed {

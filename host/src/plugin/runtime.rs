@@ -441,6 +441,10 @@ impl Reconciler for WasmPlugin {
         &self.spec
     }
 
+    fn digest(&self) -> Option<&str> {
+        Some(&self.digest)
+    }
+
     /// Reconcile in a fresh instance. **Blocking**: run it on a blocking thread
     /// (`spawn_blocking`), as the controller does; WASI's sync adapters block on the Tokio
     /// runtime. Never panics; traps, timeouts and out-of-memory become `Transient` errors naming
