@@ -1,5 +1,6 @@
 //! Command-line interface. `anyhow` lives here, at the binary's edge, and nowhere else.
 
+mod dev;
 mod new;
 mod offline;
 mod pack;
@@ -31,6 +32,9 @@ enum Command {
     },
     /// Create a plugin crate: a reconciler, a native test, fixtures and the admin's manifest.
     New(new::NewArgs),
+    /// Develop a plugin against a cluster: on every save, build, pack, apply, load into a host
+    /// in this process, and show its reconciles, actions and log lines.
+    Dev(dev::DevArgs),
     /// Print a plugin as ConfigMaps for `kubectl apply -f -`: an immutable payload (zstd-compressed
     /// wasm) and the plugin ConfigMap (manifest + reference by digest); `--inline`: one ConfigMap.
     Pack(pack::PackArgs),
@@ -72,5 +76,6 @@ pub fn main(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Command::Pack(args) => pack::run(args),
         Command::New(args) => new::run(args).map(|()| ExitCode::SUCCESS),
+        Command::Dev(args) => dev::run(args),
     }
 }

@@ -1,0 +1,427 @@
+//! `wasmloop dev`: the plugin author's inner loop. On every save in a plugin crate: build the
+//! component, pack it with its manifest, apply it to the cluster as plugin ConfigMaps, wait until
+//! it is loaded (or refused), and show each reconcile's actions and the plugin's log lines as
+//! they happen, with the time from the save to the new version's first reconcile. A failed
+//! build or a refused load is shown and the loop goes on; the last good version keeps running.
+//!
+//! The host that loads the ConfigMaps runs inside this process, watching only the session's
+//! namespace (`--namespace`, default `wasmloop-dev-<package>`): the same hot-load path as
+//! `wasmloop run` (manifest, grants, contract checks, keep-last-good), but its reconcile stream
+//! is right here, two sessions on two plugins do not load each other's, and a production host
+//! (watching its own namespace) never runs a version in development. Its writes are real: the
+//! plugin acts on the cluster of the kubeconfig, under that identity's RBAC.
+
+mod cargo;
+mod changes;
+mod local;
+mod log;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use tokio::sync::broadcast;
+use tokio::time::Instant;
+use tracing::{info, warn};
+use wasmloop::actions::Executor;
+use wasmloop::admission::{HostObjects, Protected};
+use wasmloop::controller::ControllerMetrics;
+use wasmloop::hotload::source::{PAYLOAD_LABEL, PLUGIN_LABEL};
+use wasmloop::hotload::{LoadEvent, LoadOrigin, PluginManager, PluginManagerConfig, PluginManifest, PluginMetrics, pack};
+use wasmloop::informer::InformerRegistry;
+use wasmloop::kinds::KindResolver;
+use wasmloop::plugin::PluginEngine;
+
+use self::cargo::{BuildFailed, Built, PluginCrate};
+use self::changes::Changes;
+use self::local::LocalControlPlane;
+use self::log::{DEV_LOG, Reconciled};
+
+/// How long to wait for a new version's first reconcile before saying there was none.
+const FIRST_RECONCILE_WAIT: Duration = Duration::from_secs(10);
+
+#[derive(clap::Args, Debug)]
+pub struct DevArgs {
+    /// The plugin crate's directory.
+    #[arg(default_value = ".")]
+    dir: PathBuf,
+    /// Kubeconfig to use (default: KUBECONFIG, then ~/.kube/config).
+    #[arg(long, env = "KUBECONFIG")]
+    kubeconfig: Option<PathBuf>,
+    /// Start the project's local control plane (scripts/control-plane.sh) and use it; it is
+    /// stopped when `wasmloop dev` exits.
+    #[arg(long, conflicts_with = "kubeconfig")]
+    local: bool,
+    /// Namespace of the plugin ConfigMaps, created if missing (default `wasmloop-dev-<package>`).
+    /// The session owns it: plugin ConfigMaps left there by an earlier session are deleted at the
+    /// start, and only this process's host loads plugins from it. Keep it apart from the
+    /// namespace a production host watches.
+    #[arg(long)]
+    namespace: Option<String>,
+    /// The admin's manifest (default: `<package>.plugin.yaml` in the crate, as `wasmloop new`
+    /// makes it; else one derived like `wasmloop pack` does: `read` on what the plugin declares,
+    /// plus `--allow`).
+    #[arg(long)]
+    manifest: Option<PathBuf>,
+    /// Without a manifest: a write to grant, `KIND=VERB[,VERB]` (as `wasmloop pack --allow`).
+    #[arg(long = "allow", value_name = "KIND=VERBS")]
+    allow: Vec<String>,
+    /// The cargo profile to build with.
+    #[arg(long, default_value = "release")]
+    profile: String,
+}
+
+pub fn run(args: DevArgs) -> anyhow::Result<ExitCode> {
+    let reconciles = log::init();
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    rt.block_on(dev(args, reconciles))?;
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn dev(args: DevArgs, reconciles: broadcast::Sender<Reconciled>) -> anyhow::Result<()> {
+    let krate = PluginCrate::locate(&args.dir, &args.profile)?;
+    let local = if args.local { Some(LocalControlPlane::start()?) } else { None };
+    let kubeconfig = local.as_ref().map(|l| l.kubeconfig.clone()).or(args.kubeconfig.clone());
+    let result = match Session::start(&args, &krate, kubeconfig, reconciles).await {
+        Ok(session) => session.run().await,
+        Err(e) => Err(e),
+    };
+    drop(local);
+    result
+}
+
+/// A running dev loop: the crate, the in-process host, and what was applied last.
+struct Session<'a> {
+    krate: &'a PluginCrate,
+    args: &'a DevArgs,
+    /// Where the plugin ConfigMaps go.
+    namespace: String,
+    client: kube::Client,
+    engine: PluginEngine,
+    manager: PluginManager,
+    loads: broadcast::Receiver<LoadEvent>,
+    reconciles: broadcast::Sender<Reconciled>,
+    /// The component digest and manifest last applied (loaded or refused).
+    applied: Option<(String, String)>,
+    /// Payload ConfigMaps this session created, oldest first.
+    payloads: Vec<String>,
+    /// Versions loaded so far.
+    versions: u32,
+}
+
+/// What started a cycle: the first write of a save, or the start of `wasmloop dev`.
+#[derive(Clone, Copy)]
+struct Trigger {
+    at: Instant,
+    what: &'static str,
+}
+
+impl<'a> Session<'a> {
+    async fn start(
+        args: &'a DevArgs,
+        krate: &'a PluginCrate,
+        kubeconfig: Option<PathBuf>,
+        reconciles: broadcast::Sender<Reconciled>,
+    ) -> anyhow::Result<Self> {
+        let kubeconfig =
+            kubeconfig.map(|p| p.to_str().map(str::to_string).with_context(|| format!("{} is not UTF-8", p.display()))).transpose()?;
+        let (client, _) = wasmloop::client::build(kubeconfig.as_deref()).await?;
+        let namespace = args.namespace.clone().unwrap_or_else(|| default_namespace(&krate.package));
+        ensure_namespace(&client, &namespace).await?;
+        clear_plugins(&client, &namespace).await?;
+        let resolver = KindResolver::new(client.clone());
+        let registry = InformerRegistry::new(resolver.clone());
+        let hosts = HostObjects { plugin_namespaces: vec![namespace.clone()], lease_namespace: None, service_account: None };
+        let executor = Executor::new(resolver, Some("wasmloop-dev".into())).with_protected(Protected::new(hosts, Some(client.clone())));
+        let mut prom = prometheus_client::registry::Registry::default();
+        let (metrics, plugin_metrics) = (ControllerMetrics::new(&mut prom), PluginMetrics::new(&mut prom));
+        let engine = tokio::task::spawn_blocking(PluginEngine::new).await??;
+        // Every version is new here: no precompiled cache on disk.
+        let config = PluginManagerConfig { precompiled_dir: None, ..PluginManagerConfig::new(Some(namespace.clone())) };
+        let manager =
+            PluginManager::start(engine.clone(), registry, executor, metrics, plugin_metrics, config).await.context("starting the host")?;
+        let loads = manager.events();
+        info!(target: DEV_LOG, "watching {} (package {}); plugin ConfigMaps in namespace {}", krate.dir.display(), krate.package, namespace);
+        Ok(Self { krate, args, namespace, client, engine, manager, loads, reconciles, applied: None, payloads: Vec::new(), versions: 0 })
+    }
+
+    /// Build and load now, then again on every save, until SIGINT/SIGTERM. A save during a
+    /// build starts it again (the old build is killed); a save during a load is taken next.
+    async fn run(mut self) -> anyhow::Result<()> {
+        let mut changes = Changes::watch(&self.krate.dir, &self.krate.target_dir)?;
+        let mut stop = std::pin::pin!(stop_signal());
+        let mut trigger = Trigger { at: Instant::now(), what: "the start" };
+        loop {
+            info!(target: DEV_LOG, "building ({} profile)", self.krate.profile);
+            let built = tokio::select! {
+                built = self.krate.build() => built,
+                change = changes.next() => match change {
+                    Some(change) => {
+                        trigger = self.saved(change);
+                        continue;
+                    }
+                    None => break,
+                },
+                () = &mut stop => break,
+            };
+            let deployed = async {
+                match built? {
+                    Ok(built) => self.deploy(built, trigger).await,
+                    Err(BuildFailed(messages)) => {
+                        warn!(target: DEV_LOG, "build failed; the last good version keeps running\n{messages}");
+                        Ok(())
+                    }
+                }
+            };
+            tokio::select! {
+                result = deployed => if let Err(e) = result {
+                    warn!(target: DEV_LOG, "{e:#}; the last good version keeps running");
+                },
+                () = &mut stop => break,
+            }
+            tokio::select! {
+                change = changes.next() => match change {
+                    Some(change) => trigger = self.saved(change),
+                    None => break,
+                },
+                () = &mut stop => break,
+            }
+        }
+        info!(target: DEV_LOG, "stopping; the plugin ConfigMaps stay in namespace {} until the next session (no other host loads them)", self.namespace);
+        self.manager.shutdown().await;
+        Ok(())
+    }
+
+    /// Say what a save touched; it triggers the next cycle.
+    fn saved(&self, (at, paths): (Instant, Vec<PathBuf>)) -> Trigger {
+        // Files still there (not an editor's or sed's temporary file), else all that changed.
+        let kept: Vec<&PathBuf> = paths.iter().filter(|p| p.exists()).collect();
+        let shown = if kept.is_empty() { paths.iter().collect() } else { kept };
+        let names: Vec<String> = shown.iter().map(|p| p.strip_prefix(&self.krate.dir).unwrap_or(p).display().to_string()).collect();
+        info!(target: DEV_LOG, "changed: {}", names.join(", "));
+        Trigger { at, what: "the save" }
+    }
+
+    /// Pack → apply → loaded (or refused) → first reconcile of the new version (reported by a
+    /// task of its own, so the next save is not held up).
+    async fn deploy(&mut self, built: Built, trigger: Trigger) -> anyhow::Result<()> {
+        info!(target: DEV_LOG, "built {} in {:.1} s ({} KB)", self.krate.wasm_path().display(), built.took.as_secs_f64(), built.wasm.len() / 1024);
+        let manifest = self.manifest(&built.wasm).await?;
+        let name = PluginManifest::parse(&manifest, &self.krate.package).map(|m| m.name).unwrap_or_else(|_| self.krate.package.clone());
+        let digest = wasmloop::plugin::engine::digest(&built.wasm);
+        if self.applied.as_ref().is_some_and(|(d, m)| *d == digest && *m == manifest) {
+            info!(target: DEV_LOG, "same component and manifest as last applied; nothing to load");
+            return Ok(());
+        }
+        let path = self.krate.wasm_path().display().to_string();
+        let input = pack::PackInput {
+            wasm: &built.wasm,
+            path: &path,
+            manifest: manifest.clone(),
+            name: name.clone(),
+            namespace: Some(self.namespace.clone()),
+        };
+        let packed = pack::pack_referenced(input).context("packing")?;
+        let payload = packed.payload.metadata.name.clone().unwrap_or_default();
+        // Subscribed before the apply: no load event or reconcile of this version is missed.
+        self.loads = self.loads.resubscribe();
+        let reconciles = self.reconciles.subscribe();
+        let applied_at = Instant::now();
+        self.apply(packed.payload, packed.plugin).await?;
+        self.applied = Some((digest.clone(), manifest));
+        if !self.payloads.contains(&payload) {
+            self.payloads.push(payload.clone());
+        }
+        let Some(origin) = self.wait_loaded(&name, &packed.digest).await? else {
+            return Ok(());
+        };
+        let loaded_at = Instant::now();
+        self.delete_old_payloads(&payload).await;
+        if origin == LoadOrigin::Unchanged {
+            // Back to what the host kept serving (after a refused version): nothing new runs.
+            info!(target: DEV_LOG, "back to version {}, which the host kept running", self.versions);
+            return Ok(());
+        }
+        self.versions += 1;
+        let steps = format!(
+            "build {:.2} s, pack + apply {:.2} s, load {:.2} s ({origin:?})",
+            built.took.as_secs_f64(),
+            (applied_at - trigger.at).saturating_sub(built.took).as_secs_f64(),
+            (loaded_at - applied_at).as_secs_f64()
+        );
+        let version = self.versions;
+        tokio::spawn(report_first_reconcile(reconciles, digest, version, trigger, loaded_at, steps));
+        Ok(())
+    }
+
+    /// Delete the payload ConfigMaps of earlier versions: the plugin ConfigMap now references
+    /// `current`, and the host serves it.
+    async fn delete_old_payloads(&mut self, current: &str) {
+        let api: Api<ConfigMap> = Api::namespaced(self.client.clone(), &self.namespace);
+        for old in self.payloads.iter().filter(|p| *p != current) {
+            if let Err(e) = api.delete(old, &DeleteParams::default()).await {
+                warn!(target: DEV_LOG, "could not delete the old payload ConfigMap {old}: {e}");
+            }
+        }
+        self.payloads.retain(|p| p == current);
+    }
+
+    /// The manifest: `--manifest`, else `<package>.plugin.yaml` in the crate, else derived.
+    async fn manifest(&self, wasm: &[u8]) -> anyhow::Result<String> {
+        let file = self.args.manifest.clone().or_else(|| {
+            let default = self.krate.dir.join(format!("{}.plugin.yaml", self.krate.package));
+            default.exists().then_some(default)
+        });
+        if let Some(file) = file {
+            if !self.args.allow.is_empty() {
+                warn!(target: DEV_LOG, "--allow is ignored: the grants come from {}", file.display());
+            }
+            return std::fs::read_to_string(&file).with_context(|| format!("reading {}", file.display()));
+        }
+        let engine = self.engine.clone();
+        let wasm = wasm.to_vec();
+        let inspection = tokio::task::spawn_blocking(move || wasmloop::plugin::inspect(&engine, &wasm)).await??;
+        let spec = inspection.metadata.context(inspection.metadata_error.unwrap_or_else(|| "the plugin answered no metadata".into()))?;
+        super::pack::derive_manifest(&spec, None, &self.args.allow)
+    }
+
+    /// The payload (immutable: created once per digest), then the plugin ConfigMap (server-side
+    /// apply, so every save replaces it).
+    async fn apply(&self, payload: ConfigMap, plugin: ConfigMap) -> anyhow::Result<()> {
+        let api: Api<ConfigMap> = Api::namespaced(self.client.clone(), &self.namespace);
+        match api.create(&PostParams::default(), &payload).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(e)) if e.code == 409 => {}
+            Err(e) => return Err(e).context("creating the payload ConfigMap"),
+        }
+        let name = plugin.metadata.name.clone().unwrap_or_default();
+        let mut body = serde_json::to_value(&plugin)?;
+        body["apiVersion"] = "v1".into();
+        body["kind"] = "ConfigMap".into();
+        api.patch(&name, &PatchParams::apply("wasmloop-dev").force(), &Patch::Apply(&body))
+            .await
+            .with_context(|| format!("applying ConfigMap {}/{name}", self.namespace))?;
+        Ok(())
+    }
+
+    /// How version `digest` of ConfigMap `name` loaded, or `None` if the host refused it (shown;
+    /// the last good version keeps running).
+    async fn wait_loaded(&mut self, name: &str, digest: &str) -> anyhow::Result<Option<LoadOrigin>> {
+        let deadline = PluginManagerConfig::new(None).compile_budget + Duration::from_secs(30);
+        let wait = async {
+            loop {
+                match self.loads.recv().await {
+                    Ok(LoadEvent::Loaded { configmap, digest: d, origin, .. }) if configmap == name && d == digest => {
+                        return Ok(Some(origin));
+                    }
+                    Ok(LoadEvent::Rejected { configmap, error }) if configmap == name => {
+                        warn!(target: DEV_LOG, "the host refused this version; the last good version keeps running: {error}");
+                        return Ok(None);
+                    }
+                    Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {}
+                    Err(broadcast::error::RecvError::Closed) => bail!("the host stopped"),
+                }
+            }
+        };
+        tokio::time::timeout(deadline, wait).await.with_context(|| format!("{name} was neither loaded nor refused in {deadline:?}"))?
+    }
+}
+
+/// Say when the new version's first reconcile finished, counted from the save.
+async fn report_first_reconcile(
+    mut reconciles: broadcast::Receiver<Reconciled>,
+    digest: String,
+    version: u32,
+    trigger: Trigger,
+    loaded_at: Instant,
+    steps: String,
+) {
+    let first = async {
+        loop {
+            match reconciles.recv().await {
+                Ok(r) if r.digest == digest => return Some(r.at),
+                Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {}
+                Err(broadcast::error::RecvError::Closed) => return None,
+            }
+        }
+    };
+    let Trigger { at: saved, what } = trigger;
+    match tokio::time::timeout(FIRST_RECONCILE_WAIT, first).await {
+        Ok(Some(at)) => info!(
+            target: DEV_LOG,
+            "version {version} reconciling {:.2} s after {what} ({steps}, first reconcile {:.2} s)",
+            (at - saved).as_secs_f64(),
+            (at - loaded_at).as_secs_f64()
+        ),
+        _ => info!(
+            target: DEV_LOG,
+            "version {version} loaded {:.2} s after {what} ({steps}); no reconcile in {} s (nothing to reconcile yet?)",
+            (loaded_at - saved).as_secs_f64(),
+            FIRST_RECONCILE_WAIT.as_secs()
+        ),
+    }
+}
+
+/// `wasmloop-dev-<package>`, as a namespace name may be (lowercase alphanumerics and `-`, at
+/// most 63 characters).
+fn default_namespace(package: &str) -> String {
+    let name: String = package.to_ascii_lowercase().chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '-' }).collect();
+    let name = format!("wasmloop-dev-{name}");
+    name[..name.len().min(63)].trim_end_matches('-').to_string()
+}
+
+/// Delete the plugin and payload ConfigMaps an earlier session left in `namespace`, so this one
+/// starts from nothing (its first version is loaded, or refused, for all to see).
+async fn clear_plugins(client: &kube::Client, namespace: &str) -> anyhow::Result<()> {
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
+    for label in [PLUGIN_LABEL, PAYLOAD_LABEL] {
+        let selector = ListParams::default().labels(&format!("{label}=true"));
+        api.delete_collection(&DeleteParams::default(), &selector)
+            .await
+            .with_context(|| format!("deleting the ConfigMaps labelled {label}=true in namespace {namespace}"))?;
+    }
+    Ok(())
+}
+
+async fn ensure_namespace(client: &kube::Client, name: &str) -> anyhow::Result<()> {
+    let api: Api<Namespace> = Api::all(client.clone());
+    if api.get_opt(name).await.with_context(|| format!("reading namespace {name}"))?.is_some() {
+        return Ok(());
+    }
+    let ns: Namespace = serde_json::from_value(serde_json::json!({"metadata": {"name": name}}))?;
+    match api.create(&PostParams::default(), &ns).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
+        Err(e) => Err(e).with_context(|| format!("creating namespace {name}")),
+    }
+}
+
+async fn stop_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    match (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) {
+        (Ok(mut term), Ok(mut int)) => {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = int.recv() => {}
+            }
+        }
+        _ => std::future::pending().await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_namespaces_are_namespace_names() {
+        assert_eq!(default_namespace("welcome"), "wasmloop-dev-welcome");
+        assert_eq!(default_namespace("My_Plugin"), "wasmloop-dev-my-plugin");
+        let long = default_namespace(&"x".repeat(80));
+        assert_eq!(long.len(), 63);
+        assert_eq!(default_namespace(&format!("{}_y", "a".repeat(49))), format!("wasmloop-dev-{}", "a".repeat(49)));
+    }
+}
