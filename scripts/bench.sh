@@ -15,6 +15,7 @@
 #   2 Wasm vs native (criterion)   3 memory
 #   4 work queue   5 latency (host pinned apart from the load; taskset): event → reconcile, hot reload
 #   6 scale-out (--shard-mode plugin, 30 shards): 1 vs 3 replicas, imbalance, kill -9 → takeover
+#   7 the plugin author's inner loop: `wasmloop dev` on the guide's plugin, save → new version reconciling
 # Any failure exits non-zero before a report is written. KEEP_RESULTS=1 keeps the raw results.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -31,7 +32,7 @@ case "${1:-}" in
     "$target_dir/release/wasmloop-bench" report --results "$dir" --out "$root/BENCHMARKS.md"
     exit 0 ;;
   "") ;;
-  *) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+  *) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac
 
 t_start=$(date +%s)
@@ -84,7 +85,7 @@ kubeconfig=$cp_dir/kubeconfig
   echo "| memory | $(free -h | awk '/^Mem:/ {print $2 " total, " $7 " available"}') (\`free -h\`) |"
   echo "| kernel | $(uname -sr) |"
   echo "| rustc | $(rustc --version) |"
-  echo "| builds | host and in-process benchmarks: \`$profile\` profile$([ $profile = release ] && echo ' (opt-level 3, no LTO)'); plugin: \`plugin\` profile (opt-level s, LTO); kube-apiserver / kube-controller-manager v1.20.2 from Debian's source, Go 1.19 |"
+  echo "| builds | host and in-process benchmarks: \`$profile\` profile$([ $profile = release ] && echo ' (opt-level 3, no LTO)'); plugin: \`plugin\` profile (opt-level s, LTO); section 7's plugin: the guide's \`release\` profile (opt-level z, fat LTO); kube-apiserver / kube-controller-manager v1.20.2 from Debian's source, Go 1.19 |"
   echo "| load average at start | $(cut -d' ' -f1-3 /proc/loadavg) |"
 } >"$results/machine.md"
 
@@ -99,6 +100,8 @@ if [ $quick = 1 ]; then
   rel=(--compile-runs 1 --cached-runs 1)
   cache_pods=1000
   scale=(--namespaces 9 --replicasets 1 --replicas 2 --lease-duration 4 --lease-grace 2 --timeout-secs 120)
+  # The plugin crate's dependencies as tests/tests/new.rs and dev.rs built them (the full run builds them cold).
+  devloop=(--edits 2 --target-dir "$target_dir/new-plugin")
 else
   conv=(--runs 5 --replicasets 100 --replicas 10)
   conv_large=(--runs 5 --replicasets 1000 --replicas 10 --timeout-secs 600)
@@ -111,6 +114,7 @@ else
   cache_pods=10000
   # The Deployment's lease duration and grace (deploy/): what a crash costs in production.
   scale=(--namespaces 90 --replicasets 4 --replicas 10 --lease-duration 15 --lease-grace 5)
+  devloop=(--edits 5)
 fi
 
 say "1. convergence: kube-controller-manager, wasmloop and the floor, in turn"
@@ -156,6 +160,10 @@ say "6. scale-out: 1 vs 3 sharded replicas, kill -9 of one"
 "$bench_bin" scale-out --kubeconfig "$kubeconfig" --host-bin "$host_bin" --host-profile "$profile" --plugin "$plugin" \
   --manifest "$manifest" --work-dir "$results/work-scaleout" --out "$results/scaleout.json" "${scale[@]}"
 
+say "7. the plugin author's inner loop: wasmloop dev, save → new version reconciling"
+"$bench_bin" dev-loop --kubeconfig "$kubeconfig" --host-bin "$host_bin" --host-profile "$profile" \
+  --work-dir "$results/work-devloop" --out "$results/dev_loop.json" "${devloop[@]}"
+
 echo "| load average at end | $(cut -d' ' -f1-3 /proc/loadavg) |" >>"$results/machine.md"
 echo "" >>"$results/machine.md"
 echo "Noise: this machine is shared (other builds may run at the same time; see the load averages), so every figure is a median with its min–max over repeated runs, and ratios compare medians measured in the same run." >>"$results/machine.md"
@@ -169,7 +177,7 @@ else
   out=$root/BENCHMARKS.md
 fi
 "$bench_bin" report --results "$results" --out "$out.tmp"
-for section in "## 1. Convergence" "## 2. The same ReplicaSet" "## 3. Memory" "## 4. Work queue" "## 5. Latency" "## 6. Scale-out"; do
+for section in "## 1. Convergence" "## 2. The same ReplicaSet" "## 3. Memory" "## 4. Work queue" "## 5. Latency" "## 6. Scale-out" "## 7. The plugin author"; do
   grep -q "^$section" "$out.tmp" || { echo "bench.sh: the report has no section '$section'" >&2; exit 1; }
 done
 mv "$out.tmp" "$out"

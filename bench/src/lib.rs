@@ -10,6 +10,7 @@ pub mod cache_memory;
 pub mod call_cost;
 pub mod controllers;
 pub mod convergence;
+pub mod devloop;
 pub mod fixtures;
 pub mod kube_util;
 pub mod latency;

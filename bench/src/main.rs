@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use serde::Serialize;
-use wasmloop_bench::{alloc, cache_memory, call_cost, convergence, latency, memory, queue, reload, report, scaleout};
+use wasmloop_bench::{alloc, cache_memory, call_cost, convergence, devloop, latency, memory, queue, reload, report, scaleout};
 
 #[global_allocator]
 static ALLOC: alloc::Counting = alloc::Counting;
@@ -43,6 +43,8 @@ enum Command {
     Reload(reload::Args),
     /// Section 6: scale-out, 1 vs 3 sharded replicas, imbalance, kill -9 failover.
     ScaleOut(scaleout::Args),
+    /// Section 7: the plugin author's inner loop, `wasmloop dev`: save → new version reconciling.
+    DevLoop(devloop::Args),
     /// Write BENCHMARKS.md from a results directory.
     Report(report::Args),
 }
@@ -92,6 +94,10 @@ fn main() -> anyhow::Result<()> {
         Command::ScaleOut(args) => {
             let out = args.out.clone();
             write_json(&out, &rt()?.block_on(scaleout::run(args))?)?;
+        }
+        Command::DevLoop(args) => {
+            let out = args.out.clone();
+            write_json(&out, &rt()?.block_on(devloop::run(args))?)?;
         }
         Command::Report(args) => report::run(args)?,
     }

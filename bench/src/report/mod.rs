@@ -17,8 +17,10 @@ use crate::cache_memory::CacheMemory;
 use crate::stats::Summary;
 use crate::{convergence, latency, memory, phases::PhaseReport, queue, reload};
 
+mod devloop;
 mod race;
 mod scaleout;
+use devloop::DevLoop;
 use race::Race;
 use scaleout::ScaleOut;
 
@@ -29,6 +31,10 @@ pub struct Args {
     pub results: PathBuf,
     #[arg(long)]
     pub out: PathBuf,
+    /// Only this section, from its own result (`dev-loop`: dev_loop.json): its rows of the
+    /// targets table, then the section, for a section measured apart from a full run.
+    #[arg(long, value_parser = ["dev-loop"])]
+    pub section: Option<String>,
 }
 
 fn read<T: DeserializeOwned>(dir: &Path, name: &str) -> Result<T> {
@@ -91,6 +97,15 @@ fn summary_of(values: impl IntoIterator<Item = f64>) -> Result<Summary> {
 
 pub fn run(args: Args) -> Result<()> {
     let dir = &args.results;
+    if args.section.is_some() {
+        let results: crate::devloop::Results = read(dir, "dev_loop.json")?;
+        let dev_loop = DevLoop::new(&results)?;
+        let mut md = String::new();
+        dev_loop.target_rows(&mut md)?;
+        writeln!(md)?;
+        dev_loop.section(&mut md)?;
+        return std::fs::write(&args.out, md).with_context(|| format!("writing {}", args.out.display()));
+    }
     let machine = std::fs::read_to_string(dir.join("machine.md")).context("reading machine.md")?;
     let meta: Value = read(dir, "meta.json")?;
     let conv: convergence::Results = read(dir, "convergence.json")?;
@@ -105,6 +120,8 @@ pub fn run(args: Args) -> Result<()> {
     let rel: reload::Results = read(dir, "reload.json")?;
     let scale_results: crate::scaleout::Results = read(dir, "scaleout.json")?;
     let scale = ScaleOut::new(&scale_results)?;
+    let dev_results: crate::devloop::Results = read(dir, "dev_loop.json")?;
+    let dev_loop = DevLoop::new(&dev_results)?;
 
     // ---- Section 1 figures.
     let conv_large: convergence::Results = read(dir, "convergence_large.json")?;
@@ -232,6 +249,7 @@ pub fn run(args: Args) -> Result<()> {
         status(attack_ratio <= 2.0)
     )?;
     scale.target_rows(w)?;
+    dev_loop.target_rows(w)?;
     writeln!(w)?;
 
     // ---- 1.
@@ -604,6 +622,9 @@ pub fn run(args: Args) -> Result<()> {
     }
     // ---- 6.
     scale.section(w, meta["nproc"].as_u64().unwrap_or(0))?;
+
+    // ---- 7.
+    dev_loop.section(w)?;
 
     writeln!(w, "## How to reproduce\n")?;
     writeln!(
