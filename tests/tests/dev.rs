@@ -10,6 +10,7 @@
 //!   save (the test measures the same from its side: the write → the new ConfigMap seen);
 //! - a failed build is shown (cargo's error, with file and line) and the loop goes on, with the
 //!   last good version still reconciling new Namespaces;
+//! - a manifest that does not parse is named and never applied;
 //! - a version the host refuses (the manifest drops a read the plugin declares) is shown with
 //!   the host's reason, the plugin ConfigMap says `Rejected`, the last good version keeps
 //!   reconciling, and fixing the manifest loads the new code;
@@ -226,6 +227,12 @@ async fn run(client: &Client, krate: &Path, lib: &str, manifest: &str, before: &
     ensure!(failed.contains("src/lib.rs:") && failed.contains("error"), "the failed build does not show cargo's error:\n{failed}");
     let b = labelled_namespace(client, "dev-b").await?;
     config_map(client, &b, "welcome-v2", &format!("Welcome to {b}, v2!")).await?;
+
+    // A manifest that does not parse: named, nothing applied, version 2 keeps running.
+    save(krate, &[("welcome.plugin.yaml", "grants: [\n"), ("src/lib.rs", &v2)])?;
+    let unparsed = dev.wait_for("welcome.plugin.yaml: ", WAIT).await?;
+    ensure!(unparsed.contains("the last good version keeps running"), "the manifest error is not shown as one: {unparsed}");
+    ensure!(plugin_state(client).await?["state"] == "Loaded", "a manifest that does not parse reached the host");
 
     // A refused version (new code, but the manifest drops the ConfigMap read the plugin
     // declares): shown with the host's reason; version 2 keeps reconciling.

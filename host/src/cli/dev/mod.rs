@@ -209,8 +209,9 @@ impl<'a> Session<'a> {
     /// task of its own, so the next save is not held up).
     async fn deploy(&mut self, built: Built, trigger: Trigger) -> anyhow::Result<()> {
         info!(target: DEV_LOG, "built {} in {:.1} s ({} KB)", self.krate.wasm_path().display(), built.took.as_secs_f64(), built.wasm.len() / 1024);
-        let manifest = self.manifest(&built.wasm).await?;
-        let name = PluginManifest::parse(&manifest, &self.krate.package).map(|m| m.name).unwrap_or_else(|_| self.krate.package.clone());
+        let (manifest, source) = self.manifest(&built.wasm).await?;
+        // A manifest that does not parse is named here, before anything is applied.
+        let name = PluginManifest::parse(&manifest, &self.krate.package).with_context(|| format!("in {source}"))?.name;
         let digest = wasmloop::plugin::engine::digest(&built.wasm);
         if self.applied.as_ref().is_some_and(|(d, m)| *d == digest && *m == manifest) {
             info!(target: DEV_LOG, "same component and manifest as last applied; nothing to load");
@@ -269,8 +270,9 @@ impl<'a> Session<'a> {
         self.payloads.retain(|p| p == current);
     }
 
-    /// The manifest: `--manifest`, else `<package>.plugin.yaml` in the crate, else derived.
-    async fn manifest(&self, wasm: &[u8]) -> anyhow::Result<String> {
+    /// The manifest and where it came from: `--manifest`, else `<package>.plugin.yaml` in the
+    /// crate, else derived.
+    async fn manifest(&self, wasm: &[u8]) -> anyhow::Result<(String, String)> {
         let file = self.args.manifest.clone().or_else(|| {
             let default = self.krate.dir.join(format!("{}.plugin.yaml", self.krate.package));
             default.exists().then_some(default)
@@ -279,13 +281,14 @@ impl<'a> Session<'a> {
             if !self.args.allow.is_empty() {
                 warn!(target: DEV_LOG, "--allow is ignored: the grants come from {}", file.display());
             }
-            return std::fs::read_to_string(&file).with_context(|| format!("reading {}", file.display()));
+            let text = std::fs::read_to_string(&file).with_context(|| format!("reading {}", file.display()))?;
+            return Ok((text, file.display().to_string()));
         }
         let engine = self.engine.clone();
         let wasm = wasm.to_vec();
         let inspection = tokio::task::spawn_blocking(move || wasmloop::plugin::inspect(&engine, &wasm)).await??;
         let spec = inspection.metadata.context(inspection.metadata_error.unwrap_or_else(|| "the plugin answered no metadata".into()))?;
-        super::pack::derive_manifest(&spec, None, &self.args.allow)
+        Ok((super::pack::derive_manifest(&spec, None, &self.args.allow)?, "the derived manifest".into()))
     }
 
     /// The payload (immutable: created once per digest), then the plugin ConfigMap (server-side
