@@ -30,6 +30,9 @@ pub enum Error {
     Infer(#[from] kube::config::InferConfigError),
     #[error("cannot build the API client: {0}")]
     Build(#[from] kube::Error),
+    /// An executor made without a [`Connection`] was asked to act as another identity.
+    #[error("no connection to impersonate with (Executor::with_connection was not called)")]
+    NoConnection,
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -154,23 +157,66 @@ pub fn is_collection(path: &str) -> bool {
 /// A client from `kubeconfig` (a path) or, when `None`, inferred from the environment
 /// (KUBECONFIG, ~/.kube/config, in-cluster service account).
 pub async fn build(kubeconfig: Option<&str>) -> Result<(Client, ApiRequests)> {
-    let config = match kubeconfig {
-        Some(path) => {
-            let kc = Kubeconfig::read_from(path).map_err(|source| Error::Kubeconfig { path: path.to_string(), source })?;
-            Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
-                .await
-                .map_err(|source| Error::Kubeconfig { path: path.to_string(), source })?
-        }
-        None => Config::infer().await?,
-    };
-    from_config(config)
+    let connection = Connection::new(kubeconfig).await?;
+    Ok((connection.client.clone(), connection.requests.clone()))
+}
+
+/// The host's connection to the API server: its client, and what it takes to make clients that
+/// act as another identity (impersonation) over the same credentials, counted alike.
+#[derive(Clone)]
+pub struct Connection {
+    config: Config,
+    client: Client,
+    requests: ApiRequests,
+}
+
+impl std::fmt::Debug for Connection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Connection").field("cluster_url", &self.config.cluster_url).finish_non_exhaustive()
+    }
+}
+
+impl Connection {
+    /// Connect with `kubeconfig` (a path) or, when `None`, the environment's configuration.
+    pub async fn new(kubeconfig: Option<&str>) -> Result<Self> {
+        let config = match kubeconfig {
+            Some(path) => {
+                let kc = Kubeconfig::read_from(path).map_err(|source| Error::Kubeconfig { path: path.to_string(), source })?;
+                Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+                    .await
+                    .map_err(|source| Error::Kubeconfig { path: path.to_string(), source })?
+            }
+            None => Config::infer().await?,
+        };
+        let requests = ApiRequests::default();
+        let client = from_config(config.clone(), &requests)?;
+        Ok(Self { config, client, requests })
+    }
+
+    /// The host's own client.
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    /// The counter every client of this connection reports to.
+    pub fn requests(&self) -> &ApiRequests {
+        &self.requests
+    }
+
+    /// A client that sends `Impersonate-User: <user>` (and no groups: for a ServiceAccount the
+    /// API server then adds its groups itself) with the host's credentials.
+    pub fn impersonating(&self, user: &str) -> Result<Client> {
+        let mut config = self.config.clone();
+        config.auth_info.impersonate = Some(user.to_owned());
+        config.auth_info.impersonate_groups = None;
+        from_config(config, &self.requests)
+    }
 }
 
 /// A counting client from an explicit config. kube's retry layer is moved above the response
 /// counter (it sits outside everything by default), so every attempt's answer is counted.
-fn from_config(mut config: Config) -> Result<(Client, ApiRequests)> {
+fn from_config(mut config: Config, requests: &ApiRequests) -> Result<Client> {
     config.default_retry = false;
-    let requests = ApiRequests::default();
     let (counter, answers) = (requests.clone(), requests.clone());
     let client = ClientBuilder::try_from(config)?
         .with_layer(&MapResponseLayer::new(move |res: http::Response<Box<DynBody>>| {
@@ -185,7 +231,7 @@ fn from_config(mut config: Config) -> Result<(Client, ApiRequests)> {
             req
         }))
         .build();
-    Ok((client, requests))
+    Ok(client)
 }
 
 #[cfg(test)]

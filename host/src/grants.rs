@@ -18,7 +18,6 @@ use std::str::FromStr;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use wasmloop_model::Target;
 
-use crate::actions::Action;
 use crate::kinds::KindRef;
 use crate::reconciler::ReconcilerSpec;
 
@@ -34,12 +33,6 @@ pub enum Error {
          add `{{kinds: [\"{kind}\"], verbs: [read]}}` to its grants"
     )]
     MissingRead { plugin: String, kind: KindRef, role: &'static str },
-    /// An action whose object cannot be identified (checked before any grant).
-    #[error("plugin {plugin}: {verb} action has an invalid object: {reason}")]
-    InvalidAction { plugin: String, verb: Verb, reason: String },
-    /// Action `index` of an outcome was refused.
-    #[error("action {index}: {source}")]
-    Action { index: usize, source: Box<Error> },
     #[error("invalid kind {0:?} in grants: expected \"<apiVersion>/<Kind>\" (e.g. \"v1/Pod\", \"apps/v1/ReplicaSet\") or \"*\"")]
     InvalidKind(String),
     #[error("invalid verb {0:?} in grants: expected one of read, create, apply, patch, delete, update-status, event, *")]
@@ -50,86 +43,52 @@ pub enum Error {
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
-/// What a grant allows.
+pub use wasmloop_model::Verb;
+
+/// The verbs of one grant: one [`Verb`], or `*` for every verb.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Verb {
-    /// get/list/watch through the cache.
-    Read,
-    Create,
-    /// Server-side apply.
-    Apply,
-    /// JSON merge patch or JSON patch of objects (not their status: that is `update-status`).
-    Patch,
-    Delete,
-    UpdateStatus,
-    /// Record Events about objects of the kind.
-    Event,
-    /// Every verb.
-    All,
+pub enum VerbPattern {
+    /// `*`: every verb.
+    Any,
+    /// One verb.
+    Exact(Verb),
 }
 
-impl Verb {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Verb::Read => "read",
-            Verb::Create => "create",
-            Verb::Apply => "apply",
-            Verb::Patch => "patch",
-            Verb::Delete => "delete",
-            Verb::UpdateStatus => "update-status",
-            Verb::Event => "event",
-            Verb::All => "*",
-        }
-    }
-
-    /// The verb an action needs.
-    pub fn of(action: &Action) -> Verb {
-        match action {
-            Action::Create { .. } => Verb::Create,
-            Action::Apply { .. } => Verb::Apply,
-            Action::Delete { .. } => Verb::Delete,
-            Action::UpdateStatus { .. } => Verb::UpdateStatus,
-            Action::Event { .. } => Verb::Event,
-            Action::Patch { status: true, .. } => Verb::UpdateStatus,
-            Action::Patch { .. } => Verb::Patch,
-        }
-    }
-
+impl VerbPattern {
     fn covers(self, wanted: Verb) -> bool {
-        self == Verb::All || self == wanted
+        match self {
+            VerbPattern::Any => true,
+            VerbPattern::Exact(v) => v == wanted,
+        }
     }
 }
 
-impl fmt::Display for Verb {
+impl fmt::Display for VerbPattern {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
+        match self {
+            VerbPattern::Any => f.write_str("*"),
+            VerbPattern::Exact(v) => v.fmt(f),
+        }
     }
 }
 
-impl FromStr for Verb {
+impl FromStr for VerbPattern {
     type Err = Error;
     fn from_str(s: &str) -> Result<Self> {
-        Ok(match s.trim() {
-            "read" => Verb::Read,
-            "create" => Verb::Create,
-            "apply" => Verb::Apply,
-            "patch" => Verb::Patch,
-            "delete" => Verb::Delete,
-            "update-status" => Verb::UpdateStatus,
-            "event" => Verb::Event,
-            "*" => Verb::All,
-            other => return Err(Error::InvalidVerb(other.to_owned())),
-        })
+        match s.trim() {
+            "*" => Ok(VerbPattern::Any),
+            other => other.parse().map(VerbPattern::Exact).map_err(|_| Error::InvalidVerb(other.to_owned())),
+        }
     }
 }
 
-impl Serialize for Verb {
+impl Serialize for VerbPattern {
     fn serialize<S: Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
-        s.serialize_str(self.as_str())
+        s.collect_str(self)
     }
 }
 
-impl<'de> Deserialize<'de> for Verb {
+impl<'de> Deserialize<'de> for VerbPattern {
     fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
         String::deserialize(d)?.parse().map_err(serde::de::Error::custom)
     }
@@ -195,7 +154,7 @@ impl<'de> Deserialize<'de> for KindPattern {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Grant {
     pub kinds: Vec<KindPattern>,
-    pub verbs: Vec<Verb>,
+    pub verbs: Vec<VerbPattern>,
     /// `None` = every namespace and cluster-scoped objects.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub namespaces: Option<Vec<String>>,
@@ -255,7 +214,7 @@ impl Grants {
 
     /// Everything on every kind (native reconcilers, tests).
     pub fn all() -> Self {
-        Self::new("*", vec![Grant { kinds: vec![KindPattern::Any], verbs: vec![Verb::All], namespaces: None }])
+        Self::new("*", vec![Grant { kinds: vec![KindPattern::Any], verbs: vec![VerbPattern::Any], namespaces: None }])
     }
 
     /// Nothing at all.
@@ -359,28 +318,10 @@ impl Grants {
         if self.plugin.is_empty() { "(unnamed)" } else { &self.plugin }
     }
 
-    /// Check one action's target against the grants (no scope or protection checks: see
-    /// [`crate::admission`] for the whole admission). The error names verb, kind, namespace and object.
-    pub fn check_action(&self, action: &Action) -> Result<()> {
-        let verb = Verb::of(action);
-        let target =
-            action.target().map_err(|e| Error::InvalidAction { plugin: self.plugin_label().to_owned(), verb, reason: e.to_string() })?;
-        self.check_target(verb, &target)
-    }
-
     /// Check `verb` on `target`. A generateName target is checked by its prefix.
     pub fn check_target(&self, verb: Verb, target: &Target) -> Result<()> {
         let kind = KindRef::new(target.api_version.clone(), target.kind.clone());
         self.check(verb, &kind, target.namespace.as_deref(), Some(&target.display_name()))
-    }
-
-    /// Check every action of an outcome; nothing should be sent if this fails.
-    /// The error names the first refused action's index.
-    pub fn check_actions(&self, actions: &[Action]) -> Result<()> {
-        for (index, action) in actions.iter().enumerate() {
-            self.check_action(action).map_err(|e| Error::Action { index, source: Box::new(e) })?;
-        }
-        Ok(())
     }
 
     /// Check that every kind the reconciler declares reading is readable (in some namespace).
@@ -401,8 +342,6 @@ impl Grants {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::actions::EventType;
-    use crate::kinds::ObjectKey;
     use crate::reconciler::{Mapping, WatchSpec};
     use serde_json::json;
 
@@ -432,7 +371,7 @@ grants:
         assert_eq!(g.plugin(), "podset");
         assert_eq!(g.rules().len(), 2);
         assert_eq!(g.rules()[0].kinds, vec![KindPattern::Exact(podset())]);
-        assert_eq!(g.rules()[0].verbs, vec![Verb::Read, Verb::UpdateStatus, Verb::Event]);
+        assert_eq!(g.rules()[0].verbs, [Verb::Read, Verb::UpdateStatus, Verb::Event].map(VerbPattern::Exact).to_vec());
         assert_eq!(g.rules()[1].namespaces, Some(vec!["shop".to_string()]));
         assert_eq!(Grants::from_yaml("x", "name: x\n").unwrap().rules().len(), 0);
     }
@@ -467,64 +406,47 @@ grants:
         assert!(!ReadScope::Namespaces(vec!["shop".into()]).allows(None));
     }
 
+    fn target(kind: &KindRef, ns: Option<&str>, name: &str) -> Target {
+        Target::of_key(&kind.api_version, &kind.kind, ns, name).unwrap()
+    }
+
     #[test]
     fn actions_outside_grants_are_refused_with_a_clear_message() {
         let g = grants();
-        let delete = |ns: &str| Action::delete(ObjectKey::new(pod(), Some(ns.into()), "web-1"));
-        assert!(g.check_action(&delete("shop")).is_ok());
-        let err = g.check_action(&delete("kube-system")).unwrap_err().to_string();
+        assert!(g.check_target(Verb::Delete, &target(&pod(), Some("shop"), "web-1")).is_ok());
+        let err = g.check_target(Verb::Delete, &target(&pod(), Some("kube-system"), "web-1")).unwrap_err().to_string();
         assert_eq!(
             err,
             "plugin podset may not delete v1/Pod web-1 in namespace kube-system: \
              delete on v1/Pod is granted only in namespaces shop"
         );
-        let apply = Action::Apply { object: json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "shop"}}) };
-        let err = g.check_action(&apply).unwrap_err().to_string();
+        let err = g.check_target(Verb::Apply, &target(&pod(), Some("shop"), "p")).unwrap_err().to_string();
         assert_eq!(err, "plugin podset may not apply v1/Pod p in namespace shop: no grant for verb apply");
-        let secret = Action::delete(ObjectKey::new(KindRef::new("v1", "Secret"), Some("shop".into()), "s"));
-        let err = g.check_action(&secret).unwrap_err().to_string();
+        let err = g.check_target(Verb::Delete, &target(&KindRef::new("v1", "Secret"), Some("shop"), "s")).unwrap_err().to_string();
         assert!(err.contains("may not delete v1/Secret s in namespace shop: no grant covers kind v1/Secret"), "{err}");
-
-        let status = Action::UpdateStatus { key: ObjectKey::new(podset(), Some("a".into()), "ps"), status: json!({}) };
-        assert!(g.check_action(&status).is_ok());
-        let event = Action::Event {
-            regarding: ObjectKey::new(podset(), Some("a".into()), "ps"),
-            event_type: EventType::Normal,
-            reason: "R".into(),
-            message: "m".into(),
-        };
-        assert!(g.check_action(&event).is_ok());
-        let create = Action::Create {
-            object: json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"generateName": "web-", "namespace": "shop"}}),
-        };
-        assert!(g.check_action(&create).is_ok());
-    }
-
-    #[test]
-    fn invalid_action_objects_are_refused() {
-        let g = grants();
-        let no_kind = Action::Create { object: json!({"metadata": {"name": "x"}}) };
-        let err = g.check_action(&no_kind).unwrap_err().to_string();
-        assert!(err.contains("the object has no apiVersion"), "{err}");
-        let no_name = Action::Apply { object: json!({"apiVersion": "v1", "kind": "Pod", "metadata": {}}) };
-        let err = g.check_action(&no_name).unwrap_err().to_string();
-        assert!(err.contains("the object has no metadata.name"), "{err}");
-        let actions =
-            vec![Action::delete(ObjectKey::new(pod(), Some("shop".into()), "ok")), Action::delete(ObjectKey::new(pod(), None, "cluster"))];
-        let err = g.check_actions(&actions).unwrap_err().to_string();
-        assert!(err.starts_with("action 1: plugin podset may not delete v1/Pod cluster (cluster-scoped)"), "{err}");
+        assert!(g.check_target(Verb::UpdateStatus, &target(&podset(), Some("a"), "ps")).is_ok());
+        assert!(g.check_target(Verb::Event, &target(&podset(), Some("a"), "ps")).is_ok());
+        let generated = Target::of_object(
+            &json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"generateName": "web-", "namespace": "shop"}}),
+            wasmloop_model::Naming::NameOrGenerate,
+        )
+        .unwrap();
+        assert!(g.check_target(Verb::Create, &generated).is_ok());
+        let err = g.check_target(Verb::Delete, &target(&pod(), None, "cluster")).unwrap_err().to_string();
+        assert!(err.starts_with("plugin podset may not delete v1/Pod cluster (cluster-scoped)"), "{err}");
     }
 
     #[test]
     fn wildcards_and_all() {
         let all = Grants::all();
-        let key = ObjectKey::new(KindRef::new("v1", "Secret"), None, "s");
-        assert!(all.check_action(&Action::delete(key)).is_ok());
+        assert!(all.check_target(Verb::Delete, &target(&KindRef::new("v1", "Secret"), None, "s")).is_ok());
         assert!(all.allows_read(&pod(), None));
         let star = Grants::from_yaml("x", "grants:\n  - kinds: ['*']\n    verbs: [read]\n").unwrap();
         assert!(star.allows_read(&pod(), None));
         assert!(!star.allows(Verb::Create, &pod(), None));
-        assert!(Grants::none("x").check_action(&Action::delete(ObjectKey::new(pod(), None, "p"))).is_err());
+        assert!(Grants::none("x").check_target(Verb::Delete, &target(&pod(), None, "p")).is_err());
+        let verbs = Grants::from_yaml("x", "grants:\n  - kinds: [v1/Pod]\n    verbs: ['*']\n").unwrap();
+        assert!(Verb::ALL.iter().all(|v| verbs.allows(*v, &pod(), Some("a"))));
     }
 
     #[test]

@@ -141,72 +141,84 @@ fn is_transient(e: &kube::Error) -> bool {
     }
 }
 
-/// Kubernetes' own cluster-scoped kinds, by API group (any version).
-const CLUSTER_SCOPED: &[(&str, &str)] = &[
-    ("", "Namespace"),
-    ("", "Node"),
-    ("", "PersistentVolume"),
-    ("", "ComponentStatus"),
-    ("rbac.authorization.k8s.io", "ClusterRole"),
-    ("rbac.authorization.k8s.io", "ClusterRoleBinding"),
-    ("apiextensions.k8s.io", "CustomResourceDefinition"),
-    ("apiregistration.k8s.io", "APIService"),
-    ("admissionregistration.k8s.io", "MutatingWebhookConfiguration"),
-    ("admissionregistration.k8s.io", "ValidatingWebhookConfiguration"),
-    ("storage.k8s.io", "StorageClass"),
-    ("storage.k8s.io", "CSIDriver"),
-    ("storage.k8s.io", "CSINode"),
-    ("storage.k8s.io", "VolumeAttachment"),
-    ("scheduling.k8s.io", "PriorityClass"),
-    ("node.k8s.io", "RuntimeClass"),
-    ("networking.k8s.io", "IngressClass"),
-    ("certificates.k8s.io", "CertificateSigningRequest"),
-    ("policy", "PodSecurityPolicy"),
-    ("flowcontrol.apiserver.k8s.io", "FlowSchema"),
-    ("flowcontrol.apiserver.k8s.io", "PriorityLevelConfiguration"),
+/// Kubernetes' own kinds: API group (any version), kind, resource (plural), namespaced. What
+/// offline runs and `wasmloop pack --rbac` know without discovery (discovery is the authority).
+const BUILTIN: &[(&str, &str, &str, bool)] = &[
+    ("", "Namespace", "namespaces", false),
+    ("", "Node", "nodes", false),
+    ("", "PersistentVolume", "persistentvolumes", false),
+    ("", "ComponentStatus", "componentstatuses", false),
+    ("rbac.authorization.k8s.io", "ClusterRole", "clusterroles", false),
+    ("rbac.authorization.k8s.io", "ClusterRoleBinding", "clusterrolebindings", false),
+    ("apiextensions.k8s.io", "CustomResourceDefinition", "customresourcedefinitions", false),
+    ("apiregistration.k8s.io", "APIService", "apiservices", false),
+    ("admissionregistration.k8s.io", "MutatingWebhookConfiguration", "mutatingwebhookconfigurations", false),
+    ("admissionregistration.k8s.io", "ValidatingWebhookConfiguration", "validatingwebhookconfigurations", false),
+    ("storage.k8s.io", "StorageClass", "storageclasses", false),
+    ("storage.k8s.io", "CSIDriver", "csidrivers", false),
+    ("storage.k8s.io", "CSINode", "csinodes", false),
+    ("storage.k8s.io", "VolumeAttachment", "volumeattachments", false),
+    ("scheduling.k8s.io", "PriorityClass", "priorityclasses", false),
+    ("node.k8s.io", "RuntimeClass", "runtimeclasses", false),
+    ("networking.k8s.io", "IngressClass", "ingressclasses", false),
+    ("certificates.k8s.io", "CertificateSigningRequest", "certificatesigningrequests", false),
+    ("policy", "PodSecurityPolicy", "podsecuritypolicies", false),
+    ("flowcontrol.apiserver.k8s.io", "FlowSchema", "flowschemas", false),
+    ("flowcontrol.apiserver.k8s.io", "PriorityLevelConfiguration", "prioritylevelconfigurations", false),
+    ("", "Pod", "pods", true),
+    ("", "ConfigMap", "configmaps", true),
+    ("", "Secret", "secrets", true),
+    ("", "Service", "services", true),
+    ("", "ServiceAccount", "serviceaccounts", true),
+    ("", "Endpoints", "endpoints", true),
+    ("", "Event", "events", true),
+    ("", "PersistentVolumeClaim", "persistentvolumeclaims", true),
+    ("", "ReplicationController", "replicationcontrollers", true),
+    ("", "LimitRange", "limitranges", true),
+    ("", "ResourceQuota", "resourcequotas", true),
+    ("apps", "Deployment", "deployments", true),
+    ("apps", "ReplicaSet", "replicasets", true),
+    ("apps", "StatefulSet", "statefulsets", true),
+    ("apps", "DaemonSet", "daemonsets", true),
+    ("batch", "Job", "jobs", true),
+    ("batch", "CronJob", "cronjobs", true),
+    ("rbac.authorization.k8s.io", "Role", "roles", true),
+    ("rbac.authorization.k8s.io", "RoleBinding", "rolebindings", true),
+    ("coordination.k8s.io", "Lease", "leases", true),
+    ("networking.k8s.io", "Ingress", "ingresses", true),
+    ("networking.k8s.io", "NetworkPolicy", "networkpolicies", true),
+    ("policy", "PodDisruptionBudget", "poddisruptionbudgets", true),
+    ("autoscaling", "HorizontalPodAutoscaler", "horizontalpodautoscalers", true),
+    ("events.k8s.io", "Event", "events", true),
 ];
 
-/// Kubernetes' own namespaced kinds that plugins commonly write, by API group.
-const NAMESPACED: &[(&str, &str)] = &[
-    ("", "Pod"),
-    ("", "ConfigMap"),
-    ("", "Secret"),
-    ("", "Service"),
-    ("", "ServiceAccount"),
-    ("", "Endpoints"),
-    ("", "Event"),
-    ("", "PersistentVolumeClaim"),
-    ("", "ReplicationController"),
-    ("", "LimitRange"),
-    ("", "ResourceQuota"),
-    ("apps", "Deployment"),
-    ("apps", "ReplicaSet"),
-    ("apps", "StatefulSet"),
-    ("apps", "DaemonSet"),
-    ("batch", "Job"),
-    ("batch", "CronJob"),
-    ("rbac.authorization.k8s.io", "Role"),
-    ("rbac.authorization.k8s.io", "RoleBinding"),
-    ("coordination.k8s.io", "Lease"),
-    ("networking.k8s.io", "Ingress"),
-    ("networking.k8s.io", "NetworkPolicy"),
-    ("policy", "PodDisruptionBudget"),
-    ("autoscaling", "HorizontalPodAutoscaler"),
-    ("events.k8s.io", "Event"),
-];
+fn builtin(kind: &KindRef) -> Option<&'static (&'static str, &'static str, &'static str, bool)> {
+    let (group, _) = kind.group_version().ok()?;
+    BUILTIN.iter().find(|(g, k, _, _)| *g == group && *k == kind.kind)
+}
 
 /// Whether a built-in Kubernetes kind is namespaced; `None` for kinds this table does not know
 /// (CRDs). Discovery is the authority; this serves offline runs.
 pub fn builtin_namespaced(kind: &KindRef) -> Option<bool> {
-    let (group, _) = kind.group_version().ok()?;
-    let key = (group, kind.kind.as_str());
-    if CLUSTER_SCOPED.contains(&key) {
-        Some(false)
-    } else if NAMESPACED.contains(&key) {
-        Some(true)
-    } else {
-        None
+    builtin(kind).map(|(_, _, _, namespaced)| *namespaced)
+}
+
+/// The resource name (plural) of `kind`: Kubernetes' own from the table, else the API
+/// server's default for custom resources (the lowercase kind plus `s`, `es` or `ies`, as
+/// `kubebuilder` and most CRDs have it); `true` when it is that guess.
+pub fn plural(kind: &KindRef) -> (String, bool) {
+    if let Some((_, _, plural, _)) = builtin(kind) {
+        return ((*plural).to_owned(), false);
     }
+    let lower = kind.kind.to_ascii_lowercase();
+    let guessed = if let Some(stem) = lower.strip_suffix('y').filter(|s| !s.ends_with(['a', 'e', 'i', 'o', 'u'])) {
+        format!("{stem}ies")
+    } else if ["s", "x", "z", "ch", "sh"].iter().any(|end| lower.ends_with(end)) {
+        format!("{lower}es")
+    } else {
+        format!("{lower}s")
+    };
+    (guessed, true)
 }
 
 #[cfg(test)]
@@ -228,6 +240,15 @@ mod tests {
         assert_eq!(builtin_namespaced(&KindRef::new("rbac.authorization.k8s.io/v1beta1", "ClusterRoleBinding")), Some(false));
         assert_eq!(builtin_namespaced(&KindRef::new("apps/v1", "ReplicaSet")), Some(true));
         assert_eq!(builtin_namespaced(&KindRef::new("wasmloop.dev/v1alpha1", "PodSet")), None);
+    }
+
+    #[test]
+    fn plurals_come_from_the_table_or_the_custom_resource_rule() {
+        assert_eq!(plural(&KindRef::new("networking.k8s.io/v1", "Ingress")), ("ingresses".into(), false));
+        assert_eq!(plural(&KindRef::new("wasmloop.dev/v1alpha1", "PodSet")), ("podsets".into(), true));
+        assert_eq!(plural(&KindRef::new("x.io/v1", "Policy")), ("policies".into(), true));
+        assert_eq!(plural(&KindRef::new("x.io/v1", "Gateway")), ("gateways".into(), true));
+        assert_eq!(plural(&KindRef::new("x.io/v1", "Mailbox")), ("mailboxes".into(), true));
     }
 
     #[test]

@@ -6,7 +6,9 @@
 //! - [`queue`]: work queues (dedup, one key at a time, delays, rate-limited retries);
 //! - [`reconciler`]: the contract native and Wasm reconcilers implement;
 //! - [`controller`]: maps events to keys, runs workers and resync, calls the reconciler;
-//! - [`actions`]: executes what reconcilers return, idempotently;
+//! - [`actions`]: what reconcilers return; [`admission`] admits it (judging each write by the
+//!   object it produces); [`executor`] sends what was admitted, as the plugin's own identity
+//!   ([`identity`]);
 //! - [`plugin`]: the wasmtime sandbox that runs Wasm reconcilers; [`grants`] what each may do;
 //! - [`hotload`]: loads, swaps and removes plugins from ConfigMaps;
 //! - [`fence`] and [`shard`]: who may write: the leader, or the owner of each shard.
@@ -21,6 +23,7 @@ pub mod cache;
 pub mod client;
 pub mod controller;
 pub mod duration;
+pub mod executor;
 pub mod fence;
 // The fuzz harnesses' runner, shared with wasmloop-model (one file, so both run them alike).
 #[cfg(test)]
@@ -28,6 +31,7 @@ pub mod fence;
 mod fuzz;
 pub mod grants;
 pub mod hotload;
+pub mod identity;
 pub mod informer;
 pub mod kinds;
 pub mod native;

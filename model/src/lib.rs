@@ -6,7 +6,8 @@
 //!   host's grant checks;
 //! - [`field`]: what a declared field path (`status.phase`) reads from an object;
 //! - [`selector`]: label selectors, parsed and matched;
-//! - [`index_path`]: declared index paths, parsed and evaluated.
+//! - [`index_path`]: declared index paths, parsed and evaluated;
+//! - [`verb`]: the one verb vocabulary of grants, actions, refusals and metrics.
 
 #![forbid(unsafe_code)]
 
@@ -16,5 +17,7 @@ mod fuzz;
 pub mod index_path;
 pub mod selector;
 pub mod target;
+pub mod verb;
 
 pub use target::{Naming, Target, TargetError, TargetName, json_type};
+pub use verb::{UnknownVerb, Verb};

@@ -18,6 +18,7 @@ use kube::api::{Api, DeleteParams, PostParams};
 /// The workspace root (where `scripts/` lives).
 pub mod cluster;
 pub mod fault_proxy;
+pub mod hostile;
 
 pub fn workspace_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("tests/ has a parent").to_path_buf()
@@ -136,26 +137,28 @@ pub struct Host {
     pub client: Client,
     pub requests: wasmloop::client::ApiRequests,
     pub registry: wasmloop::informer::InformerRegistry,
-    pub executor: wasmloop::actions::Executor,
+    /// Writes with the host's own credentials; `executor.acting_as(..)` makes one that
+    /// impersonates a plugin's ServiceAccount.
+    pub executor: wasmloop::executor::Executor,
     pub metrics: wasmloop::controller::ControllerMetrics,
 }
 
 impl Host {
     /// The host's parts with the admin credentials of the test control plane.
     pub async fn new() -> Result<Self> {
-        Self::with_client(client().await?)
+        let kc = kubeconfig()?;
+        Self::with_kubeconfig(&kc).await
     }
 
     /// The host's parts with the credentials of `kubeconfig` (e.g. from [`sa_kubeconfig`]).
     pub async fn with_kubeconfig(kubeconfig: &Path) -> Result<Self> {
-        Self::with_client(wasmloop::client::build(Some(kubeconfig.to_str().context("kubeconfig path is not UTF-8")?)).await?)
-    }
-
-    fn with_client((client, requests): (Client, wasmloop::client::ApiRequests)) -> Result<Self> {
+        let path = kubeconfig.to_str().context("kubeconfig path is not UTF-8")?;
+        let connection = wasmloop::client::Connection::new(Some(path)).await?;
+        let (client, requests) = (connection.client().clone(), connection.requests().clone());
         let resolver = wasmloop::kinds::KindResolver::new(client.clone());
         Ok(Self {
             registry: wasmloop::informer::InformerRegistry::new(resolver.clone()),
-            executor: wasmloop::actions::Executor::new(resolver, Some("test".into())),
+            executor: wasmloop::executor::Executor::new(resolver, Some("test".into())).with_connection(connection),
             metrics: wasmloop::controller::ControllerMetrics::unregistered(),
             client,
             requests,
@@ -319,4 +322,20 @@ pub async fn start_plugin(
     )
     .await?;
     Ok((controller, wasm))
+}
+
+/// Admit `action` as a controller would (every grant, an empty cache, the executor's protected
+/// objects) and execute it with `executor` as controller `manager`. Panics if admission refuses
+/// it: for tests of the executor's own behaviour.
+pub async fn admit_and_execute(
+    executor: &wasmloop::executor::Executor,
+    manager: &str,
+    action: wasmloop::actions::Action,
+) -> wasmloop::executor::Result<wasmloop::executor::Executed> {
+    let grants = wasmloop::grants::Grants::all();
+    let cache = wasmloop::cache::CacheView::new();
+    let ctx =
+        wasmloop::admission::Context { grants: &grants, cache: &cache, client: Some(executor.writer().client()), manager, budget: None };
+    let admitted = executor.admission().admit(ctx, vec![action]).await.unwrap_or_else(|e| panic!("admission refused a test action: {e}"));
+    executor.execute(manager, &admitted.actions()[0], executor.fence()).await
 }

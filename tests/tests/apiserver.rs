@@ -58,8 +58,10 @@ async fn create_watch_and_conflict_against_a_real_apiserver() -> anyhow::Result<
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn patches_and_deletes_honour_preconditions_and_report_conflicts() -> anyhow::Result<()> {
     use serde_json::json;
-    use wasmloop::actions::{Action, Executor, PatchType, Preconditions};
+    use wasmloop::actions::{Action, PatchType, Preconditions};
+    use wasmloop::executor::Executor;
     use wasmloop::kinds::{KindRef, KindResolver, ObjectKey};
+    use wasmloop_tests::admit_and_execute;
 
     init_tracing();
     let (client, _) = client().await?;
@@ -81,7 +83,7 @@ async fn patches_and_deletes_honour_preconditions_and_report_conflicts() -> anyh
 
     // Matching preconditions: written.
     let merge = patch(PatchType::Merge, json!({"data": {"value": "2"}}), pre(Some(&uid), Some(&rv)));
-    executor.execute("test", &merge).await?;
+    admit_and_execute(&executor, "test", merge).await?;
     assert_eq!(value().await?, "2");
 
     // A stale resourceVersion (merge), a wrong uid (merge), a stale one in a JSON patch: conflicts.
@@ -102,7 +104,7 @@ async fn patches_and_deletes_honour_preconditions_and_report_conflicts() -> anyh
         ),
         ("delete, other uid", Action::Delete { key: key.clone(), preconditions: pre(Some("not-the-uid"), None) }),
     ] {
-        let err = executor.execute("test", &action).await.expect_err(what);
+        let err = admit_and_execute(&executor, "test", action).await.expect_err(what);
         assert!(err.is_conflict(), "{what}: expected a conflict, got {err}");
         assert!(!err.is_permanent(), "{what}");
         assert_eq!(value().await?, "2", "{what}: nothing was written");
@@ -110,14 +112,14 @@ async fn patches_and_deletes_honour_preconditions_and_report_conflicts() -> anyh
 
     // A patch the server finds invalid is the plugin's error, permanent, not a conflict.
     let invalid = patch(PatchType::Json, json!([{"op": "add", "path": "/metadata/labels", "value": {"bad key!": "x"}}]), pre(None, None));
-    let err = executor.execute("test", &invalid).await.expect_err("an invalid label");
+    let err = admit_and_execute(&executor, "test", invalid).await.expect_err("an invalid label");
     assert!(err.is_permanent() && !err.is_conflict(), "{err}");
 
     // JSON patch with a matching uid test, then a delete with the right uid.
     let json_ok = patch(PatchType::Json, json!([{"op": "replace", "path": "/data/value", "value": "3"}]), pre(Some(&uid), None));
-    executor.execute("test", &json_ok).await?;
+    admit_and_execute(&executor, "test", json_ok).await?;
     assert_eq!(value().await?, "3");
-    executor.execute("test", &Action::Delete { key: key.clone(), preconditions: pre(Some(&uid), None) }).await?;
+    admit_and_execute(&executor, "test", Action::Delete { key: key.clone(), preconditions: pre(Some(&uid), None) }).await?;
     assert!(api.get_opt("target").await?.is_none());
     ns.cleanup().await
 }

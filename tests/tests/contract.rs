@@ -151,7 +151,7 @@ async fn generate_name_creates_never_overshoot_under_event_storms_with_a_delayed
     let resolver = wasmloop::kinds::KindResolver::new(client.clone());
     let host = Host {
         registry: wasmloop::informer::InformerRegistry::new(resolver.clone()).with_event_delay(Duration::from_millis(400)),
-        executor: wasmloop::actions::Executor::new(resolver, Some("test".into())),
+        executor: wasmloop::executor::Executor::new(resolver, Some("test".into())),
         metrics: wasmloop::controller::ControllerMetrics::unregistered(),
         client,
         requests,

@@ -304,20 +304,24 @@ fn reads_outside_the_grants_are_refused_inside_the_guest() {
     assert_eq!(seen["listedAll"], "listed: 1", "a cluster-wide list is filtered to the granted namespace");
 }
 
-#[test]
-fn writes_outside_the_grants_are_rejected_before_anything_is_sent() {
+#[tokio::test]
+async fn writes_outside_the_grants_are_rejected_before_anything_is_sent() {
     let plugin = load("write-outside-grant", Limits::default());
     let cache = cache_of(vec![config_map("default", "web", json!({}))]);
     let outcome = plugin.reconcile(&request("default", "web"), &cache).unwrap();
     assert_eq!(outcome.actions.len(), 2);
-    assert!(plugin.grants().check_action(&outcome.actions[0]).is_ok(), "update-status of its own kind is granted");
-    let err = plugin.grants().check_action(&outcome.actions[1]).unwrap_err().to_string();
+    // Admission as the host runs it, without a cluster (built-in scopes).
+    let admission = wasmloop::admission::Admission::offline();
+    let ctx =
+        wasmloop::admission::Context { grants: plugin.grants(), cache: cache.as_ref(), client: None, manager: plugin.name(), budget: None };
+    let first = admission.admit(ctx, outcome.actions[..1].to_vec()).await;
+    assert!(first.is_ok(), "update-status of its own kind is granted: {:?}", first.err());
+    let err = admission.admit(ctx, outcome.actions).await.unwrap_err().to_string();
     assert_eq!(
         err,
-        "plugin write-outside-grant may not delete v1/Secret admin-token in namespace kube-system: no grant covers kind v1/Secret"
+        "action 1 (delete v1/Secret/kube-system/admin-token) refused, no action of this reconcile was executed: \
+         plugin write-outside-grant may not delete v1/Secret admin-token in namespace kube-system: no grant covers kind v1/Secret"
     );
-    let err = plugin.check_actions(&outcome.actions).unwrap_err().to_string();
-    assert!(err.starts_with("action 1: plugin write-outside-grant may not delete v1/Secret"), "{err}");
 }
 
 #[test]

@@ -1,4 +1,5 @@
-//! Admission: what every action of a plugin's outcome must pass before **any** of it is sent.
+//! Admission: what every action of a plugin's outcome must pass before **any** of it is sent,
+//! and the only way to an [`Admitted`] outcome, which is all the executor takes.
 //!
 //! For each action, in order:
 //! 1. its [`Target`] (the one rule in `wasmloop-model`: apiVersion, kind, namespace, name or
@@ -6,28 +7,40 @@
 //! 2. the kind's scope from discovery: a namespace on a cluster-scoped kind, or none on a
 //!    namespaced kind, is invalid (so a namespace-restricted grant never reaches a cluster-scoped
 //!    object such as a Namespace or a ClusterRoleBinding);
-//! 3. the plugin's [`Grants`];
-//! 4. the [`Protected`] objects no grant can unlock;
-//! 5. the body: every `ownerReference` points at an object the plugin may read, with the uid the
-//!    cache holds; an Event's `regarding` is an object the plugin may read.
+//! 3. the plugin's [`Grants`] for the action's [`Verb`];
+//! 4. the [`Protected`] objects no grant can unlock, judged by the **object the write will
+//!    produce** ([`result`]): nothing in the host's namespaces, no plugin label, no RBAC that
+//!    binds or extends an identity the host holds or acts as;
+//! 5. the body: every `ownerReference` a write adds points at an object the plugin may read,
+//!    with the uid the cache holds; an Event's `regarding` is an object the plugin may read.
 //!
 //! One refused action refuses the whole outcome; the [`Refusal`] names the action, its target
-//! and the rule.
+//! and the rule. Where a result cannot be computed the action is not sent either: it is
+//! [`Error::Unverifiable`] (retried with backoff), or [`Error::Conflict`] when the plugin's view
+//! was older than the object the result was computed on.
+//!
+//! What admission costs in API requests: discovery once per kind (cached), and for server-side
+//! applies of RBAC objects one dry run each (taken from the plugin's API budget). RBAC objects
+//! are read from shared informers, never listed per action.
 
+mod owners;
 mod protected;
+mod rbac;
+pub mod result;
 
 pub use protected::{HostObjects, Protected, Rule};
 
 use std::fmt;
 
 use serde_json::Value;
-use wasmloop_model::{Target, TargetError};
+use wasmloop_model::{Target, TargetError, Verb};
 
-use crate::actions::Action;
+use crate::actions::{Action, Preconditions};
 use crate::cache::CacheRead;
-use crate::grants::{self, Grants, Verb};
-use crate::kinds::{self, KindRef, KindResolver};
-use protected::kind_of;
+use crate::grants::{self, Grants};
+use crate::kinds::{self, KindRef, KindResolver, ResolvedKind};
+use crate::queue::TokenBucket;
+use result::Guard;
 
 /// Why one action was refused.
 #[derive(Debug, thiserror::Error)]
@@ -44,22 +57,48 @@ pub enum Reason {
     OwnerReference { index: usize, why: String },
     #[error("an Event may only be about an object the plugin may read: {0}")]
     EventRegarding(String),
+    #[error("{0}")]
+    Result(#[from] result::Invalid),
 }
-
-impl std::error::Error for Rule {}
 
 /// An outcome refused because of its action `index`.
 #[derive(Debug, thiserror::Error)]
 #[error("action {index} ({verb} {target}) refused, no action of this reconcile was executed: {reason}")]
 pub struct Refusal {
     pub index: usize,
-    pub verb: &'static str,
+    pub verb: Verb,
     /// The target as far as it could be read.
     pub target: String,
     pub reason: Reason,
 }
 
-pub type Result<T, E = Refusal> = std::result::Result<T, E>;
+/// Why an outcome was not admitted.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// An action breaks a rule: not retried until the object changes.
+    #[error(transparent)]
+    Refused(Box<Refusal>),
+    /// What an action would produce could not be computed now (a dry run or the RBAC cache
+    /// failed): nothing was sent, and the key is retried with backoff (fail closed).
+    #[error("action {index} ({verb} {target}) not sent, no action of this reconcile was executed: {why}")]
+    Unverifiable { index: usize, verb: Verb, target: String, why: String },
+    /// The plugin's precondition names an older version than the one its result was checked
+    /// on: its view was stale; reconciled again.
+    #[error("action {index} ({verb} {target}): conflict: {why}")]
+    Conflict { index: usize, verb: Verb, target: String, why: String },
+}
+
+impl Error {
+    /// The verb of the action that stopped the outcome (for metrics).
+    pub fn verb(&self) -> Verb {
+        match self {
+            Error::Refused(r) => r.verb,
+            Error::Unverifiable { verb, .. } | Error::Conflict { verb, .. } => *verb,
+        }
+    }
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// Where the scope (namespaced or cluster-scoped) of a kind comes from.
 #[derive(Clone)]
@@ -72,12 +111,35 @@ pub enum Scopes {
 }
 
 impl Scopes {
+    async fn resolve(&self, kind: &KindRef) -> Result<Option<ResolvedKind>, kinds::Error> {
+        match self {
+            Scopes::Discovery(resolver) => Ok(Some(resolver.resolve(kind).await?)),
+            Scopes::Builtin => Ok(None),
+        }
+    }
+
     async fn namespaced(&self, kind: &KindRef) -> Result<Option<bool>, kinds::Error> {
         match self {
             Scopes::Discovery(resolver) => Ok(Some(resolver.resolve(kind).await?.namespaced)),
             Scopes::Builtin => Ok(kinds::builtin_namespaced(kind)),
         }
     }
+}
+
+/// What one plugin brings to the admission of its outcome.
+#[derive(Clone, Copy)]
+pub struct Context<'a> {
+    /// Its grants.
+    pub grants: &'a Grants,
+    /// What it may read (owners and Event subjects must be there).
+    pub cache: &'a dyn CacheRead,
+    /// The client its writes go out with (as its own identity): dry runs of server-side applies
+    /// are sent with it. `None` offline (then results that need the server are not computed).
+    pub client: Option<&'a kube::Client>,
+    /// Its name: the field manager of its applies (and their dry runs).
+    pub manager: &'a str,
+    /// Its API budget: each request admission sends takes a token.
+    pub budget: Option<&'a TokenBucket>,
 }
 
 /// The host-wide admission policy (scopes and protected objects); grants are per plugin.
@@ -93,7 +155,79 @@ impl fmt::Debug for Admission {
     }
 }
 
+/// One admitted action: what it writes, derived once, for the executor to send as is.
+#[derive(Clone, Debug)]
+pub struct AdmittedAction {
+    action: Action,
+    target: Target,
+    verb: Verb,
+    kind: Option<ResolvedKind>,
+    guard: Guard,
+}
+
+impl AdmittedAction {
+    /// The action as the plugin returned it.
+    pub fn action(&self) -> &Action {
+        &self.action
+    }
+
+    /// The object it touches.
+    pub fn target(&self) -> &Target {
+        &self.target
+    }
+
+    /// The grant it needed.
+    pub fn verb(&self) -> Verb {
+        self.verb
+    }
+
+    /// The kind as discovery resolved it (`None` offline).
+    pub fn kind(&self) -> Option<&ResolvedKind> {
+        self.kind.as_ref()
+    }
+
+    /// The preconditions to send: the plugin's, plus the resourceVersion its result was
+    /// checked on (admission made sure they agree).
+    pub fn preconditions(&self) -> Preconditions {
+        let mut pre = match &self.action {
+            Action::Delete { preconditions, .. } | Action::Patch { preconditions, .. } => preconditions.clone(),
+            _ => Preconditions::default(),
+        };
+        if let Guard::ResourceVersion(rv) = &self.guard {
+            pre.resource_version = Some(rv.clone());
+        }
+        pre
+    }
+
+    /// The resourceVersion a server-side apply must carry (its result was checked on it).
+    pub fn apply_resource_version(&self) -> Option<&str> {
+        match (&self.action, &self.guard) {
+            (Action::Apply { .. }, Guard::ResourceVersion(rv)) => Some(rv),
+            _ => None,
+        }
+    }
+}
+
+/// An outcome every action of which passed admission. Only [`Admission::admit`] makes one.
+#[derive(Clone, Debug, Default)]
+pub struct Admitted {
+    actions: Vec<AdmittedAction>,
+}
+
+impl Admitted {
+    /// The actions, in the plugin's order.
+    pub fn actions(&self) -> &[AdmittedAction] {
+        &self.actions
+    }
+
+    /// Whether there is nothing to send.
+    pub fn is_empty(&self) -> bool {
+        self.actions.is_empty()
+    }
+}
+
 impl Admission {
+    /// The policy: scopes from `scopes`, objects no plugin may write from `protected`.
     pub fn new(scopes: Scopes, protected: Protected) -> Self {
         Self { scopes, protected }
     }
@@ -103,83 +237,64 @@ impl Admission {
         Self::new(Scopes::Builtin, Protected::minimal())
     }
 
+    /// The protected objects.
     pub fn protected(&self) -> &Protected {
         &self.protected
     }
 
-    /// Check every action of an outcome; `cache` is what the plugin may read.
-    pub async fn check(&self, grants: &Grants, actions: &[Action], cache: &dyn CacheRead) -> Result<()> {
-        for (index, action) in actions.iter().enumerate() {
-            let refuse = |target: String, reason: Reason| Refusal { index, verb: action.verb(), target, reason };
-            let target = action.target().map_err(|e| refuse(describe_unchecked(action), e.into()))?;
-            self.check_one(grants, action, &target, cache).await.map_err(|reason| refuse(target.to_string(), reason))?;
+    /// Admit every action of an outcome, or none.
+    pub async fn admit(&self, ctx: Context<'_>, actions: Vec<Action>) -> Result<Admitted> {
+        let mut admitted = Vec::with_capacity(actions.len());
+        for (index, action) in actions.into_iter().enumerate() {
+            admitted.push(self.admit_one(ctx, index, action).await?);
         }
-        Ok(())
+        Ok(Admitted { actions: admitted })
     }
 
-    async fn check_one(&self, grants: &Grants, action: &Action, target: &Target, cache: &dyn CacheRead) -> Result<(), Reason> {
-        let kind = kind_of(target);
-        if let Some(namespaced) = self.scopes.namespaced(&kind).await? {
-            target.check_scope(namespaced)?;
-        }
-        grants.check_target(Verb::of(action), target)?;
-        self.protected.check(action, target).await?;
-        match action {
-            Action::Create { object } | Action::Apply { object } => self.check_owners(grants, target, object, cache).await,
-            // What a patch writes is checked as a body: the owner references it adds.
-            Action::Patch { .. } => match action.written() {
-                Some(written) => self.check_owners(grants, target, written.as_ref(), cache).await,
-                None => Ok(()),
-            },
-            Action::Event { .. } => check_regarding(grants, target),
-            Action::Delete { .. } | Action::UpdateStatus { .. } => Ok(()),
-        }
-    }
-
-    /// Every owner reference must name an object the plugin may read, with its cached uid.
-    async fn check_owners(&self, grants: &Grants, target: &Target, object: &Value, cache: &dyn CacheRead) -> Result<(), Reason> {
-        // Absent, or null in a merge patch (removing them all), adds no owner.
-        let Some(refs) = object.pointer("/metadata/ownerReferences").filter(|r| !r.is_null()) else { return Ok(()) };
-        let Some(refs) = refs.as_array() else {
-            return Err(Reason::OwnerReference { index: 0, why: "ownerReferences must be a list".into() });
+    async fn admit_one(&self, ctx: Context<'_>, index: usize, action: Action) -> Result<AdmittedAction> {
+        let verb = action.verb();
+        let refuse = |target: String, reason: Reason| Error::Refused(Box::new(Refusal { index, verb, target, reason }));
+        let target = match action.target() {
+            Ok(target) => target,
+            Err(e) => return Err(refuse(describe_unchecked(&action), e.into())),
         };
-        for (index, r) in refs.iter().enumerate() {
-            let bad = |why: String| Reason::OwnerReference { index, why };
-            let field = |f: &str| r.get(f).and_then(Value::as_str).filter(|s| !s.is_empty());
-            let (Some(api_version), Some(kind), Some(name), Some(uid)) = (field("apiVersion"), field("kind"), field("name"), field("uid"))
-            else {
-                return Err(bad("apiVersion, kind, name and uid are required".into()));
-            };
-            let owner = KindRef::new(api_version, kind);
-            // Owners are in the dependent's namespace, or cluster-scoped.
-            let namespace = match self.scopes.namespaced(&owner).await? {
-                Some(false) => None,
-                _ if target.namespace.is_none() => None,
-                _ => target.namespace.as_deref(),
-            };
-            let described = match namespace {
-                Some(ns) => format!("{owner} {ns}/{name}"),
-                None => format!("{owner} {name}"),
-            };
-            if !grants.allows_read(&owner, namespace) {
-                return Err(bad(format!("owner {described}: the plugin may not read it")));
-            }
-            match cache.get(&owner, namespace, name) {
-                Ok(Some(cached)) if cached.uid() == uid => {}
-                Ok(Some(cached)) => {
-                    return Err(bad(format!("owner {described} has uid {} in the cache, the reference says {uid}", cached.uid())));
-                }
-                Ok(None) => return Err(bad(format!("owner {described} is not in the plugin's cache"))),
-                Err(e) => return Err(bad(format!("owner {described}: {e}"))),
-            }
+        let shown = target.to_string();
+        let kind = KindRef::new(target.api_version.clone(), target.kind.clone());
+        let resolved = self.scopes.resolve(&kind).await.map_err(|e| refuse(shown.clone(), e.into()))?;
+        let namespaced = match &resolved {
+            Some(r) => Some(r.namespaced),
+            None => kinds::builtin_namespaced(&kind),
+        };
+        if let Some(namespaced) = namespaced {
+            target.check_scope(namespaced).map_err(|e| refuse(shown.clone(), e.into()))?;
         }
-        Ok(())
+        ctx.grants.check_target(verb, &target).map_err(|e| refuse(shown.clone(), e.into()))?;
+        if verb == Verb::Event {
+            // An Event writes nothing of its subject: only who it is about is checked.
+            check_regarding(ctx.grants, &kind, &target).map_err(|e| refuse(shown.clone(), e))?;
+            return Ok(AdmittedAction { action, target, verb, kind: resolved, guard: Guard::None });
+        }
+        self.protected.check_target(&target).map_err(|e| refuse(shown.clone(), e.into()))?;
+        let unverifiable = |why: String| Error::Unverifiable { index, verb, target: shown.clone(), why };
+        let stores = if rbac::is_rbac(&target) { self.protected.rbac_stores().await.map_err(unverifiable)? } else { None };
+        let failed = |e| match e {
+            result::Error::Invalid(invalid) => refuse(shown.clone(), invalid.into()),
+            result::Error::Unverifiable(why) => Error::Unverifiable { index, verb, target: shown.clone(), why },
+            result::Error::Conflict(why) => Error::Conflict { index, verb, target: shown.clone(), why },
+        };
+        let mut effect = result::effect(stores, &action, &target).map_err(failed)?;
+        self.protected.check_effect(stores, &target, &effect).map_err(|e| refuse(shown.clone(), e.into()))?;
+        if result::needs_dry_run(stores, &action, &target) {
+            effect = result::dry_run(ctx, &action, &target, resolved.as_ref(), effect.before).await.map_err(failed)?;
+            self.protected.check_effect(stores, &target, &effect).map_err(|e| refuse(shown.clone(), e.into()))?;
+        }
+        owners::check_added(&self.scopes, ctx, &target, &effect).await.map_err(|e| refuse(shown, e))?;
+        Ok(AdmittedAction { action, target, verb, kind: resolved, guard: effect.guard })
     }
 }
 
-fn check_regarding(grants: &Grants, target: &Target) -> Result<(), Reason> {
-    let kind = kind_of(target);
-    if grants.allows_read(&kind, target.namespace.as_deref()) {
+fn check_regarding(grants: &Grants, kind: &KindRef, target: &Target) -> Result<(), Reason> {
+    if grants.allows_read(kind, target.namespace.as_deref()) {
         Ok(())
     } else {
         Err(Reason::EventRegarding(format!("no read grant on {target}")))

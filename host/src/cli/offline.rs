@@ -65,13 +65,24 @@ pub fn run(args: ReconcileArgs) -> anyhow::Result<ExitCode> {
         Ok(outcome) => {
             // The host's admission, offline: built-in scopes, no cluster state.
             let admission = wasmloop::admission::Admission::offline();
-            let refused = futures::executor::block_on(admission.check(plugin.grants(), &outcome.actions, view.as_ref())).err();
+            let ctx = wasmloop::admission::Context {
+                grants: plugin.grants(),
+                cache: view.as_ref(),
+                client: None,
+                manager: &spec.name,
+                budget: None,
+            };
             out["actions"] = serde_json::to_value(&outcome.actions)?;
+            let refused = futures::executor::block_on(admission.admit(ctx, outcome.actions)).err();
             if let Some(d) = outcome.requeue_after {
                 out["requeueAfter"] = json!(wasmloop::duration::format(d));
             }
-            if let Some(refusal) = refused {
-                out["refused"] = json!({"action": refusal.index, "error": refusal.to_string()});
+            match refused {
+                Some(wasmloop::admission::Error::Refused(refusal)) => {
+                    out["refused"] = json!({"action": refusal.index, "error": refusal.to_string()});
+                }
+                Some(other) => out["refused"] = json!({"error": other.to_string()}),
+                None => {}
             }
             ExitCode::SUCCESS
         }

@@ -36,6 +36,17 @@ pub struct PackArgs {
     /// Write to this file instead of standard output.
     #[arg(short, long)]
     output: Option<PathBuf>,
+    /// Also print, before the ConfigMaps, the RBAC the manifest needs: the plugin's
+    /// ServiceAccount and its rules, the host's reads of what it reads, and the host's right to
+    /// impersonate exactly that account (needs --namespace).
+    #[arg(long, requires = "namespace")]
+    rbac: bool,
+    /// Print only the RBAC (no ConfigMaps), e.g. to commit with the host's manifests.
+    #[arg(long, requires = "namespace", conflicts_with_all = ["rbac", "output", "inline"])]
+    rbac_only: bool,
+    /// With --rbac: the host's ServiceAccount, `namespace/name`.
+    #[arg(long, default_value = "wasmloop/wasmloop", value_name = "NAMESPACE/NAME")]
+    host_service_account: String,
     /// The older single-ConfigMap form (wasm inline in the plugin ConfigMap's binaryData) instead of
     /// an immutable payload ConfigMap `<name>-wasm-<digest>` referenced from the plugin ConfigMap.
     #[arg(long)]
@@ -66,6 +77,15 @@ pub fn run(args: PackArgs) -> anyhow::Result<ExitCode> {
             "the host would refuse this plugin with {source}: {e}\n(grant it in the manifest, or pack without --manifest to derive the reads)"
         );
     }
+    if args.rbac_only {
+        print!("{}", rbac_yaml(&parsed, &spec, args.namespace.as_deref().unwrap_or_default(), &args.host_service_account)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    let rbac = if args.rbac {
+        rbac_yaml(&parsed, &spec, args.namespace.as_deref().unwrap_or_default(), &args.host_service_account)?
+    } else {
+        String::new()
+    };
     let path = args.plugin.display().to_string();
     let input = pack::PackInput { wasm: &wasm, path: &path, manifest, name, namespace: args.namespace };
     let (yaml, raw, compressed, how) = if args.inline {
@@ -77,11 +97,40 @@ pub fn run(args: PackArgs) -> anyhow::Result<ExitCode> {
         (pack::to_yaml_stream(&[&packed.payload, &packed.plugin])?, packed.raw_bytes, packed.compressed_bytes, how)
     };
     eprintln!("wasmloop pack: {path} → {raw} bytes raw, {compressed} bytes zstd ({:.0}%), {how}", 100.0 * compressed as f64 / raw as f64);
+    let yaml = rbac + &yaml;
     match args.output {
         Some(out) => std::fs::write(&out, yaml).with_context(|| format!("writing {}", out.display()))?,
         None => print!("{yaml}"),
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The RBAC objects `manifest` needs for a plugin declaring `spec`, as a YAML stream.
+fn rbac_yaml(manifest: &PluginManifest, spec: &ReconcilerSpec, namespace: &str, host: &str) -> anyhow::Result<String> {
+    let Some((host_ns, host_sa)) = host.split_once('/').filter(|(ns, sa)| !ns.is_empty() && !sa.is_empty() && !sa.contains('/')) else {
+        bail!("--host-service-account {host:?}: expected <namespace>/<name>");
+    };
+    let placement = wasmloop::hotload::rbac::Placement { namespace, host: (host_ns, host_sa) };
+    let (objects, guessed) = wasmloop::hotload::rbac::objects(manifest, &spec.kinds(), &placement);
+    for guess in &guessed {
+        eprintln!("wasmloop pack: resource name guessed for {guess} (check `kubectl api-resources`)");
+    }
+    let mut out = String::new();
+    for object in &objects {
+        let doc = serde_saphyr::to_string(object).context("rendering RBAC")?;
+        out.push_str("---\n");
+        out.push_str(doc.strip_prefix("---\n").unwrap_or(&doc));
+        if !out.ends_with('\n') {
+            out.push('\n');
+        }
+    }
+    eprintln!(
+        "wasmloop pack: {} RBAC objects for {} as {}",
+        objects.len(),
+        manifest.name,
+        wasmloop::identity::Identity::of_plugin(namespace, &manifest.name, manifest.service_account.as_deref())
+    );
+    Ok(out)
 }
 
 /// What the plugin declares (`metadata()`), from compiling and asking it.

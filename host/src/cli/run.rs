@@ -18,11 +18,12 @@ use parking_lot::Mutex;
 use prometheus_client::registry::Registry;
 use tokio::sync::watch;
 use tracing::{info, warn};
-use wasmloop::actions::Executor;
 use wasmloop::admission::{HostObjects, Protected};
 use wasmloop::controller::ControllerMetrics;
+use wasmloop::executor::Executor;
 use wasmloop::fence::Fence;
 use wasmloop::hotload::{PluginManager, PluginManagerConfig};
+use wasmloop::identity::PluginIdentity;
 use wasmloop::informer::InformerRegistry;
 use wasmloop::kinds::KindResolver;
 use wasmloop::plugin::{ByteSize, PluginEngine};
@@ -73,10 +74,16 @@ pub struct RunArgs {
     /// This replica's identity in the Lease and in Events (default: POD_NAME, else host name + PID).
     #[arg(long, env = "POD_NAME")]
     identity: Option<String>,
-    /// The ServiceAccount the host runs as, `namespace/name`: no plugin may write it, its tokens,
-    /// RBAC that binds it, or Pods that would run as it (default: in a cluster, the pod's own).
+    /// The ServiceAccount the host runs as, `namespace/name`: plugins write nothing in its
+    /// namespace and no RBAC that binds it (default: in a cluster, the pod's own).
     #[arg(long, env = "WASMLOOP_SERVICE_ACCOUNT")]
     service_account: Option<String>,
+    /// Whose identity plugin writes carry: `own` (each plugin's ServiceAccount, by
+    /// impersonation, so the API server checks them against that account's RBAC) or `host`
+    /// (the host's credentials: only the host's own checks stand between plugins and the
+    /// cluster; for single-tenant clusters and development).
+    #[arg(long, env = "WASMLOOP_PLUGIN_IDENTITY", value_enum, default_value = "own")]
+    plugin_identity: PluginIdentity,
     /// Linear memory all plugins together may hold (sum of `limits.memory × concurrency`); a
     /// plugin that does not fit is refused naming both numbers. Default: the container's
     /// memory limit (cgroup), else no budget.
@@ -117,7 +124,7 @@ impl RunArgs {
 }
 
 /// Where the host keeps its own objects: plugin ConfigMaps, the Lease, its ServiceAccount.
-fn protected_objects(args: &RunArgs, client: kube::Client) -> anyhow::Result<Protected> {
+fn protected_objects(args: &RunArgs, registry: InformerRegistry) -> anyhow::Result<Protected> {
     let service_account = match args.service_account.as_deref() {
         Some(text) => {
             let (ns, name) = text
@@ -133,7 +140,7 @@ fn protected_objects(args: &RunArgs, client: kube::Client) -> anyhow::Result<Pro
         lease_namespace: args.uses_leases().then(|| args.lease_ns()),
         service_account,
     };
-    Ok(Protected::new(hosts, Some(client)))
+    Ok(Protected::new(hosts, registry))
 }
 
 /// In a pod: the namespace and ServiceAccount from the mounted token's claims.
@@ -169,14 +176,16 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
 pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     super::init_tracing(args.log_format);
     let identity = args.identity.clone().unwrap_or_else(default_identity);
-    let (client, requests) = wasmloop::client::build(args.kubeconfig.as_deref()).await?;
+    let connection = wasmloop::client::Connection::new(args.kubeconfig.as_deref()).await?;
+    let (client, requests) = (connection.client().clone(), connection.requests().clone());
     let resolver = KindResolver::new(client.clone());
     let registry = InformerRegistry::new(resolver.clone());
-    let protected = protected_objects(&args, client.clone())?;
-    info!(hosts = ?protected.hosts(), "the host's own objects are protected from every plugin");
+    let protected = protected_objects(&args, registry.clone())?;
+    info!(hosts = ?protected.hosts(), plugin_identity = ?args.plugin_identity, "the host's own objects are protected from every plugin");
     // With leader election, writes go out only while this replica's Lease is valid.
     let fence = if args.leader_elect { Fence::closed() } else { Fence::open() };
-    let executor = Executor::new(resolver, Some(identity.clone())).with_protected(protected).with_fence(fence.clone());
+    let executor =
+        Executor::new(resolver, Some(identity.clone())).with_connection(connection).with_protected(protected).with_fence(fence.clone());
     let mut prom = Registry::default();
     requests.register(&mut prom);
     let metrics = ControllerMetrics::new(&mut prom);
@@ -224,6 +233,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         max_component_size: args.max_component_size,
         compile_budget: args.compile_budget,
         sharding: sharding.clone(),
+        plugin_identity: args.plugin_identity,
         ..PluginManagerConfig::new((!args.all_namespaces).then(|| args.plugin_namespace.clone()))
     };
     let start_manager = || {

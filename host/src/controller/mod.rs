@@ -37,8 +37,10 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tracing::{Instrument, debug, info, info_span, warn};
 
-use crate::actions::{self, Action, EventType, Executed, Executor};
+use crate::actions::{Action, EventType};
+use crate::admission::{self, AdmittedAction};
 use crate::cache::{self, CacheRead, CacheView, IndexSpec, Selector};
+use crate::executor::{self, Executed, Executor};
 use crate::grants::{Grants, ReadScope};
 use crate::informer::{self, Informer, InformerKey, InformerRegistry, Subscription};
 use crate::kinds::{KindRef, ObjectKey};
@@ -406,26 +408,10 @@ impl Inner {
 
     /// Where `kind` is watched: `[None]` = everywhere, else these namespaces.
     async fn read_namespaces(&self, grants: &Grants, kind: &KindRef) -> Result<Vec<Option<String>>> {
-        let scope_err = |reason: String| Error::ReadScope { controller: self.name.clone(), kind: kind.clone(), reason };
-        match (grants.read_scope(kind), &self.config.namespace) {
-            (ReadScope::All, namespace) => Ok(vec![namespace.clone()]),
-            (ReadScope::None, _) => Err(scope_err("no read grant covers it".into())),
-            (ReadScope::Namespaces(granted), Some(ns)) if granted.contains(ns) => Ok(vec![Some(ns.clone())]),
-            (ReadScope::Namespaces(granted), Some(ns)) => {
-                Err(scope_err(format!("the plugin runs in namespace {ns}, but reads are granted only in {}", granted.join(", "))))
-            }
-            (ReadScope::Namespaces(granted), None) => {
-                let resolved = self.registry.resolver().resolve(kind).await;
-                let namespaced = resolved.map_err(|e| Error::Informer { controller: self.name.clone(), source: e.into() })?.namespaced;
-                if !namespaced {
-                    return Err(scope_err(format!(
-                        "it is cluster-scoped, but reads are granted only in namespaces {}",
-                        granted.join(", ")
-                    )));
-                }
-                Ok(granted.into_iter().map(Some).collect())
-            }
-        }
+        read_namespaces(self.registry.resolver(), grants, kind, self.config.namespace.as_deref()).await.map_err(|e| match e {
+            ReadScopeError::Scope(reason) => Error::ReadScope { controller: self.name.clone(), kind: kind.clone(), reason },
+            ReadScopeError::Kind(e) => Error::Informer { controller: self.name.clone(), source: e.into() },
+        })
     }
 
     /// Queue the keys that wait for the object of `change` ([`expectations`]).
@@ -628,19 +614,36 @@ impl Inner {
         }
     }
 
-    /// Admit every action first (target, scope, grants, protected objects, bodies: nothing is
-    /// sent if one is refused), then execute them in order.
+    /// Admit every action first (target, scope, grants, protected objects judged by what each
+    /// write produces, owners: nothing is sent if one is refused), then execute them in order.
     async fn execute(&self, key: &ObjectKey, current: &Current, outcome: Outcome) -> Result<Option<Duration>, Failed> {
-        let admission = self.executor.admission();
-        if let Err(refusal) = admission.check(&current.grants, &outcome.actions, current.view.as_ref()).await {
-            self.api_token().await;
-            self.metrics.action_executed(&self.name, refusal.verb, "refused");
-            let message = format!("plugin {}: {refusal}", self.name);
-            self.report(key, "ActionRefused", &message).await;
-            return Err(Failed::Permanent(message));
-        }
+        let ctx = admission::Context {
+            grants: &current.grants,
+            cache: current.view.as_ref(),
+            client: Some(self.executor.writer().client()),
+            manager: &self.name,
+            budget: Some(&self.api),
+        };
+        let admitted = match self.executor.admission().admit(ctx, outcome.actions).await {
+            Ok(admitted) => admitted,
+            Err(admission::Error::Refused(refusal)) => {
+                self.api.acquire().await;
+                self.metrics.action_executed(&self.name, refusal.verb.as_str(), "refused");
+                let message = format!("plugin {}: {refusal}", self.name);
+                self.report(key, "ActionRefused", &message).await;
+                return Err(Failed::Permanent(message));
+            }
+            Err(e @ admission::Error::Unverifiable { .. }) => {
+                self.metrics.action_executed(&self.name, e.verb().as_str(), "unverifiable");
+                return Err(Failed::Transient(e.to_string()));
+            }
+            Err(e @ admission::Error::Conflict { .. }) => {
+                self.metrics.action_executed(&self.name, e.verb().as_str(), "conflict");
+                return Err(Failed::Conflict(e.to_string()));
+            }
+        };
         let mut expected = Vec::new();
-        let result = self.execute_admitted(key, current, &outcome, &mut expected).await;
+        let result = self.execute_admitted(key, current, admitted.actions(), &mut expected).await;
         self.expectations.expect(key, expected);
         result.map(|()| outcome.requeue_after)
     }
@@ -654,14 +657,13 @@ impl Inner {
         &self,
         key: &ObjectKey,
         current: &Current,
-        outcome: &Outcome,
+        actions: &[AdmittedAction],
         expected: &mut Vec<Expected>,
     ) -> Result<(), Failed> {
-        let actions = &outcome.actions;
         let mut done = 0;
         let mut i = 0;
         while i < actions.len() {
-            let run = actions[i..].iter().take_while(|a| a.is_create_or_delete()).count();
+            let run = actions[i..].iter().take_while(|a| a.action().is_create_or_delete()).count();
             let (end, mut batch) = if run == 0 { (i + 1, 1) } else { (i + run, self.slow_start.first_batch()) };
             while i < end {
                 let this = &actions[i..end.min(i + batch)];
@@ -696,17 +698,18 @@ impl Inner {
     }
 
     /// Send one action (within the API and Event budgets); what the cache must then show.
-    async fn execute_one(&self, key: &ObjectKey, current: &Current, action: &Action) -> Result<Option<Expected>, Failed> {
-        if matches!(action, Action::Event { .. }) && !RateLimiter::<()>::when(&self.events, &()).is_zero() {
+    async fn execute_one(&self, key: &ObjectKey, current: &Current, admitted: &AdmittedAction) -> Result<Option<Expected>, Failed> {
+        let verb = admitted.verb().as_str();
+        if matches!(admitted.action(), Action::Event { .. }) && !RateLimiter::<()>::when(&self.events, &()).is_zero() {
             // An Event flood is dropped, not queued (Events are best-effort by nature).
-            self.metrics.action_executed(&self.name, action.verb(), "dropped");
+            self.metrics.action_executed(&self.name, verb, "dropped");
             return Ok(None);
         }
-        self.api_token().await;
-        match self.executor.execute_fenced(&self.name, action, self.fence_for(key)).await {
+        self.api.acquire().await;
+        match self.executor.execute(&self.name, admitted, self.fence_for(key)).await {
             Ok(done) => {
-                self.metrics.action_executed(&self.name, action.verb(), "ok");
-                Ok(expectation(current, action, &done))
+                self.metrics.action_executed(&self.name, verb, "ok");
+                Ok(expectation(current, admitted.action(), &done))
             }
             Err(e) => {
                 let result = if e.is_fenced() {
@@ -716,7 +719,7 @@ impl Inner {
                 } else {
                     "error"
                 };
-                self.metrics.action_executed(&self.name, action.verb(), result);
+                self.metrics.action_executed(&self.name, verb, result);
                 debug!(key = %key, error = %e, "action failed");
                 Err(to_failed(e))
             }
@@ -731,25 +734,58 @@ impl Inner {
         }
     }
 
-    /// Wait for a token of the API budget.
-    async fn api_token(&self) {
-        let wait = RateLimiter::<()>::when(&self.api, &());
-        if !wait.is_zero() {
-            tokio::time::sleep(wait).await;
-        }
-    }
-
     /// A Warning Event on the reconciled object from the host itself (best effort), for what
     /// is not retried: `ActionRefused` (admission) and `ReconcileFailed` (permanent errors).
     async fn report(&self, key: &ObjectKey, reason: &str, message: &str) {
-        let event =
-            Action::Event { regarding: key.clone(), event_type: EventType::Warning, reason: reason.into(), message: message.to_string() };
-        match self.executor.execute_fenced(HOST_REPORTER, &event, self.fence_for(key)).await {
+        if let Err(e) = self.fence_for(key).check() {
+            debug!(key = %key, error = %e, "not reporting the failure: this replica may not write");
+            return;
+        }
+        match self.executor.record_event(HOST_REPORTER, key, EventType::Warning, reason, message).await {
             Ok(_) => self.metrics.action_executed(HOST_REPORTER, "event", "ok"),
             Err(e) => {
                 self.metrics.action_executed(HOST_REPORTER, "event", "error");
                 debug!(key = %key, error = %e, "could not record the failure as an Event");
             }
+        }
+    }
+}
+
+/// Why a kind cannot be watched for a plugin.
+#[derive(Debug, thiserror::Error)]
+pub enum ReadScopeError {
+    /// Its grants and the controller's namespace do not allow it.
+    #[error("cannot read it: {0}")]
+    Scope(String),
+    /// Discovery failed.
+    #[error(transparent)]
+    Kind(#[from] crate::kinds::Error),
+}
+
+/// Where a plugin with `grants` running in `namespace` (`None`: all) reads `kind`: `[None]` =
+/// everywhere, else these namespaces (one informer each), so a plugin granted reads in some
+/// namespaces needs RBAC only there and never sees objects from elsewhere.
+pub async fn read_namespaces(
+    resolver: &crate::kinds::KindResolver,
+    grants: &Grants,
+    kind: &KindRef,
+    namespace: Option<&str>,
+) -> Result<Vec<Option<String>>, ReadScopeError> {
+    match (grants.read_scope(kind), namespace) {
+        (ReadScope::All, namespace) => Ok(vec![namespace.map(str::to_owned)]),
+        (ReadScope::None, _) => Err(ReadScopeError::Scope("no read grant covers it".into())),
+        (ReadScope::Namespaces(granted), Some(ns)) if granted.iter().any(|g| g == ns) => Ok(vec![Some(ns.to_owned())]),
+        (ReadScope::Namespaces(granted), Some(ns)) => {
+            Err(ReadScopeError::Scope(format!("the plugin runs in namespace {ns}, but reads are granted only in {}", granted.join(", "))))
+        }
+        (ReadScope::Namespaces(granted), None) => {
+            if !resolver.resolve(kind).await?.namespaced {
+                return Err(ReadScopeError::Scope(format!(
+                    "it is cluster-scoped, but reads are granted only in namespaces {}",
+                    granted.join(", ")
+                )));
+            }
+            Ok(granted.into_iter().map(Some).collect())
         }
     }
 }
@@ -795,7 +831,7 @@ impl Failed {
     }
 }
 
-fn to_failed(e: actions::Error) -> Failed {
+fn to_failed(e: executor::Error) -> Failed {
     if e.is_conflict() {
         Failed::Conflict(e.to_string())
     } else if e.is_permanent() {

@@ -29,9 +29,11 @@ use tracing::{debug, error, info, warn};
 use super::manifest::PluginManifest;
 use super::metrics::PluginMetrics;
 use super::source::{self, PAYLOAD_LABEL, PLUGIN_LABEL, PayloadRef, STATUS_ANNOTATION};
-use crate::actions::{Action, EventType, Executor};
+use crate::actions::EventType;
 use crate::cache::{CachedObject, Change, IndexedStore};
 use crate::controller::{Controller, ControllerConfig, ControllerMetrics, Reconciler};
+use crate::executor::Executor;
+use crate::identity::{self, Identity, PluginIdentity};
 use crate::informer::{self, InformerKey, InformerRegistry, Subscription};
 use crate::kinds::{KindRef, ObjectKey};
 use crate::plugin::{ByteSize, Compiled, Origin, PluginEngine, PrecompiledCache, WasmPlugin};
@@ -71,12 +73,16 @@ pub struct PluginManagerConfig {
     /// With `--shard-mode plugin`: the shards of each plugin are spread over the replicas, and
     /// plugin status is reported by one of them.
     pub sharding: Option<crate::shard::Sharding>,
+    /// Whose identity plugin writes carry: each plugin's own ServiceAccount (checked at load by
+    /// SubjectAccessReviews for its reads), or the host's.
+    pub plugin_identity: PluginIdentity,
 }
 
 impl PluginManagerConfig {
     /// Plugins from `namespace` (`None`: every namespace) with the defaults: no precompiled
     /// cache, 25 s shutdown grace, no memory budget, components up to 16 MiB, 1 compile at a
-    /// time within 60 s, 4 loaders.
+    /// time within 60 s, 4 loaders, plugins writing with the host's identity (`wasmloop run`
+    /// defaults to their own: [`PluginIdentity::Own`]).
     pub fn new(namespace: Option<String>) -> Self {
         Self {
             namespace,
@@ -88,6 +94,7 @@ impl PluginManagerConfig {
             compile_budget: Duration::from_secs(60),
             loaders: 4,
             sharding: None,
+            plugin_identity: PluginIdentity::Host,
         }
     }
 }
@@ -118,6 +125,8 @@ struct Loaded {
     controller: Controller,
     plugin: Arc<WasmPlugin>,
     config: ControllerConfig,
+    /// The identity its writes carry (`None`: the host's).
+    identity: Option<Identity>,
     /// Digest of the ConfigMap payload this version came from.
     payload: String,
 }
@@ -534,7 +543,10 @@ impl Inner {
         let claim = Claim { name: manifest.name.clone(), memory: manifest.limits.memory.bytes() * manifest.controller.workers as u64 };
         let previous = self.claim(key, claim)?;
         let installed = match self.compile(input, &manifest).await {
-            Ok((plugin, origin)) => self.install(key, &plugin, &manifest, payload).await.map(|()| (plugin, origin)),
+            Ok((plugin, origin)) => match self.identity_of(key, &plugin, &manifest).await {
+                Ok(identity) => self.install(key, &plugin, &manifest, identity, payload).await.map(|()| (plugin, origin)),
+                Err(e) => Err(e),
+            },
             Err(e) => Err(e),
         };
         match &installed {
@@ -626,8 +638,36 @@ impl Inner {
         }
     }
 
+    /// The identity the plugin's writes will carry, once the API server says it may list and
+    /// watch everything the plugin reads (`None`: the host's own, with `--plugin-identity host`).
+    async fn identity_of(&self, key: &ObjectKey, plugin: &WasmPlugin, manifest: &PluginManifest) -> Result<Option<Identity>, String> {
+        if self.config.plugin_identity == PluginIdentity::Host {
+            return Ok(None);
+        }
+        let namespace = key.namespace.as_deref().ok_or("a plugin ConfigMap has a namespace")?;
+        let identity = Identity::of_plugin(namespace, plugin.name(), manifest.service_account.as_deref());
+        let resolver = self.registry.resolver();
+        let mut reads = Vec::new();
+        for kind in plugin.spec().kinds() {
+            let namespaces = crate::controller::read_namespaces(resolver, plugin.grants(), &kind, manifest.controller.namespace.as_deref())
+                .await
+                .map_err(|e| e.to_string())?;
+            let resolved = resolver.resolve(&kind).await.map_err(|e| e.to_string())?;
+            reads.extend(namespaces.into_iter().map(|namespace| identity::Read { kind: resolved.clone(), namespace }));
+        }
+        identity::check_reads(&self.client, &identity, &reads).await.map_err(|e| e.to_string())?;
+        Ok(Some(identity))
+    }
+
     /// Start the plugin's controller, or swap it into the running one.
-    async fn install(&self, key: &ObjectKey, plugin: &Arc<WasmPlugin>, manifest: &PluginManifest, payload: &str) -> Result<(), String> {
+    async fn install(
+        &self,
+        key: &ObjectKey,
+        plugin: &Arc<WasmPlugin>,
+        manifest: &PluginManifest,
+        identity: Option<Identity>,
+        payload: &str,
+    ) -> Result<(), String> {
         let grants = plugin.grants().clone();
         let old = self.loaded.lock().await.remove(key);
         let shards_changed = old.as_ref().map(|o| o.config.shards).filter(|n| *n != manifest.controller.shards);
@@ -642,7 +682,11 @@ impl Inner {
             ));
         }
         let (entry, result) = match old {
-            Some(mut old) if old.config_eq(&manifest.controller) && old.plugin.spec().reconciles == plugin.spec().reconciles => {
+            Some(mut old)
+                if old.config_eq(&manifest.controller)
+                    && old.identity == identity
+                    && old.plugin.spec().reconciles == plugin.spec().reconciles =>
+            {
                 match old.controller.replace_reconciler(plugin.clone() as Arc<dyn Reconciler>, grants).await {
                     Ok(()) => {
                         old.plugin = plugin.clone();
@@ -656,22 +700,23 @@ impl Inner {
                 // The controller itself changes (kind, scope, workers, queue): restart it. The new
                 // controller queues every object from the cache, so no key is lost.
                 old.controller.shutdown(self.config.shutdown_grace).await;
-                match self.start_controller(plugin, &manifest.controller, grants).await {
+                match self.start_controller(plugin, &manifest.controller, grants, identity.as_ref()).await {
                     Ok(controller) => {
                         let config = manifest.controller.clone();
-                        (Some(Loaded { controller, plugin: plugin.clone(), config, payload: payload.to_string() }), Ok(()))
+                        (Some(Loaded { controller, plugin: plugin.clone(), config, identity, payload: payload.to_string() }), Ok(()))
                     }
                     Err(e) => {
                         // Bring the old version back.
-                        let restarted = self.start_controller(&old.plugin, &old.config, old.plugin.grants().clone()).await;
+                        let restarted =
+                            self.start_controller(&old.plugin, &old.config, old.plugin.grants().clone(), old.identity.as_ref()).await;
                         (restarted.ok().map(|controller| Loaded { controller, ..old }), Err(e))
                     }
                 }
             }
-            None => match self.start_controller(plugin, &manifest.controller, grants).await {
+            None => match self.start_controller(plugin, &manifest.controller, grants, identity.as_ref()).await {
                 Ok(controller) => {
                     let config = manifest.controller.clone();
-                    (Some(Loaded { controller, plugin: plugin.clone(), config, payload: payload.to_string() }), Ok(()))
+                    (Some(Loaded { controller, plugin: plugin.clone(), config, identity, payload: payload.to_string() }), Ok(()))
                 }
                 Err(e) => (None, Err(e)),
             },
@@ -697,14 +742,16 @@ impl Inner {
         plugin: &Arc<WasmPlugin>,
         config: &ControllerConfig,
         grants: Arc<crate::grants::Grants>,
+        identity: Option<&Identity>,
     ) -> Result<Controller, String> {
+        let executor = self.executor.acting_as(identity).map_err(|e| e.to_string())?;
         let ownership = self.config.sharding.as_ref().map(|s| s.register(plugin.name(), config.shards));
         let started = Controller::start_sharded(
             plugin.clone(),
             config.clone(),
             grants,
             self.registry.clone(),
-            self.executor.clone(),
+            executor,
             self.metrics.clone(),
             ownership,
         )
@@ -749,17 +796,16 @@ impl Inner {
             debug!(configmap = %key, %reason, "sharded: another replica reports this plugin's status");
             return;
         }
-        let annotation = Action::Apply {
-            object: json!({
-                "apiVersion": "v1", "kind": "ConfigMap",
-                "metadata": {"name": key.name, "namespace": key.namespace, "annotations": {STATUS_ANNOTATION: status.to_string()}},
-            }),
-        };
-        let event = Action::Event { regarding: key.clone(), event_type, reason: reason.to_string(), message: message.to_string() };
-        for action in [event, annotation] {
-            if let Err(e) = self.executor.execute("wasmloop", &action).await {
-                warn!(configmap = %key, error = %e, "could not report plugin status");
-            }
+        let event = self.executor.record_event("wasmloop", key, event_type, reason, message).await.err().map(|e| e.to_string());
+        let annotation = json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": key.name, "namespace": key.namespace, "annotations": {STATUS_ANNOTATION: status.to_string()}},
+        });
+        let api = kube::Api::<ConfigMap>::namespaced(self.client.clone(), key.namespace.as_deref().unwrap_or_default());
+        let params = kube::api::PatchParams::apply("wasmloop").force();
+        let annotated = api.patch(&key.name, &params, &kube::api::Patch::Apply(&annotation)).await.err().map(|e| e.to_string());
+        for error in [event, annotated].into_iter().flatten() {
+            warn!(configmap = %key, %error, "could not report plugin status");
         }
     }
 }

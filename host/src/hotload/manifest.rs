@@ -19,6 +19,7 @@
 //! events: {qps: 5, burst: 50}       # Events per second it may record; the rest are dropped
 //! expectationsTimeout: 5m           # longest wait for the cache to show a key's creates/deletes
 //! shards: 30                        # key-space shards spread over replicas (--shard-mode plugin)
+//! serviceAccountName: podset        # the identity its writes carry (default wasmloop-plugin-<name>)
 //! ```
 
 use std::time::Duration;
@@ -60,6 +61,7 @@ struct Raw {
     events: Option<RateBudget>,
     expectations_timeout: Option<String>,
     shards: Option<usize>,
+    service_account_name: Option<String>,
 }
 
 /// A parsed, validated `plugin.yaml`.
@@ -75,6 +77,9 @@ pub struct PluginManifest {
     pub grants: Grants,
     pub limits: Limits,
     pub controller: ControllerConfig,
+    /// `serviceAccountName:`: the ServiceAccount (in the plugin ConfigMap's namespace) whose
+    /// identity the plugin's writes carry; default `wasmloop-plugin-<name>`.
+    pub service_account: Option<String>,
 }
 
 impl PluginManifest {
@@ -118,6 +123,11 @@ impl PluginManifest {
         if !(1..=MAX_SHARDS).contains(&shards) {
             return Err(Error::Invalid(format!("shards must be between 1 and {MAX_SHARDS}, got {shards}")));
         }
+        if let Some(sa) = raw.service_account_name.as_deref().filter(|sa| !is_dns_subdomain(sa)) {
+            return Err(Error::Invalid(format!(
+                "serviceAccountName {sa:?} must be a DNS subdomain (lowercase letters, digits, '-' and '.', at most 253)"
+            )));
+        }
         let api = raw.api.unwrap_or_default();
         api.validate("api").map_err(Error::Invalid)?;
         let events = raw.events.unwrap_or(ControllerConfig::default().events);
@@ -126,6 +136,7 @@ impl PluginManifest {
             grants: Grants::new(name.clone(), raw.grants),
             name,
             named,
+            service_account: raw.service_account_name,
             component: raw.plugin,
             limits: raw.limits,
             controller: ControllerConfig {
@@ -151,11 +162,13 @@ fn is_dns_label(s: &str) -> bool {
     !s.is_empty() && s.len() <= 63 && s.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
 }
 
+fn is_dns_subdomain(s: &str) -> bool {
+    s.len() <= 253 && s.split('.').all(|l| is_dns_label(l) && !l.starts_with('-') && !l.ends_with('-'))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::actions::Action;
-    use crate::kinds::{KindRef, ObjectKey};
 
     const FULL: &str = r#"
 name: podset
@@ -181,9 +194,14 @@ namespace: shop
         assert_eq!(m.controller.namespace.as_deref(), Some("shop"));
         assert_eq!(m.controller.rate_limits.base_delay, Duration::from_millis(10));
         assert_eq!(m.limits.timeout, Duration::from_millis(500));
-        let pod = |ns: &str| Action::delete(ObjectKey::new(KindRef::new("v1", "Pod"), Some(ns.into()), "p"));
-        assert!(m.grants.check_action(&pod("shop")).is_ok());
-        assert!(m.grants.check_action(&pod("kube-system")).is_err());
+        let pod = |ns: &str| wasmloop_model::Target::of_key("v1", "Pod", Some(ns), "p").unwrap();
+        assert!(m.grants.check_target(crate::grants::Verb::Delete, &pod("shop")).is_ok());
+        assert!(m.grants.check_target(crate::grants::Verb::Delete, &pod("kube-system")).is_err());
+        assert_eq!(m.service_account, None);
+        let named = PluginManifest::parse("serviceAccountName: podsets", "podset").unwrap();
+        assert_eq!(named.service_account.as_deref(), Some("podsets"));
+        let err = PluginManifest::parse("serviceAccountName: ../admin", "podset").unwrap_err().to_string();
+        assert!(err.contains("serviceAccountName \"../admin\" must be a DNS subdomain"), "{err}");
     }
 
     #[test]

@@ -533,7 +533,7 @@ mod tests {
         let one = |a| to_outcome(wit::Outcome { actions: vec![a], requeue_after_ms: None }, &limits);
         let ok = one(patch(wit::PatchType::Json, r#"[{"op":"remove","path":"/metadata/ownerReferences/0"}]"#)).unwrap();
         assert!(matches!(&ok.actions[0], Action::Patch { preconditions, .. } if preconditions.uid.as_deref() == Some("u")));
-        assert_eq!(ok.actions[0].verb(), "patch");
+        assert_eq!(ok.actions[0].verb(), wasmloop_model::Verb::Patch);
         let err = one(patch(wit::PatchType::Json, r#"[{"op":"copy","from":"/a","path":"/b"}]"#)).unwrap_err();
         assert!(err.contains("operation 0: op \"copy\" is not one of add, remove, replace, test"), "{err}");
         let err = one(patch(wit::PatchType::Merge, "[]")).unwrap_err();

@@ -22,7 +22,6 @@ use super::convert::{spec_from_metadata, to_outcome, to_wit_request};
 use super::engine::{self, Compiled, PluginEngine};
 use super::host::{HostState, OutputRate};
 use super::limits::{self, Limits};
-use crate::actions::Action;
 use crate::cache::SharedCache;
 use crate::grants::{self, Grants};
 use crate::reconciler::{FieldDecl, Outcome, ReconcileError, Reconciler, ReconcilerSpec, Request};
@@ -306,11 +305,6 @@ impl WasmPlugin {
             busy: Duration::from_nanos(get(&c.busy_nanos)),
             output_dropped_bytes: self.output_rate.dropped_bytes(),
         }
-    }
-
-    /// Check every action against this plugin's grants: nothing outside them should be sent.
-    pub fn check_actions(&self, actions: &[Action]) -> Result<(), grants::Error> {
-        self.grants.check_actions(actions)
     }
 
     fn call(&self, request: &Request, cache: &SharedCache) -> Result<Outcome, ReconcileError> {

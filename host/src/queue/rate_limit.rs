@@ -107,6 +107,14 @@ impl TokenBucket {
     fn unlimited(&self) -> bool {
         !(self.qps > 0.0 && self.qps.is_finite())
     }
+
+    /// Take one token, waiting until it is due (tokens are reserved in call order).
+    pub async fn acquire(&self) {
+        let wait = RateLimiter::<()>::when(self, &());
+        if !wait.is_zero() {
+            tokio::time::sleep(wait).await;
+        }
+    }
 }
 
 impl Default for TokenBucket {

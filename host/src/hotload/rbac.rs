@@ -1,0 +1,256 @@
+//! The RBAC a plugin manifest needs (`wasmloop pack --rbac`), derived from its grants, so the
+//! admin writes the grants once and the cluster's authorization follows them.
+//!
+//! For plugin `<name>` loaded from namespace `<ns>` by the host's ServiceAccount `<host>`:
+//!
+//! | object | for whom | what |
+//! |---|---|---|
+//! | ServiceAccount `wasmloop-plugin-<name>` in `<ns>` | the plugin | the identity its writes carry |
+//! | ClusterRole + ClusterRoleBinding `wasmloop-plugin-<name>` (grants without `namespaces:`), Role + RoleBinding `wasmloop-plugin-<name>` in each granted namespace | the plugin | its grants as RBAC rules, and list/watch of what it reads (checked at load) |
+//! | ClusterRole + ClusterRoleBinding (or Role + RoleBinding per namespace) `wasmloop-host-reads-<name>` | the host | list/watch of what the plugin reads: the informers are the host's |
+//! | Role + RoleBinding `wasmloop-impersonate-<name>` in `<ns>` | the host | `impersonate` on exactly the plugin's ServiceAccount |
+//!
+//! Grant verbs become RBAC verbs as docs/operations.md tabulates them: `read` → list, watch;
+//! `create` → create; `apply` → patch, create; `patch` → patch; `delete` → delete;
+//! `update-status` → patch on `<resource>/status`; `event` → nothing (the host records Events).
+
+use std::collections::BTreeMap;
+
+use serde_json::{Value, json};
+
+use super::manifest::PluginManifest;
+use crate::grants::{Grant, KindPattern, Verb, VerbPattern};
+use crate::identity::Identity;
+use crate::kinds::{self, KindRef};
+
+/// Where the plugin and the host live.
+pub struct Placement<'a> {
+    /// The plugin ConfigMap's namespace (its ServiceAccount's).
+    pub namespace: &'a str,
+    /// The host's ServiceAccount, `(namespace, name)`.
+    pub host: (&'a str, &'a str),
+}
+
+/// One RBAC rule: API groups, resources, verbs (sorted, deduplicated when rendered).
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
+struct Rule {
+    group: String,
+    resource: String,
+    verbs: Vec<&'static str>,
+}
+
+/// Rules by scope: `None` cluster-wide, `Some(ns)` in one namespace.
+type Scoped = BTreeMap<Option<String>, Vec<Rule>>;
+
+/// The RBAC objects `manifest` needs, for a plugin whose declared reads are `reads`. Kinds whose
+/// resource name is guessed (custom resources) are listed in the second value.
+pub fn objects(manifest: &PluginManifest, reads: &[KindRef], at: &Placement<'_>) -> (Vec<Value>, Vec<String>) {
+    let identity = Identity::of_plugin(at.namespace, &manifest.name, manifest.service_account.as_deref());
+    let mut guessed = Vec::new();
+    let mut plugin = Scoped::new();
+    let mut host = Scoped::new();
+    for kind in reads {
+        let rule = rule_for(kind, "", &["list", "watch"], &mut guessed);
+        for scope in read_scopes(manifest, kind) {
+            plugin.entry(scope.clone()).or_default().push(rule.clone());
+            host.entry(scope).or_default().push(rule.clone());
+        }
+    }
+    for grant in manifest.grants.rules() {
+        for (subresource, verbs) in grant_verbs(grant) {
+            for pattern in &grant.kinds {
+                let rule = match pattern {
+                    KindPattern::Any => Rule { group: "*".into(), resource: format!("*{subresource}"), verbs: verbs.clone() },
+                    KindPattern::Exact(kind) => rule_for(kind, subresource, &verbs, &mut guessed),
+                };
+                for scope in grant_scopes(grant) {
+                    plugin.entry(scope).or_default().push(rule.clone());
+                }
+            }
+        }
+    }
+    guessed.sort();
+    guessed.dedup();
+    let labels = json!({"app.kubernetes.io/name": "wasmloop", super::source::PAYLOAD_PLUGIN_LABEL: manifest.name});
+    let plugin_subject = json!({"kind": "ServiceAccount", "name": identity.name, "namespace": identity.namespace});
+    let host_subject = json!({"kind": "ServiceAccount", "name": at.host.1, "namespace": at.host.0});
+    let mut out = vec![json!({
+        "apiVersion": "v1", "kind": "ServiceAccount",
+        "metadata": {"name": identity.name, "namespace": identity.namespace, "labels": labels},
+    })];
+    out.extend(roles(&format!("wasmloop-plugin-{}", manifest.name), &plugin, &plugin_subject, &labels));
+    out.extend(roles(&format!("wasmloop-host-reads-{}", manifest.name), &host, &host_subject, &labels));
+    let impersonate = format!("wasmloop-impersonate-{}", manifest.name);
+    out.push(json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+        "metadata": {"name": impersonate, "namespace": at.namespace, "labels": labels},
+        "rules": [{"apiGroups": [""], "resources": ["serviceaccounts"], "verbs": ["impersonate"], "resourceNames": [identity.name]}],
+    }));
+    out.push(binding("RoleBinding", &impersonate, Some(at.namespace), "Role", &host_subject, &labels));
+    (out, guessed)
+}
+
+/// The rule for `verbs` on `kind` (its `subresource`, e.g. `/status`), noting a guessed plural.
+fn rule_for(kind: &KindRef, subresource: &str, verbs: &[&'static str], guessed: &mut Vec<String>) -> Rule {
+    let (group, _) = kind.group_version().unwrap_or(("", ""));
+    let (plural, is_guess) = kinds::plural(kind);
+    if is_guess {
+        guessed.push(format!("{kind} → {plural}"));
+    }
+    Rule { group: group.to_owned(), resource: format!("{plural}{subresource}"), verbs: verbs.to_vec() }
+}
+
+/// The RBAC verbs a grant needs, by subresource (`""` the object, `/status` its status).
+fn grant_verbs(grant: &Grant) -> Vec<(&'static str, Vec<&'static str>)> {
+    let has = |v: Verb| grant.verbs.iter().any(|p| *p == VerbPattern::Any || *p == VerbPattern::Exact(v));
+    let mut object = Vec::new();
+    if has(Verb::Create) || has(Verb::Apply) {
+        object.push("create");
+    }
+    if has(Verb::Apply) || has(Verb::Patch) {
+        object.push("patch");
+    }
+    if has(Verb::Delete) {
+        object.push("delete");
+    }
+    let mut out = Vec::new();
+    if !object.is_empty() {
+        out.push(("", object));
+    }
+    if has(Verb::UpdateStatus) {
+        out.push(("/status", vec!["patch"]));
+    }
+    out
+}
+
+/// Where a grant applies: cluster-wide, or in each of its namespaces.
+fn grant_scopes(grant: &Grant) -> Vec<Option<String>> {
+    match &grant.namespaces {
+        None => vec![None],
+        Some(list) => list.iter().cloned().map(Some).collect(),
+    }
+}
+
+/// Where the plugin reads `kind`, as the controller will watch it (without discovery: a kind
+/// the table does not know is taken as namespaced).
+fn read_scopes(manifest: &PluginManifest, kind: &KindRef) -> Vec<Option<String>> {
+    let namespaced = kinds::builtin_namespaced(kind).unwrap_or(true);
+    match (manifest.grants.read_scope(kind), &manifest.controller.namespace) {
+        (crate::grants::ReadScope::All, Some(ns)) if namespaced => vec![Some(ns.clone())],
+        (crate::grants::ReadScope::All, _) => vec![None],
+        (crate::grants::ReadScope::Namespaces(list), Some(ns)) => list.into_iter().filter(|n| n == ns).map(Some).collect(),
+        (crate::grants::ReadScope::Namespaces(list), None) => list.into_iter().map(Some).collect(),
+        (crate::grants::ReadScope::None, _) => Vec::new(),
+    }
+}
+
+/// A role per scope (a ClusterRole cluster-wide, a Role per namespace) bound to `subject`.
+fn roles(name: &str, scoped: &Scoped, subject: &Value, labels: &Value) -> Vec<Value> {
+    let mut out = Vec::new();
+    for (scope, rules) in scoped {
+        let (role_kind, binding_kind) = if scope.is_some() { ("Role", "RoleBinding") } else { ("ClusterRole", "ClusterRoleBinding") };
+        let mut metadata = json!({"name": name, "labels": labels});
+        if let Some(ns) = scope {
+            metadata["namespace"] = json!(ns);
+        }
+        out.push(json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": role_kind, "metadata": metadata, "rules": render(rules)}));
+        out.push(binding(binding_kind, name, scope.as_deref(), role_kind, subject, labels));
+    }
+    out
+}
+
+fn binding(kind: &str, name: &str, namespace: Option<&str>, role_kind: &str, subject: &Value, labels: &Value) -> Value {
+    let mut metadata = json!({"name": name, "labels": labels});
+    if let Some(ns) = namespace {
+        metadata["namespace"] = json!(ns);
+    }
+    json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": kind, "metadata": metadata,
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": role_kind, "name": name},
+        "subjects": [subject],
+    })
+}
+
+/// Rules merged per (group, resource), verbs in the order list, watch, create, patch, delete.
+fn render(rules: &[Rule]) -> Value {
+    const ORDER: [&str; 5] = ["list", "watch", "create", "patch", "delete"];
+    let mut merged: BTreeMap<(String, String), Vec<&str>> = BTreeMap::new();
+    for r in rules {
+        let verbs = merged.entry((r.group.clone(), r.resource.clone())).or_default();
+        verbs.extend(r.verbs.iter().copied());
+    }
+    let rendered: Vec<Value> = merged
+        .into_iter()
+        .map(|((group, resource), mut verbs)| {
+            verbs.sort_by_key(|v| ORDER.iter().position(|o| o == v));
+            verbs.dedup();
+            json!({"apiGroups": [group], "resources": [resource], "verbs": verbs})
+        })
+        .collect();
+    Value::Array(rendered)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const PODSET: &str = r#"
+name: podset
+grants:
+  - kinds: ["wasmloop.dev/v1alpha1/PodSet"]
+    verbs: [read, update-status, event]
+  - kinds: ["v1/Pod"]
+    verbs: [read, create, delete, patch]
+"#;
+
+    fn kinds() -> Vec<KindRef> {
+        vec![KindRef::new("wasmloop.dev/v1alpha1", "PodSet"), KindRef::new("v1", "Pod")]
+    }
+
+    fn named<'a>(objects: &'a [Value], kind: &str, name: &str) -> &'a Value {
+        objects.iter().find(|o| o["kind"] == kind && o["metadata"]["name"] == name).unwrap_or_else(|| panic!("no {kind} {name}"))
+    }
+
+    #[test]
+    fn a_cluster_wide_plugin_gets_its_account_its_rules_the_hosts_reads_and_impersonation() {
+        let m = PluginManifest::parse(PODSET, "podset").unwrap();
+        let (objects, guessed) = objects(&m, &kinds(), &Placement { namespace: "wasmloop", host: ("wasmloop", "wasmloop") });
+        assert_eq!(guessed, ["wasmloop.dev/v1alpha1/PodSet → podsets"]);
+        assert_eq!(named(&objects, "ServiceAccount", "wasmloop-plugin-podset")["metadata"]["namespace"], "wasmloop");
+        let role = named(&objects, "ClusterRole", "wasmloop-plugin-podset");
+        assert_eq!(
+            role["rules"],
+            json!([
+                {"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "watch", "create", "patch", "delete"]},
+                {"apiGroups": ["wasmloop.dev"], "resources": ["podsets"], "verbs": ["list", "watch"]},
+                {"apiGroups": ["wasmloop.dev"], "resources": ["podsets/status"], "verbs": ["patch"]},
+            ])
+        );
+        let binding = named(&objects, "ClusterRoleBinding", "wasmloop-plugin-podset");
+        assert_eq!(binding["subjects"], json!([{"kind": "ServiceAccount", "name": "wasmloop-plugin-podset", "namespace": "wasmloop"}]));
+        let reads = named(&objects, "ClusterRole", "wasmloop-host-reads-podset");
+        assert!(reads["rules"].as_array().unwrap().iter().all(|r| r["verbs"] == json!(["list", "watch"])), "{reads}");
+        assert_eq!(named(&objects, "ClusterRoleBinding", "wasmloop-host-reads-podset")["subjects"][0]["name"], "wasmloop");
+        let impersonate = named(&objects, "Role", "wasmloop-impersonate-podset");
+        assert_eq!(impersonate["rules"][0]["resourceNames"], json!(["wasmloop-plugin-podset"]));
+        assert_eq!(impersonate["rules"][0]["verbs"], json!(["impersonate"]));
+    }
+
+    #[test]
+    fn namespaced_grants_become_roles_in_their_namespaces() {
+        let yaml = "name: team\nserviceAccountName: team-bot\ngrants:\n  - kinds: [v1/ConfigMap]\n    verbs: [read, apply]\n    namespaces: [a, b]\n";
+        let m = PluginManifest::parse(yaml, "team").unwrap();
+        let (objects, guessed) =
+            objects(&m, &[KindRef::new("v1", "ConfigMap")], &Placement { namespace: "plugins", host: ("wasmloop", "host") });
+        assert!(guessed.is_empty());
+        assert!(!objects.iter().any(|o| o["kind"] == "ClusterRole"), "nothing cluster-wide");
+        for ns in ["a", "b"] {
+            let role = objects
+                .iter()
+                .find(|o| o["kind"] == "Role" && o["metadata"]["namespace"] == ns && o["metadata"]["name"] == "wasmloop-plugin-team");
+            assert_eq!(role.unwrap()["rules"][0]["verbs"], json!(["list", "watch", "create", "patch"]));
+        }
+        let binding = objects.iter().find(|o| o["kind"] == "RoleBinding" && o["metadata"]["name"] == "wasmloop-plugin-team").unwrap();
+        assert_eq!(binding["subjects"][0]["name"], "team-bot");
+    }
+}
