@@ -224,6 +224,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         max_component_size: args.max_component_size,
         compile_budget: args.compile_budget,
         sharding: sharding.clone(),
+        instance: Some(identity.clone()),
         ..PluginManagerConfig::new((!args.all_namespaces).then(|| args.plugin_namespace.clone()))
     };
     let start_manager = || {
