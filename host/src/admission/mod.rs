@@ -18,7 +18,9 @@ mod protected;
 
 pub use protected::{HostObjects, Protected, Rule};
 
+use std::collections::BTreeMap;
 use std::fmt;
+use std::sync::Arc;
 
 use serde_json::Value;
 use wasmloop_model::{Target, TargetError};
@@ -69,6 +71,10 @@ pub enum Scopes {
     /// The built-in table of Kubernetes kinds; other kinds are taken as the action states them
     /// (offline runs, where no API server answers).
     Builtin,
+    /// The built-in table, then these kinds by (API group, kind), whatever the version:
+    /// `true` = namespaced. Offline runs given CustomResourceDefinitions (their `spec.scope`),
+    /// which the host would learn from discovery.
+    Given(Arc<BTreeMap<(String, String), bool>>),
 }
 
 impl Scopes {
@@ -76,6 +82,10 @@ impl Scopes {
         match self {
             Scopes::Discovery(resolver) => Ok(Some(resolver.resolve(kind).await?.namespaced)),
             Scopes::Builtin => Ok(kinds::builtin_namespaced(kind)),
+            Scopes::Given(given) => Ok(kinds::builtin_namespaced(kind).or_else(|| {
+                let (group, _) = kind.group_version().ok()?;
+                given.get(&(group.to_string(), kind.kind.clone())).copied()
+            })),
         }
     }
 }
