@@ -51,7 +51,8 @@ fn crd(versions: &[&str]) -> String {
     out
 }
 
-/// The admin's manifest: read the Widgets of `version`, read and create ConfigMaps, in `ns`.
+/// The admin's manifest: read the Widgets of `version`, read and create ConfigMaps, in `ns` (not
+/// the plugin namespace, whose ConfigMaps no plugin may write).
 fn manifest(ns: &str, version: &str) -> String {
     format!(
         "name: widget\nnamespace: {ns}\ngrants:\n  - kinds: [\"{GROUP}/{version}/Widget\"]\n    verbs: [read]\n  \
@@ -63,7 +64,10 @@ fn manifest(ns: &str, version: &str) -> String {
 struct Operator {
     dir: PathBuf,
     kubeconfig: PathBuf,
+    /// The plugin namespace (the host's `--plugin-namespace`).
     ns: String,
+    /// Where the Widgets and their ConfigMaps are.
+    apps: String,
     /// A kubectl ≥ 1.23 on PATH, for `kubectl wait --for=jsonpath` (the project's is 1.20).
     new_kubectl: Option<PathBuf>,
 }
@@ -75,7 +79,7 @@ impl Operator {
     fn kustomization(&self, name: &str, wasm: &str, version: &str, versions: &[&str], resources: &[&str]) -> Result<PathBuf> {
         let dir = self.dir.join(name);
         std::fs::create_dir_all(&dir)?;
-        std::fs::write(dir.join("widget.plugin.yaml"), manifest(&self.ns, version))?;
+        std::fs::write(dir.join("widget.plugin.yaml"), manifest(&self.apps, version))?;
         std::fs::write(dir.join("crd.yaml"), crd(versions))?;
         let out = Command::new(host_binary()?)
             .arg("pack")
@@ -248,8 +252,15 @@ async fn a_crd_based_plugin_installs_survives_its_crd_upgrades_and_uninstalls_cl
     init_tracing();
     let (admin, _) = client().await?;
     let ns = TestNamespace::create(&admin, "lifecycle").await?;
+    let apps = TestNamespace::create(&admin, "lifecycle-apps").await?;
     let tmp = tempfile::tempdir()?;
-    let op = Operator { dir: tmp.path().to_path_buf(), kubeconfig: kubeconfig()?, ns: ns.name.clone(), new_kubectl: new_kubectl() };
+    let op = Operator {
+        dir: tmp.path().to_path_buf(),
+        kubeconfig: kubeconfig()?,
+        ns: ns.name.clone(),
+        apps: apps.name.clone(),
+        new_kubectl: new_kubectl(),
+    };
     match &op.new_kubectl {
         Some(k) => {
             eprintln!("lifecycle: `kubectl wait --for=jsonpath` with {} (≥ 1.23), and the fallback loop with kubectl 1.20", k.display());
@@ -269,7 +280,7 @@ async fn a_crd_based_plugin_installs_survives_its_crd_upgrades_and_uninstalls_cl
         let (_, _, digest) = status(&cms).await?.context("the plugin ConfigMap")?;
         ensure!(digest == loaded["digest"], "the digest annotation {digest} is the loaded one: {loaded}");
         event_seen(&events, "PluginLoaded", "widget 0.1.0").await?;
-        reconciled(&admin, &ns.name, "v1", "one", "0.1.0").await?;
+        reconciled(&admin, &apps.name, "v1", "one", "0.1.0").await?;
         lap(&mut clock, "plugin + CRD in one `kubectl apply -k`: Loaded, reconciling");
 
         // 2. The CRD deleted under the running plugin, then re-created.
@@ -283,7 +294,7 @@ async fn a_crd_based_plugin_installs_survives_its_crd_upgrades_and_uninstalls_cl
         lap(&mut clock, "CRD deleted: Waiting (KindNotServed), Normal Event PluginWaiting");
         op.kubectl(&["create", "-f", v1.join("crd.yaml").to_str().context("path")?])?;
         op.wait_state("Loaded")?;
-        reconciled(&admin, &ns.name, "v1", "two", "0.1.0").await?;
+        reconciled(&admin, &apps.name, "v1", "two", "0.1.0").await?;
         lap(&mut clock, "CRD re-created: Loaded again by itself, reconciling");
 
         // 3. Upgrade while the CRD gains a version: plugin 0.2.0 reads v2.
@@ -296,7 +307,7 @@ async fn a_crd_based_plugin_installs_survives_its_crd_upgrades_and_uninstalls_cl
         let packed = std::fs::read_to_string(v2.join("plugin.yaml"))?;
         ensure!(upgraded["digest"].as_str().is_some_and(|d| packed.contains(d)), "the loaded digest is the packed v2's: {upgraded}");
         event_seen(&events, "PluginLoaded", "widget 0.2.0").await?;
-        reconciled(&admin, &ns.name, "v2", "three", "0.2.0").await?;
+        reconciled(&admin, &apps.name, "v2", "three", "0.2.0").await?;
         lap(&mut clock, "upgrade with the CRD's new version in one `kubectl apply -k`: 0.2.0 Loaded, reading v2");
 
         // 4. Uninstall: `kubectl delete -k`, then the older payload the upgrade left (as documented).
@@ -316,7 +327,7 @@ async fn a_crd_based_plugin_installs_survives_its_crd_upgrades_and_uninstalls_cl
         lap(&mut clock, "plugin before its CRD: Waiting (KindNotServed)");
         op.kubectl(&["apply", "-f", late.join("crd.yaml").to_str().context("path")?])?;
         op.wait_state("Loaded")?;
-        reconciled(&admin, &ns.name, "v1", "four", "0.1.0").await?;
+        reconciled(&admin, &apps.name, "v1", "four", "0.1.0").await?;
         lap(&mut clock, "CRD applied after: Loaded by itself, reconciling");
         op.kubectl(&["delete", "-k", late.to_str().context("path")?])?;
         crd_gone(&admin).await?;
@@ -328,6 +339,7 @@ async fn a_crd_based_plugin_installs_survives_its_crd_upgrades_and_uninstalls_cl
         bail!("{e:#}\n---- the host's log (last 60 lines) ----\n{}", host.log_tail(60));
     }
     drop(host);
+    apps.cleanup().await?;
     ns.cleanup().await
 }
 

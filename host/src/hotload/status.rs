@@ -108,6 +108,15 @@ pub struct PluginStatus {
 }
 
 impl PluginStatus {
+    /// The Event's `action`: the status reason and the digest it is about. kube-runtime's
+    /// Recorder folds Events with the same type, reason, action and object into one series that
+    /// keeps the first note, so a new version (or a new reason) must be a new action, or
+    /// `PluginLoaded` would go on saying the version loaded first.
+    fn action(&self) -> String {
+        let about = self.digest.as_deref().or(self.waiting_for.as_deref()).unwrap_or("-");
+        truncate(&format!("{} {about}", self.reason), 128)
+    }
+
     /// The three annotations of this status.
     pub fn annotations(&self) -> serde_json::Value {
         let state = self.state.map(State::as_str);
@@ -168,7 +177,7 @@ impl StatusWriter {
             },
             reason: reason.into(),
             note: Some(truncate(&status.message, 1024)),
-            action: reason.into(),
+            action: status.action(),
             secondary: None,
         };
         let reference = ObjectReference {
@@ -238,6 +247,20 @@ mod tests {
             json!({"state": "Waiting", "reason": "KindNotServed", "message": "waiting",
                                 "digest": "sha256:ab", "waitingFor": "example.com/v1/Thing"})
         );
+    }
+
+    #[test]
+    fn events_about_another_version_or_reason_are_not_folded_into_one_series() {
+        let loaded = |digest: &str| PluginStatus {
+            state: Some(State::Loaded),
+            reason: "Compiled".into(),
+            digest: Some(digest.into()),
+            ..Default::default()
+        };
+        assert_eq!(loaded("sha256:a").action(), loaded("sha256:a").action(), "a repeat folds");
+        assert_ne!(loaded("sha256:a").action(), loaded("sha256:b").action(), "a new version does not");
+        let waiting = PluginStatus { reason: "PayloadMissing".into(), waiting_for: Some("v1/ConfigMap/ns/p".into()), ..Default::default() };
+        assert_eq!(waiting.action(), "PayloadMissing v1/ConfigMap/ns/p");
     }
 
     #[test]
