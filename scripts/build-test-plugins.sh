@@ -8,7 +8,7 @@
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
-ALL=(echo spin-loop memory-bomb panic bad-action read-outside-grant write-outside-grant wrong-version sandbox-probe hostile contract-v0-1)
+ALL=(echo spin-loop memory-bomb panic bad-action read-outside-grant write-outside-grant wrong-version sandbox-probe hostile contract-v0-1 widget)
 PLUGINS=("${@:-${ALL[@]}}")
 
 if ! rustup target list --installed 2>/dev/null | grep -qx wasm32-wasip2; then
@@ -32,3 +32,12 @@ cargo build --target wasm32-wasip2 --profile plugin -p podset --features v2
 cp "$out/podset.wasm" "$out/podset_v2.wasm"
 cargo build --target wasm32-wasip2 --profile plugin -p podset
 echo "$out/podset_v2.wasm $(stat -c %s "$out/podset_v2.wasm") bytes"
+
+# widget v2 (feature `v2`): reconciles the CRD's second version, for the upgrade in
+# tests/tests/lifecycle.rs. Built only when widget is (all test plugins, or widget named).
+if [[ " ${PLUGINS[*]} " == *" widget "* ]]; then
+  cargo build --target wasm32-wasip2 --profile plugin -p widget --features v2
+  cp "$out/widget.wasm" "$out/widget_v2.wasm"
+  cargo build --target wasm32-wasip2 --profile plugin -p widget
+  echo "$out/widget_v2.wasm $(stat -c %s "$out/widget_v2.wasm") bytes"
+fi

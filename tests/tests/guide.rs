@@ -56,6 +56,9 @@ const STATUS_ANNOTATION: &str = "wasmloop.dev/status";
 enum Kind {
     /// ```` ```<lang> file=PATH ````: a file of the crate, PATH relative to it.
     File(String),
+    /// ```` ```<lang> file=PATH crate=NAME ````: a file of another crate of the guide (its
+    /// CRD example), written in that crate's directory (the script must be there).
+    CrateFile { krate: String, path: String },
     /// ```` ```sh ````: commands, run in order.
     Run,
     /// ```` ```sh eventually ````: commands that succeed once the host has caught up.
@@ -124,6 +127,9 @@ fn fence(doc: &'static str, line: usize, info: &str, text: String) -> Result<Fen
     let rest: Vec<&str> = words.collect();
     let kind = match (lang.as_str(), rest.as_slice()) {
         (_, [file]) if file.starts_with("file=") => Kind::File(file["file=".len()..].to_string()),
+        (_, [file, krate]) if file.starts_with("file=") && krate.starts_with("crate=") => {
+            Kind::CrateFile { krate: krate["crate=".len()..].to_string(), path: file["file=".len()..].to_string() }
+        }
         ("sh", []) => Kind::Run,
         ("sh", ["eventually"]) => Kind::Eventually,
         ("rust", ["check"]) => Kind::Check,
@@ -330,6 +336,20 @@ impl Script {
                     fence.at()
                 );
                 self.marker(index, fence.line);
+                self.line(&format!("mkdir -p \"$(dirname '{path}')\""), fence.line);
+                self.heredoc(path, fence)?;
+            }
+            Kind::CrateFile { krate, path } => {
+                ensure!(
+                    !path.starts_with('/') && !path.split('/').any(|p| p == "..") && !path.contains('\'') && !krate.contains('\''),
+                    "{}: file={path} crate={krate} must be a plain relative path and a crate name",
+                    fence.at()
+                );
+                self.marker(index, fence.line);
+                self.line(
+                    &format!("[ \"$(basename \"$PWD\")\" = '{krate}' ] || {{ echo \"file={path} crate={krate}: the commands before are not in {krate}/\" >&2; false; }}"),
+                    fence.line,
+                );
                 self.line(&format!("mkdir -p \"$(dirname '{path}')\""), fence.line);
                 self.heredoc(path, fence)?;
             }
@@ -645,11 +665,48 @@ async fn welcome_event(admin: &Client) -> Result<()> {
     .await
 }
 
-/// The host never hit an RBAC denial: the guide's rbac.yaml was enough.
-fn no_denials(host: &HostProcess) -> Result<()> {
+/// The host never hit an RBAC denial before `until` (seconds since the epoch: when the guide's
+/// uninstall deletes greeter's RBAC, a watch of it may be denied before the plugin is stopped):
+/// the guide's rbac.yaml files were enough.
+fn no_denials(host: &HostProcess, until: Option<f64>) -> Result<()> {
+    let before = |l: &&str| {
+        let at = serde_json::from_str::<Value>(l)
+            .ok()
+            .and_then(|v| v["timestamp"].as_str().and_then(|t| t.parse::<k8s_openapi::jiff::Timestamp>().ok()));
+        match (until, at) {
+            (Some(until), Some(at)) => (at.as_millisecond() as f64) / 1000.0 < until,
+            _ => true,
+        }
+    };
     let denied: Vec<String> =
-        host.log_text().lines().filter(|l| l.to_ascii_lowercase().contains("forbidden")).map(str::to_string).collect();
+        host.log_text().lines().filter(before).filter(|l| l.to_ascii_lowercase().contains("forbidden")).map(str::to_string).collect();
     ensure!(denied.is_empty(), "the host was denied by RBAC ({} lines), e.g.:\n{}", denied.len(), denied[..denied.len().min(5)].join("\n"));
+    Ok(())
+}
+
+/// When the guide's uninstall of `greeter` began (the sh block with `kubectl delete -k .`), in
+/// seconds since the epoch.
+fn uninstall_began(fences: &[Fence], ran: &Ran) -> Option<f64> {
+    let index = fences.iter().position(|f| f.kind == Kind::Run && commands(&f.text).iter().any(|c| c == "kubectl delete -k ."))?;
+    ran.marks.iter().find(|m| m.0 == index).map(|m| m.1)
+}
+
+/// Section 9's uninstall: the host removed greeter, its plugin and payload ConfigMaps are gone
+/// (none re-created to report on), it was never refused, and the host logged no ERROR.
+async fn greeter_uninstalled(admin: &Client, host: &HostProcess) -> Result<()> {
+    eventually("the host to log greeter's removal", WAIT, || async {
+        Ok(host.log_lines().iter().any(|l| l["message"] == "plugin removed" && l["plugin"] == "greeter").then_some(()))
+    })
+    .await?;
+    let cms = Api::<ConfigMap>::namespaced(admin.clone(), DEPLOY_NS);
+    ensure!(cms.get_opt("greeter").await?.is_none(), "the greeter plugin ConfigMap is back after the uninstall");
+    let payloads = cms.list(&ListParams::default().labels("wasmloop.dev/plugin-name=greeter")).await?.items;
+    ensure!(payloads.is_empty(), "greeter payloads left: {:?}", payloads.iter().map(|c| c.metadata.name.clone()).collect::<Vec<_>>());
+    let events = Api::<Event>::namespaced(admin.clone(), DEPLOY_NS).list(&ListParams::default()).await?.items;
+    let refused: Vec<_> = events.iter().filter(|e| e.reason.as_deref() == Some("PluginRejected")).map(|e| e.note.clone()).collect();
+    ensure!(refused.is_empty(), "PluginRejected Events: {refused:?}");
+    let errors: Vec<String> = host.log_lines().into_iter().filter(|l| l["level"] == "ERROR").map(|l| l.to_string()).collect();
+    ensure!(errors.is_empty(), "the host logged errors:\n{}", errors.join("\n"));
     Ok(())
 }
 
@@ -787,14 +844,17 @@ async fn the_guide_and_the_readme_snippet_work_as_written() -> Result<()> {
     clock.lap("control plane, the host as the deploy's ServiceAccount");
 
     // The guide's commands take minutes; nothing of this process runs meanwhile.
-    tokio::task::block_in_place(|| run_script("guide", &guide, tmp.path(), &env, tmp.path()))?;
-    clock.lap(&format!("{GUIDE}'s commands (cargo new → cargo test → component → reconcile → pack → kubectl)"));
+    let ran = tokio::task::block_in_place(|| run_script("guide", &guide, tmp.path(), &env, tmp.path()))?;
+    clock.lap(&format!(
+        "{GUIDE}'s commands (cargo new → cargo test → component → reconcile → pack → kubectl; greeter installed, used, uninstalled)"
+    ));
 
     let checked = async {
         welcome_config_map(&admin).await?;
         plugin_loaded(&admin).await?;
         welcome_event(&admin).await?;
-        no_denials(&host)
+        greeter_uninstalled(&admin, &host).await?;
+        no_denials(&host, uninstall_began(&guide, &ran))
     };
     checked.await.map_err(|e| anyhow::anyhow!("{e:#}\n---- the host's log (last 40 lines) ----\n{}", host.log_tail(40)))?;
     drop(host);

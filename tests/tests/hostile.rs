@@ -26,6 +26,7 @@ async fn next_load(events: &mut broadcast::Receiver<LoadEvent>, configmap: &str)
                     let cm = match &e {
                         LoadEvent::Loaded { configmap, .. }
                         | LoadEvent::Rejected { configmap, .. }
+                        | LoadEvent::Waiting { configmap, .. }
                         | LoadEvent::Removed { configmap, .. } => configmap,
                     };
                     if cm == configmap {
@@ -87,8 +88,8 @@ async fn plugins_run_under_their_own_unique_name() -> Result<()> {
     assert!(matches!(next_load(&mut events, "first").await?, LoadEvent::Loaded { .. }));
     apply_plugin(&host.client, &ns.name, "second", &echo, &named).await?;
     match next_load(&mut events, "second").await? {
-        LoadEvent::Rejected { error, .. } => assert!(error.contains("already used by ConfigMap"), "{error}"),
-        other => bail!("a second holder of the name loaded: {other:?}"),
+        LoadEvent::Waiting { reason, .. } => assert!(reason.contains("already used by ConfigMap"), "{reason}"),
+        other => bail!("a second holder of the name did not wait: {other:?}"),
     }
     Api::<ConfigMap>::namespaced(host.client.clone(), &ns.name).delete("first", &Default::default()).await?;
     match next_load(&mut events, "second").await? {
@@ -301,7 +302,7 @@ async fn the_loader_bounds_component_size_and_compile_time() -> Result<()> {
         match event {
             LoadEvent::Rejected { configmap, error } => seen.insert(configmap, error),
             LoadEvent::Loaded { configmap, .. } => seen.insert(configmap, "loaded".into()),
-            LoadEvent::Removed { .. } => None,
+            LoadEvent::Removed { .. } | LoadEvent::Waiting { .. } => None,
         };
     }
     assert_eq!(seen["echo"], "loaded");

@@ -469,15 +469,32 @@ async fn referenced_payloads_load_reload_on_manifest_changes_refuse_mismatches_a
     let error = next_rejected(&mut events, "the mutable payload").await?;
     assert!(error.contains("not immutable"), "{error}");
 
-    // 6. The plugin ConfigMap before its payload: refused as missing (the same payload in another
+    // 6. The plugin ConfigMap before its payload: waits for it (the same payload in another
     //    namespace is not looked at), loaded when the payload appears in its own namespace.
     let other = TestNamespace::create(&host.client, "hotload-ref-other").await?;
     let mut elsewhere = p2.payload.clone();
     elsewhere.metadata.namespace = Some(other.name.clone());
     apply_configmap(&client, &other.name, elsewhere).await?;
     apply_configmap(&client, &n, p2.plugin.clone()).await?;
-    let error = next_rejected(&mut events, "the missing payload").await?;
-    assert!(error.contains("not found") && error.contains(p2.payload.metadata.name.as_deref().unwrap()), "{error}");
+    let reason = match next_load(&mut events, "the missing payload").await? {
+        LoadEvent::Waiting { reason, .. } => reason,
+        other => bail!("expected the plugin ConfigMap to wait for its payload, got {other:?}"),
+    };
+    assert!(reason.contains("not found") && reason.contains(p2.payload.metadata.name.as_deref().unwrap()), "{reason}");
+    // Reported once the wait lasted a second: Waiting, naming the payload, v2's declared digest,
+    // and the version that still serves.
+    let c = cms.clone();
+    let status = eventually("the Waiting annotation", WAIT, || {
+        let c = c.clone();
+        async move {
+            let s = status_annotation(&c).await?;
+            Ok((s["state"] == "Waiting").then_some(s))
+        }
+    })
+    .await?;
+    assert_eq!(status["reason"], "PayloadMissing", "{status}");
+    assert_eq!(status["digest"], json!(p2.digest), "{status}");
+    assert!(status["serving"].as_str().is_some_and(|s| s.contains("0.1.0")), "{status}");
     apply_configmap(&client, &n, p2.payload.clone()).await?;
     let (version, origin, _, digest) = next_loaded(&mut events, "v2 once its payload appeared").await?;
     assert_eq!((version.as_str(), origin, digest.as_str()), ("0.2.0", LoadOrigin::Compiled, p2.digest.as_str()));

@@ -30,7 +30,9 @@ pub mod result;
 
 pub use protected::{HostObjects, Protected, Rule};
 
+use std::collections::BTreeMap;
 use std::fmt;
+use std::sync::Arc;
 
 use serde_json::Value;
 use wasmloop_model::{Target, TargetError, Verb};
@@ -108,13 +110,17 @@ pub enum Scopes {
     /// The built-in table of Kubernetes kinds; other kinds are taken as the action states them
     /// (offline runs, where no API server answers).
     Builtin,
+    /// The built-in table, then these kinds by (API group, kind), whatever the version:
+    /// `true` = namespaced. Offline runs given CustomResourceDefinitions (their `spec.scope`),
+    /// which the host would learn from discovery.
+    Given(Arc<BTreeMap<(String, String), bool>>),
 }
 
 impl Scopes {
     async fn resolve(&self, kind: &KindRef) -> Result<Option<ResolvedKind>, kinds::Error> {
         match self {
             Scopes::Discovery(resolver) => Ok(Some(resolver.resolve(kind).await?)),
-            Scopes::Builtin => Ok(None),
+            Scopes::Builtin | Scopes::Given(_) => Ok(None),
         }
     }
 
@@ -122,6 +128,10 @@ impl Scopes {
         match self {
             Scopes::Discovery(resolver) => Ok(Some(resolver.resolve(kind).await?.namespaced)),
             Scopes::Builtin => Ok(kinds::builtin_namespaced(kind)),
+            Scopes::Given(given) => Ok(kinds::builtin_namespaced(kind).or_else(|| {
+                let (group, _) = kind.group_version().ok()?;
+                given.get(&(group.to_string(), kind.kind.clone())).copied()
+            })),
         }
     }
 }
@@ -263,7 +273,7 @@ impl Admission {
         let resolved = self.scopes.resolve(&kind).await.map_err(|e| refuse(shown.clone(), e.into()))?;
         let namespaced = match &resolved {
             Some(r) => Some(r.namespaced),
-            None => kinds::builtin_namespaced(&kind),
+            None => self.scopes.namespaced(&kind).await.map_err(|e| refuse(shown.clone(), e.into()))?,
         };
         if let Some(namespaced) = namespaced {
             target.check_scope(namespaced).map_err(|e| refuse(shown.clone(), e.into()))?;

@@ -127,7 +127,7 @@ pub(super) fn effect(stores: Option<&Stores>, action: &Action, target: &Target) 
 }
 
 /// What a write sets, placed as in the object.
-fn written(action: &Action) -> After {
+pub fn written(action: &Action) -> After {
     match action {
         Action::Create { object } | Action::Apply { object } => After::Written(object.clone()),
         Action::Patch { patch_type: PatchType::Merge, body, .. } => After::Written(body.clone()),

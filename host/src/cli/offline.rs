@@ -1,13 +1,22 @@
 //! `wasmloop reconcile`: run the real plugin component once against a cache loaded from files.
 //! No cluster: what a plugin author runs before packing.
+//!
+//! The actions pass the host's own admission, with what a file can stand in for: the scopes of
+//! built-in kinds, and of custom resources from the CustomResourceDefinitions among the objects
+//! (the host asks discovery); owners and Event subjects looked up among the objects (the host's
+//! cache); the manifest's grants (or all of them); the protection rules that need no running
+//! host. The output lists the checks that ran, and warns about what would make the run say
+//! little (a key that matches no object, a kind whose scope no file gives).
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::{Context, bail};
 use serde_json::{Value, json};
-use wasmloop::cache::{CacheView, IndexSpec, IndexedStore};
+use wasmloop::admission::{Admission, Protected, Scopes};
+use wasmloop::cache::{CacheRead, CacheView, IndexSpec, IndexedStore};
 use wasmloop::controller::{Reason, Reconciler, Request};
 use wasmloop::grants::Grants;
 use wasmloop::hotload::PluginManifest;
@@ -37,6 +46,7 @@ pub fn run(args: ReconcileArgs) -> anyhow::Result<ExitCode> {
     for path in &args.objects {
         load_path(path, &mut objects)?;
     }
+    let scopes = crd_scopes(&objects);
     let (limits, grants) = match &args.manifest {
         Some(p) => {
             let text = std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
@@ -57,14 +67,20 @@ pub fn run(args: ReconcileArgs) -> anyhow::Result<ExitCode> {
     if key.kind != spec.reconciles {
         bail!("--key {}: the plugin reconciles {}, not {}", args.key, spec.reconciles, key.kind);
     }
+    let mut warnings = Vec::new();
+    if view.get(&key.kind, key.namespace.as_deref(), &key.name)?.is_none() {
+        warnings.push(no_such_object(&key, &view));
+    }
     let request = Request::new(key.clone(), Reason::Event);
     let view: wasmloop::cache::SharedCache = std::sync::Arc::new(view);
     let outcome = plugin.reconcile(&request, &view);
     let mut out = json!({"plugin": spec.name, "version": spec.version, "key": args.key});
     let code = match outcome {
         Ok(outcome) => {
-            // The host's admission, offline: built-in scopes, no cluster state.
-            let admission = wasmloop::admission::Admission::offline();
+            // The host's admission, offline: scopes from the built-in table and the CRDs given,
+            // owners and Event subjects among the objects, no cluster state.
+            warnings.extend(unknown_scopes(&outcome.actions, &scopes));
+            let admission = Admission::new(Scopes::Given(Arc::new(scopes.clone())), Protected::minimal());
             let ctx = wasmloop::admission::Context {
                 grants: plugin.grants(),
                 cache: view.as_ref(),
@@ -72,6 +88,7 @@ pub fn run(args: ReconcileArgs) -> anyhow::Result<ExitCode> {
                 manager: &spec.name,
                 budget: None,
             };
+            out["checks"] = json!(checks(args.manifest.as_deref(), &scopes));
             out["actions"] = serde_json::to_value(&outcome.actions)?;
             let refused = futures::executor::block_on(admission.admit(ctx, outcome.actions)).err();
             if let Some(d) = outcome.requeue_after {
@@ -91,8 +108,115 @@ pub fn run(args: ReconcileArgs) -> anyhow::Result<ExitCode> {
             ExitCode::FAILURE
         }
     };
+    for w in &warnings {
+        eprintln!("wasmloop reconcile: WARNING: {w}");
+    }
+    if !warnings.is_empty() {
+        out["warnings"] = json!(warnings);
+    }
     print!("{}", serde_saphyr::to_string(&out)?);
     Ok(code)
+}
+
+/// The scopes of the custom resources whose CustomResourceDefinitions are among `objects`, by
+/// (group, kind): `true` = namespaced. What the host learns from discovery.
+fn crd_scopes(objects: &[Value]) -> BTreeMap<(String, String), bool> {
+    let text = |v: &Value, p: &str| v.pointer(p).and_then(Value::as_str).map(str::to_string);
+    objects
+        .iter()
+        .filter(|o| {
+            o["kind"] == "CustomResourceDefinition" && text(o, "/apiVersion").is_some_and(|a| a.starts_with("apiextensions.k8s.io/"))
+        })
+        .filter_map(|crd| {
+            let (group, kind, scope) = (text(crd, "/spec/group")?, text(crd, "/spec/names/kind")?, text(crd, "/spec/scope")?);
+            Some(((group, kind), scope != "Cluster"))
+        })
+        .collect()
+}
+
+/// The warning for a `--key` that names no object: the keys of its kind there are (or that
+/// there are none, and which kinds there are).
+fn no_such_object(key: &ObjectKey, view: &CacheView) -> String {
+    let keys: Vec<String> = view
+        .stores(&key.kind)
+        .iter()
+        .flat_map(|s| s.snapshot())
+        .map(|o| ObjectKey::new(key.kind.clone(), o.namespace().map(str::to_string), o.name()).to_string())
+        .collect();
+    let have = if keys.is_empty() {
+        let kinds: BTreeSet<String> =
+            view.kinds().filter(|k| view.stores(k).iter().any(|s| !s.is_empty())).map(ToString::to_string).collect();
+        let kinds = if kinds.is_empty() { "none".to_string() } else { kinds.into_iter().collect::<Vec<_>>().join(", ") };
+        format!("no object of kind {} was given (kinds given that the plugin reads: {kinds})", key.kind)
+    } else {
+        const SHOWN: usize = 20;
+        let more = keys.len().saturating_sub(SHOWN);
+        let mut list = keys.into_iter().take(SHOWN).collect::<Vec<_>>().join(", ");
+        if more > 0 {
+            list.push_str(&format!(" and {more} more"));
+        }
+        format!("the objects of that kind are: {list}")
+    };
+    format!(
+        "--key {key} matches no object in --objects, so the plugin sees it as deleted; {have} (an object without \
+         metadata.namespace is keyed without one)"
+    )
+}
+
+/// Kinds the actions write or own through whose scope neither the built-in table nor a CRD
+/// given says: their namespace is taken as the action states it, where the host would know.
+fn unknown_scopes(actions: &[wasmloop::actions::Action], scopes: &BTreeMap<(String, String), bool>) -> Vec<String> {
+    let mut unknown = BTreeSet::new();
+    for action in actions {
+        let Ok(target) = action.target() else { continue };
+        let mut kinds = vec![KindRef::new(target.api_version.clone(), target.kind.clone())];
+        let written = wasmloop::admission::result::written(action);
+        if let Some(body) = written.value()
+            && let Some(refs) = body.pointer("/metadata/ownerReferences").and_then(Value::as_array)
+        {
+            let field = |r: &Value, f: &str| r.get(f).and_then(Value::as_str).unwrap_or_default().to_string();
+            kinds.extend(refs.iter().map(|r| KindRef::new(field(r, "apiVersion"), field(r, "kind"))));
+        }
+        for kind in kinds {
+            let known = wasmloop::kinds::builtin_namespaced(&kind).is_some()
+                || kind.group_version().is_ok_and(|(g, _)| scopes.contains_key(&(g.to_string(), kind.kind.clone())));
+            if !known && !kind.kind.is_empty() {
+                unknown.insert(kind.to_string());
+            }
+        }
+    }
+    unknown
+        .into_iter()
+        .map(|k| {
+            format!(
+                "the scope of {k} is not known offline (not a built-in kind, and no CustomResourceDefinition for it in \
+                 --objects): its namespace was taken as the action states it; add its CRD to --objects to check it as the host does"
+            )
+        })
+        .collect()
+}
+
+/// What the offline admission checked, in the host's order.
+fn checks(manifest: Option<&Path>, scopes: &BTreeMap<(String, String), bool>) -> Vec<String> {
+    let crds: Vec<String> = scopes.keys().map(|(g, k)| format!("{k}.{g}")).collect();
+    let scope = if crds.is_empty() {
+        "scope: built-in kinds (no CustomResourceDefinition in --objects)".to_string()
+    } else {
+        format!("scope: built-in kinds and the CustomResourceDefinitions given ({})", crds.join(", "))
+    };
+    let grants = match manifest {
+        Some(p) => format!("grants: {}", p.display()),
+        None => "grants: none given, so everything is granted (--manifest checks the admin's grants)".to_string(),
+    };
+    vec![
+        "target: apiVersion, kind, name, namespace syntax".to_string(),
+        scope,
+        grants,
+        "protected objects: plugin ConfigMaps and labels (the rules about the host's namespaces, ServiceAccount, Lease and RBAC \
+         need a running host)"
+            .to_string(),
+        "owner references and Event subjects: readable by the plugin and among --objects, with their uids".to_string(),
+    ]
 }
 
 /// `[group/]version/kind/[namespace/]name`. A first segment like `v1`, `v1beta1` is the core group.
@@ -238,6 +362,51 @@ mod tests {
         for bad in ["v1/Pod", "a//b/c", "apps/v1/ReplicaSet", "x/y/z/w/v/u"] {
             assert!(parse_key(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn crds_given_make_a_custom_owner_cluster_scoped_as_discovery_would() {
+        use wasmloop::actions::Action;
+        let crd = json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+                         "metadata": {"name": "fleets.example.com"},
+                         "spec": {"group": "example.com", "scope": "Cluster", "names": {"kind": "Fleet"}}});
+        let scopes = crd_scopes(std::slice::from_ref(&crd));
+        assert_eq!(scopes, BTreeMap::from([(("example.com".to_string(), "Fleet".to_string()), false)]));
+        let owner = fill_defaults(json!({"apiVersion": "example.com/v1", "kind": "Fleet", "metadata": {"name": "f1"}}));
+        let view = CacheView::from_objects(vec![owner, fill_defaults(crd)]).unwrap();
+        // A ConfigMap in team-a owned by the cluster-scoped Fleet f1, as the host admits it.
+        let child = Action::Create {
+            object: json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "namespace": "team-a",
+                "ownerReferences": [{"apiVersion": "example.com/v1", "kind": "Fleet", "name": "f1", "uid": "uid--f1"}]}}),
+        };
+        let grants = Grants::all().named("");
+        let given = Admission::new(Scopes::Given(Arc::new(scopes.clone())), Protected::minimal());
+        let ctx = wasmloop::admission::Context { grants: &grants, cache: &view, client: None, manager: "p", budget: None };
+        futures::executor::block_on(given.admit(ctx, vec![child.clone()])).unwrap();
+        assert!(unknown_scopes(std::slice::from_ref(&child), &scopes).is_empty());
+        // Without the CRD, the owner is looked for in the child's namespace, and the run says why.
+        let err = futures::executor::block_on(Admission::offline().admit(ctx, vec![child.clone()])).unwrap_err();
+        assert!(err.to_string().contains("owner example.com/v1/Fleet team-a/f1 is not in the plugin's cache"), "{err}");
+        let warned = unknown_scopes(std::slice::from_ref(&child), &BTreeMap::new());
+        assert!(warned.len() == 1 && warned[0].contains("the scope of example.com/v1/Fleet is not known offline"), "{warned:?}");
+        assert!(checks(None, &scopes).iter().any(|c| c.contains("CustomResourceDefinitions given (Fleet.example.com)")));
+    }
+
+    #[test]
+    fn a_key_that_matches_no_object_names_the_keys_there_are() {
+        let pod = |ns: Option<&str>, name: &str| {
+            let mut p = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}});
+            if let Some(ns) = ns {
+                p["metadata"]["namespace"] = json!(ns);
+            }
+            fill_defaults(p)
+        };
+        let view = CacheView::from_objects(vec![pod(None, "web"), pod(Some("shop"), "api")]).unwrap();
+        let warning = no_such_object(&parse_key("v1/Pod/shop/web").unwrap(), &view);
+        assert!(warning.contains("--key v1/Pod/shop/web matches no object"), "{warning}");
+        assert!(warning.contains("v1/Pod/web") && warning.contains("v1/Pod/shop/api"), "{warning}");
+        let none = no_such_object(&parse_key("apps/v1/Deployment/shop/web").unwrap(), &view);
+        assert!(none.contains("no object of kind apps/v1/Deployment was given") && none.contains("v1/Pod"), "{none}");
     }
 
     #[test]

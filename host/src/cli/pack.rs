@@ -88,15 +88,20 @@ pub fn run(args: PackArgs) -> anyhow::Result<ExitCode> {
     };
     let path = args.plugin.display().to_string();
     let input = pack::PackInput { wasm: &wasm, path: &path, manifest, name, namespace: args.namespace };
-    let (yaml, raw, compressed, how) = if args.inline {
+    let (yaml, raw, compressed, how, warning) = if args.inline {
         let packed = pack::pack(input)?;
-        (pack::to_yaml(&packed.config_map)?, packed.raw_bytes, packed.compressed_bytes, "inline".to_string())
+        let warning = pack::client_side_apply_warning(&[&packed.config_map]);
+        (pack::to_yaml(&packed.config_map)?, packed.raw_bytes, packed.compressed_bytes, "inline".to_string(), warning)
     } else {
         let packed = pack::pack_referenced(input)?;
         let how = format!("payload ConfigMap {} ({})", packed.payload.metadata.name.as_deref().unwrap_or_default(), packed.digest);
-        (pack::to_yaml_stream(&[&packed.payload, &packed.plugin])?, packed.raw_bytes, packed.compressed_bytes, how)
+        let warning = pack::client_side_apply_warning(&[&packed.payload, &packed.plugin]);
+        (pack::to_yaml_stream(&[&packed.payload, &packed.plugin])?, packed.raw_bytes, packed.compressed_bytes, how, warning)
     };
     eprintln!("wasmloop pack: {path} → {raw} bytes raw, {compressed} bytes zstd ({:.0}%), {how}", 100.0 * compressed as f64 / raw as f64);
+    if let Some(warning) = warning {
+        eprintln!("wasmloop pack: WARNING: {warning}");
+    }
     let yaml = rbac + &yaml;
     match args.output {
         Some(out) => std::fs::write(&out, yaml).with_context(|| format!("writing {}", out.display()))?,

@@ -234,6 +234,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         compile_budget: args.compile_budget,
         sharding: sharding.clone(),
         plugin_identity: args.plugin_identity,
+        instance: Some(identity.clone()),
         ..PluginManagerConfig::new((!args.all_namespaces).then(|| args.plugin_namespace.clone()))
     };
     let start_manager = || {

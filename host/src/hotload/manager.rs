@@ -4,9 +4,14 @@
 //! keyed by ConfigMap, so bursts of updates fold into one load and one ConfigMap is never
 //! loaded twice at once. For each key it compares a digest of the payload with what is loaded
 //! (or was last refused) and only then decodes, compiles (off the async runtime, through the
-//! precompiled cache), validates and swaps. Every outcome is reported: first a log line, a
-//! metric and a [`LoadEvent`] (as soon as the new version serves), then a Kubernetes Event and
-//! the annotation `wasmloop.dev/status` on the ConfigMap (API writes, slower).
+//! precompiled cache), checks that the API server serves every kind it reads, validates and
+//! swaps. An attempt ends Loaded, Waiting (something it depends on is not there yet:
+//! [`super::waiting`], retried by itself) or Rejected. Every outcome is reported: first a log
+//! line, a metric and a [`LoadEvent`] (as soon as the new version serves), then a Kubernetes
+//! Event and the status annotations on the ConfigMap ([`super::status`]: API writes, slower,
+//! never re-creating a deleted ConfigMap). A kind that stops being served under a loaded plugin
+//! (its CRD deleted) stops it and puts it back to Waiting: loaded plugins' kinds are checked
+//! through discovery every `rediscovery` interval.
 //!
 //! Payloads referenced by digest (`data.plugin.wasm.ref` + `data.plugin.wasm.digest`, see
 //! [`source`]) come from a second informer, on ConfigMaps labelled
@@ -21,15 +26,16 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::ConfigMap;
-use serde_json::json;
 use tokio::sync::{Mutex, broadcast};
 use tokio::task::JoinHandle;
-use tracing::{debug, error, info, warn};
+use tracing::{debug, info, warn};
 
 use super::manifest::PluginManifest;
 use super::metrics::PluginMetrics;
-use super::source::{self, PAYLOAD_LABEL, PLUGIN_LABEL, PayloadRef, STATUS_ANNOTATION};
-use crate::actions::EventType;
+use super::served;
+use super::source::{self, PAYLOAD_LABEL, PLUGIN_LABEL, PayloadRef};
+use super::status::{HOST_ANNOTATIONS, PluginStatus, State, StatusWriter, Written};
+use super::waiting::{NotLoaded, Pending, WaitPolicy, WaitReason, Waiting};
 use crate::cache::{CachedObject, Change, IndexedStore};
 use crate::controller::{Controller, ControllerConfig, ControllerMetrics, Reconciler};
 use crate::executor::Executor;
@@ -76,13 +82,21 @@ pub struct PluginManagerConfig {
     /// Whose identity plugin writes carry: each plugin's own ServiceAccount (checked at load by
     /// SubjectAccessReviews for its reads), or the host's.
     pub plugin_identity: PluginIdentity,
+    /// This replica's identity in the Events it records about plugin ConfigMaps.
+    pub instance: Option<String>,
+    /// When waiting ConfigMaps are tried again and how long a wait lasts before it is reported.
+    pub wait: WaitPolicy,
+    /// How often the kinds of loaded plugins are checked through discovery (a kind no longer
+    /// served stops its plugin, which then waits for it).
+    pub rediscovery: Duration,
 }
 
 impl PluginManagerConfig {
     /// Plugins from `namespace` (`None`: every namespace) with the defaults: no precompiled
     /// cache, 25 s shutdown grace, no memory budget, components up to 16 MiB, 1 compile at a
-    /// time within 60 s, 4 loaders, plugins writing with the host's identity (`wasmloop run`
-    /// defaults to their own: [`PluginIdentity::Own`]).
+    /// time within 60 s, 4 loaders, the default [`WaitPolicy`], rediscovery every 10 s, plugins
+    /// writing with the host's identity (`wasmloop run` defaults to their own:
+    /// [`PluginIdentity::Own`]).
     pub fn new(namespace: Option<String>) -> Self {
         Self {
             namespace,
@@ -95,6 +109,9 @@ impl PluginManagerConfig {
             loaders: 4,
             sharding: None,
             plugin_identity: PluginIdentity::Host,
+            instance: None,
+            wait: WaitPolicy::default(),
+            rediscovery: Duration::from_secs(10),
         }
     }
 }
@@ -116,9 +133,28 @@ pub enum LoadOrigin {
 /// What happened to a plugin ConfigMap (for tests and `/metrics`).
 #[derive(Clone, Debug, PartialEq)]
 pub enum LoadEvent {
-    Loaded { configmap: String, plugin: String, version: String, digest: String, origin: LoadOrigin, took: Duration },
-    Rejected { configmap: String, error: String },
-    Removed { configmap: String, plugin: String },
+    Loaded {
+        configmap: String,
+        plugin: String,
+        version: String,
+        digest: String,
+        origin: LoadOrigin,
+        took: Duration,
+    },
+    /// The ConfigMap waits for something (`reason`, rendered); sent when the wait begins or
+    /// its reason changes, not on every retry.
+    Waiting {
+        configmap: String,
+        reason: String,
+    },
+    Rejected {
+        configmap: String,
+        error: String,
+    },
+    Removed {
+        configmap: String,
+        plugin: String,
+    },
 }
 
 struct Loaded {
@@ -142,10 +178,14 @@ struct Inner {
     store: Arc<IndexedStore>,
     queue: WorkQueue<ObjectKey>,
     loaded: Mutex<HashMap<ObjectKey, Loaded>>,
-    /// Payload digest last refused, per ConfigMap (so a broken payload is reported once).
+    /// What was last refused, per ConfigMap: its content, its payload's identity and its
+    /// annotations (so a refusal is reported once, and any change of these, `kubectl annotate`
+    /// included, tries again).
     rejected: parking_lot::Mutex<HashMap<ObjectKey, String>>,
-    /// ConfigMaps refused because another ConfigMap holds their plugin name, by that name:
-    /// loaded automatically when the holder goes away.
+    /// The ConfigMaps that wait, why, and when to try them again.
+    waiting: Waiting,
+    /// ConfigMaps waiting because another ConfigMap holds their plugin name, by that name:
+    /// tried again when the holder goes away.
     waiting_for_name: parking_lot::Mutex<HashMap<String, BTreeSet<ObjectKey>>>,
     /// The plugin name and memory each ConfigMap holds or is loading (uniqueness and budget).
     claims: parking_lot::Mutex<HashMap<ObjectKey, Claim>>,
@@ -158,8 +198,11 @@ struct Inner {
     refs: parking_lot::Mutex<HashMap<ObjectKey, PayloadName>>,
     /// Immutable payloads already checked: (namespace, name) → (uid, sha256 of the component).
     verified: parking_lot::Mutex<HashMap<PayloadName, (String, String)>>,
-    /// For a payload the informer has not delivered yet (read once, by name, with `list`).
+    /// For a payload the informer has not delivered yet (read once, by name, with `list`), and
+    /// for discovery.
     client: kube::Client,
+    /// The Events and status annotations on plugin ConfigMaps.
+    status: StatusWriter,
 }
 
 /// (namespace, name) of a payload ConfigMap.
@@ -247,6 +290,8 @@ impl PluginManager {
         let queue = WorkQueue::new("wasmloop-plugins", RateLimitConfig::default().build(), None);
         let (events, _) = broadcast::channel(64);
         let compile_workers = config.compile_workers.max(1);
+        let status = StatusWriter::new(client.clone(), config.instance.clone(), executor.fence().clone(), config.sharding.clone());
+        let waiting = Waiting::new(config.wait);
         let inner = Arc::new(Inner {
             engine,
             precompiled,
@@ -259,6 +304,7 @@ impl PluginManager {
             queue,
             loaded: Mutex::new(HashMap::new()),
             rejected: Default::default(),
+            waiting,
             waiting_for_name: Default::default(),
             claims: Default::default(),
             compiles: Arc::new(tokio::sync::Semaphore::new(compile_workers)),
@@ -267,6 +313,7 @@ impl PluginManager {
             refs: Default::default(),
             verified: Default::default(),
             client,
+            status,
         });
         let weak = Arc::downgrade(&inner);
         let payload_subscription = payload_informer.subscribe(Arc::new(move |change| {
@@ -285,7 +332,8 @@ impl PluginManager {
         for o in inner.store.snapshot() {
             inner.sync(&ObjectKey::new(configmap_kind(), o.namespace().map(str::to_string), o.name())).await;
         }
-        let workers = (0..inner.config.loaders.max(1)).map(|_| tokio::spawn(inner.clone().work())).collect();
+        let mut workers: Vec<JoinHandle<()>> = (0..inner.config.loaders.max(1)).map(|_| tokio::spawn(inner.clone().work())).collect();
+        workers.push(tokio::spawn(Inner::rediscover_every(Arc::downgrade(&inner), inner.config.rediscovery)));
         Ok(Self { inner, _subscription: subscription, _payload_subscription: payload_subscription, workers })
     }
 
@@ -332,6 +380,7 @@ impl Inner {
             Ok(cm) => cm,
             Err(e) => return warn!(configmap = %key, error = %e, "unreadable ConfigMap"),
         };
+        let uid = obj.uid().to_string();
         let started = Instant::now();
         let reference = source::payload_ref(&cm);
         // Referenced form: find the payload (recording the reference first, so a payload arriving
@@ -350,47 +399,117 @@ impl Inner {
             }
         };
         let payload_name = reference.as_ref().ok().and_then(Option::as_ref).map(|r| r.name.clone());
+        let declared = reference.as_ref().ok().and_then(Option::as_ref).map(|r| r.digest.clone());
         let serving = self.loaded.lock().await.get(key).filter(|l| l.payload == payload).map(|l| l.plugin.clone());
         if let Some(plugin) = serving {
-            // Back to the version that is serving (e.g. after a refused update): report it again.
-            if self.rejected.lock().remove(key).is_some() {
-                self.loaded_ok(key, &plugin, LoadOrigin::Unchanged, started.elapsed(), payload_name.as_deref()).await;
+            // Back to the version that is serving (e.g. after a refused or waiting update): report it again.
+            let was_rejected = self.rejected.lock().remove(key).is_some();
+            if self.waiting.clear(key).is_some() || was_rejected {
+                self.loaded_ok(key, &uid, &plugin, LoadOrigin::Unchanged, started.elapsed(), payload_name.as_deref()).await;
             }
             return;
         }
-        if self.rejected.lock().get(key) == Some(&payload) {
+        // A refusal is tried again once anything it was about changes, annotations included.
+        let attempt = format!("{payload}|{}", annotations_digest(&cm));
+        if self.rejected.lock().get(key) == Some(&attempt) {
             return;
         }
         match self.load(key, &cm, reference, found, &payload).await {
             Ok((plugin, origin)) => {
                 self.rejected.lock().remove(key);
-                self.loaded_ok(key, &plugin, origin, started.elapsed(), payload_name.as_deref()).await;
+                self.waiting.clear(key);
+                self.loaded_ok(key, &uid, &plugin, origin, started.elapsed(), payload_name.as_deref()).await;
             }
-            Err(reason) => {
-                self.rejected.lock().insert(key.clone(), payload);
-                self.plugin_metrics.load(&cm_label(key), "rejected");
-                let serving = self.loaded.lock().await.get(key).map(|l| format!("{} {}", l.plugin.name(), l.plugin.spec().version));
-                let message = match &serving {
-                    Some(s) => format!("{reason}; still serving {s}"),
-                    None => reason.clone(),
-                };
-                error!(configmap = %key, error = %reason, serving = serving.as_deref().unwrap_or("nothing"), "plugin rejected");
-                let _ = self.events.send(LoadEvent::Rejected { configmap: key.name.clone(), error: reason.clone() });
-                self.report(
-                    key,
-                    json!({"state": "Rejected", "error": reason, "serving": serving}),
-                    EventType::Warning,
-                    "PluginRejected",
-                    &message,
-                )
-                .await;
+            Err(NotLoaded::Waiting(reason)) => {
+                self.rejected.lock().remove(key);
+                let candidate = self.waiting.pending(key, &payload).map(|p| p.plugin);
+                self.wait(key, &uid, reason, candidate.as_ref(), declared).await;
             }
+            Err(NotLoaded::Refused(reason)) => {
+                self.waiting.clear(key);
+                self.rejected.lock().insert(key.clone(), attempt);
+                self.refused(key, &uid, reason, declared).await;
+            }
+        }
+    }
+
+    /// What still serves for `key`, if anything: (`<name> <version>`, digest).
+    async fn serving(&self, key: &ObjectKey) -> Option<(String, String)> {
+        let loaded = self.loaded.lock().await;
+        loaded.get(key).map(|l| (format!("{} {}", l.plugin.name(), l.plugin.spec().version), l.plugin.digest().to_string()))
+    }
+
+    /// `key` was refused: say so (log, metric, [`LoadEvent`]), then a Warning Event and the status.
+    async fn refused(&self, key: &ObjectKey, uid: &str, reason: String, declared: Option<String>) {
+        self.plugin_metrics.load(&cm_label(key), "rejected");
+        let serving = self.serving(key).await;
+        let message = match &serving {
+            Some((s, _)) => format!("{reason}; still serving {s}"),
+            None => reason.clone(),
+        };
+        warn!(configmap = %key, error = %reason, serving = serving.as_ref().map_or("nothing", |s| s.0.as_str()), "plugin rejected");
+        let _ = self.events.send(LoadEvent::Rejected { configmap: key.name.clone(), error: reason.clone() });
+        let status = PluginStatus {
+            state: Some(State::Rejected),
+            reason: "Refused".into(),
+            message,
+            digest: declared,
+            error: Some(reason),
+            serving_digest: serving.as_ref().map(|s| s.1.clone()),
+            serving: serving.map(|s| s.0),
+            ..Default::default()
+        };
+        self.report(key, uid, &status).await;
+    }
+
+    /// `key` waits for `reason`: say so when the wait begins or changes, report it once it has
+    /// lasted, and try again (after a backoff for reasons no event announces).
+    async fn wait(&self, key: &ObjectKey, uid: &str, reason: WaitReason, candidate: Option<&Arc<WasmPlugin>>, declared: Option<String>) {
+        let next = self.waiting.wait(key, reason.clone());
+        let serving = self.serving(key).await;
+        let mut message = reason.to_string();
+        if let Some((s, _)) = &serving {
+            message = format!("{message}; still serving {s}");
+        }
+        if next.changed {
+            self.plugin_metrics.load(&cm_label(key), "waiting");
+            info!(configmap = %key, reason = reason.reason(), waiting_for = %reason.subject(),
+                  serving = serving.as_ref().map_or("nothing", |s| s.0.as_str()), "plugin waiting: {reason}");
+            let _ = self.events.send(LoadEvent::Waiting { configmap: key.name.clone(), reason: reason.to_string() });
+        } else {
+            debug!(configmap = %key, reason = reason.reason(), retry_in = ?next.retry_after, "plugin still waiting");
+        }
+        if next.report {
+            let status = PluginStatus {
+                state: Some(State::Waiting),
+                reason: reason.reason().into(),
+                message,
+                plugin: candidate.map(|p| p.name().to_string()),
+                version: candidate.map(|p| p.spec().version.clone()),
+                digest: candidate.map(|p| p.digest().to_string()).or(declared),
+                waiting_for: Some(reason.subject()),
+                serving_digest: serving.as_ref().map(|s| s.1.clone()),
+                serving: serving.map(|s| s.0),
+                ..Default::default()
+            };
+            self.report(key, uid, &status).await;
+        }
+        if let Some(delay) = next.retry_after {
+            self.queue.add_after(key.clone(), delay);
         }
     }
 
     /// The new version serves: say so at once (log, metric, [`LoadEvent`]), then write the Event
     /// and the status annotation (API round trips, so last).
-    async fn loaded_ok(&self, key: &ObjectKey, plugin: &Arc<WasmPlugin>, origin: LoadOrigin, took: Duration, payload: Option<&str>) {
+    async fn loaded_ok(
+        &self,
+        key: &ObjectKey,
+        uid: &str,
+        plugin: &Arc<WasmPlugin>,
+        origin: LoadOrigin,
+        took: Duration,
+        payload: Option<&str>,
+    ) {
         let spec = plugin.spec();
         self.plugin_metrics.load(&cm_label(key), "loaded");
         self.plugin_metrics.load_time(origin != LoadOrigin::Compiled, took.as_secs_f64());
@@ -405,19 +524,25 @@ impl Inner {
             origin,
             took,
         });
-        let how = match origin {
-            LoadOrigin::Compiled => "compiled",
-            LoadOrigin::Precompiled => "from the precompiled cache",
-            LoadOrigin::Reused => "reusing the loaded component (same digest)",
-            LoadOrigin::Unchanged => "already serving",
+        let (how, reason) = match origin {
+            LoadOrigin::Compiled => ("compiled", "Compiled"),
+            LoadOrigin::Precompiled => ("from the precompiled cache", "Precompiled"),
+            LoadOrigin::Reused => ("reusing the loaded component (same digest)", "Reused"),
+            LoadOrigin::Unchanged => ("already serving", "Unchanged"),
         };
-        let message = format!("{} {} ({}) loaded in {:.0?}, {how}", spec.name, spec.version, plugin.digest(), took);
-        let mut status = json!({"state": "Loaded", "plugin": spec.name, "version": spec.version,
-                                "digest": plugin.digest(), "origin": how, "loadMillis": took.as_millis() as u64});
-        if let Some(payload) = payload {
-            status["payload"] = json!(payload);
-        }
-        self.report(key, status, EventType::Normal, "PluginLoaded", &message).await;
+        let status = PluginStatus {
+            state: Some(State::Loaded),
+            reason: reason.into(),
+            message: format!("{} {} ({}) loaded in {:.0?}, {how}", spec.name, spec.version, plugin.digest(), took),
+            plugin: Some(spec.name.clone()),
+            version: Some(spec.version.clone()),
+            digest: Some(plugin.digest().to_string()),
+            payload: payload.map(str::to_string),
+            origin: Some(how.into()),
+            load_millis: Some(took.as_millis() as u64),
+            ..Default::default()
+        };
+        self.report(key, uid, &status).await;
     }
 
     /// A payload ConfigMap changed: load again the plugin ConfigMaps that reference it.
@@ -461,30 +586,30 @@ impl Inner {
 
     /// The component for `reference`: the loaded one if this immutable payload was verified
     /// before with that digest, else the payload's bytes, decompressed and checked.
-    async fn resolve(&self, namespace: Option<&str>, reference: &PayloadRef, found: Found) -> Result<Input, String> {
+    async fn resolve(&self, namespace: Option<&str>, reference: &PayloadRef, found: Found) -> Result<Input, NotLoaded> {
         let key = (namespace.map(str::to_string), reference.name.clone());
         let (uid, immutable) = match &found {
             Found::Missing => {
                 let namespace = namespace.unwrap_or_default().to_string();
-                return Err(source::Error::PayloadMissing { namespace, name: reference.name.clone() }.to_string());
+                return Err(WaitReason::PayloadMissing { namespace, name: reference.name.clone() }.into());
             }
             Found::Cached(o) => (o.uid().to_string(), cached_immutable(o)),
             Found::Fetched(cm) => {
                 if !source::is_payload(cm) {
                     let namespace = namespace.unwrap_or_default().to_string();
-                    return Err(source::Error::PayloadNotLabelled { namespace, name: reference.name.clone() }.to_string());
+                    return Err(source::Error::PayloadNotLabelled { namespace, name: reference.name.clone() }.to_string().into());
                 }
                 (cm.metadata.uid.clone().unwrap_or_default(), cm.immutable == Some(true))
             }
         };
         if !immutable {
-            return Err(source::Error::PayloadNotImmutable { name: reference.name.clone() }.to_string());
+            return Err(source::Error::PayloadNotImmutable { name: reference.name.clone() }.to_string().into());
         }
         let known = self.verified.lock().get(&key).filter(|(u, _)| !uid.is_empty() && *u == uid).map(|(_, d)| d.clone());
         if let Some(actual) = known {
             if actual != reference.digest {
                 let e = source::Error::DigestMismatch { name: reference.name.clone(), declared: reference.digest.clone(), actual };
-                return Err(e.to_string());
+                return Err(e.to_string().into());
             }
             let loaded = self.loaded.lock().await.values().find(|l| l.plugin.digest() == reference.digest).map(|l| l.plugin.clone());
             if let Some(plugin) = loaded {
@@ -511,14 +636,16 @@ impl Inner {
                 if let source::Error::DigestMismatch { actual, .. } = &e {
                     self.verified.lock().insert(key, (uid, actual.clone()));
                 }
-                Err(e.to_string())
+                Err(e.to_string().into())
             }
         }
     }
 
-    /// Decode, claim the name and memory, compile, validate, then start or swap. Any error
-    /// leaves what runs untouched. The `loaded` lock is never held across a compile, a
-    /// controller start or an informer sync, so other ConfigMaps load and unload meanwhile.
+    /// Decode, claim the name and memory, compile, check that the kinds it reads are served,
+    /// validate, then start or swap. Any error leaves what runs untouched. The `loaded` lock is
+    /// never held across a compile, a controller start or an informer sync, so other ConfigMaps
+    /// load and unload meanwhile. A version compiled for a kind that is not served yet is held
+    /// (not compiled again) until the ConfigMap changes.
     async fn load(
         &self,
         key: &ObjectKey,
@@ -526,29 +653,49 @@ impl Inner {
         reference: source::Result<Option<PayloadRef>>,
         found: Option<Found>,
         payload: &str,
-    ) -> Result<(Arc<WasmPlugin>, LoadOrigin), String> {
-        let input = match (reference.map_err(|e| e.to_string())?, found) {
-            (Some(reference), Some(found)) => self.resolve(key.namespace.as_deref(), &reference, found).await?,
-            _ => Input::Wasm(source::decode(cm).map_err(|e| e.to_string())?.wasm),
+    ) -> Result<(Arc<WasmPlugin>, LoadOrigin), NotLoaded> {
+        let pending = self.waiting.pending(key, payload);
+        let input = match (&pending, reference.map_err(|e| e.to_string())?, found) {
+            (Some(_), ..) => None,
+            (None, Some(reference), Some(found)) => Some(self.resolve(key.namespace.as_deref(), &reference, found).await?),
+            (None, ..) => Some(Input::Wasm(source::decode(cm).map_err(|e| e.to_string())?.wasm)),
         };
         let manifest = source::manifest(cm).map_err(|e| e.to_string())?;
         let manifest = PluginManifest::parse(manifest, &key.name).map_err(|e| e.to_string())?;
         let size = match &input {
-            Input::Wasm(wasm) => wasm.len(),
-            Input::Reuse(compiled) => compiled.size,
+            Some(Input::Wasm(wasm)) => wasm.len(),
+            Some(Input::Reuse(compiled)) => compiled.size,
+            None => 0,
         };
         if size > self.config.max_component_size.as_usize() {
-            return Err(format!("the component is {size} bytes, over the host's {} limit for one plugin", self.config.max_component_size));
+            let limit = self.config.max_component_size;
+            return Err(format!("the component is {size} bytes, over the host's {limit} limit for one plugin").into());
         }
         let claim = Claim { name: manifest.name.clone(), memory: manifest.limits.memory.bytes() * manifest.controller.workers as u64 };
         let previous = self.claim(key, claim)?;
-        let installed = match self.compile(input, &manifest).await {
-            Ok((plugin, origin)) => match self.identity_of(key, &plugin, &manifest).await {
-                Ok(identity) => self.install(key, &plugin, &manifest, identity, payload).await.map(|()| (plugin, origin)),
-                Err(e) => Err(e),
-            },
-            Err(e) => Err(e),
-        };
+        let installed = async {
+            let (plugin, origin) = match (pending, input) {
+                (Some(p), _) => (p.plugin, p.origin),
+                (None, Some(input)) => self.compile(input, &manifest).await?,
+                (None, None) => unreachable!("an input is resolved whenever nothing is pending"),
+            };
+            // Every kind it reads must be served, and its identity allowed to read them, before
+            // anything starts (or replaces what runs).
+            if let Some(reason) = served::Discovery::new(&self.client).unserved(&served::kinds_of(plugin.spec())).await {
+                self.forget_unserved(&reason);
+                self.waiting.hold(key, Pending { payload: payload.to_string(), plugin, origin });
+                return Err(reason.into());
+            }
+            let identity = match self.identity_of(key, &plugin, &manifest).await {
+                Ok(identity) => identity,
+                Err(reason) => {
+                    self.waiting.hold(key, Pending { payload: payload.to_string(), plugin, origin });
+                    return Err(reason.into());
+                }
+            };
+            self.install(key, &plugin, &manifest, identity, payload).await.map(|()| (plugin, origin))
+        }
+        .await;
         match &installed {
             Ok((plugin, _)) => {
                 if let Some(previous) = previous.filter(|p| p.name != plugin.name()) {
@@ -561,15 +708,20 @@ impl Inner {
         installed
     }
 
+    /// The resolver must not keep an answer from before a kind stopped being served (its CRD
+    /// re-created with another scope or versions would be addressed wrongly).
+    fn forget_unserved(&self, reason: &WaitReason) {
+        if let WaitReason::KindNotServed { kind, .. } = reason {
+            self.registry.resolver().forget(kind);
+        }
+    }
+
     /// Reserve the plugin's name and memory for `key`; returns what `key` held before.
-    fn claim(&self, key: &ObjectKey, claim: Claim) -> Result<Option<Claim>, String> {
+    fn claim(&self, key: &ObjectKey, claim: Claim) -> Result<Option<Claim>, NotLoaded> {
         let mut claims = self.claims.lock();
         if let Some((other, _)) = claims.iter().find(|(k, c)| *k != key && c.name == claim.name) {
             self.waiting_for_name.lock().entry(claim.name.clone()).or_default().insert(key.clone());
-            return Err(format!(
-                "plugin name {:?} is already used by ConfigMap {}; this one loads when that one goes away",
-                claim.name, other
-            ));
+            return Err(WaitReason::NameTaken { name: claim.name.clone(), holder: other.to_string() }.into());
         }
         if let Some(budget) = self.config.memory_budget {
             let others: u64 = claims.iter().filter(|(k, _)| *k != key).map(|(_, c)| c.memory).sum();
@@ -580,7 +732,8 @@ impl Inner {
                     ByteSize(claim.memory),
                     budget,
                     ByteSize(others)
-                ));
+                )
+                .into());
             }
         }
         Ok(claims.insert(key.clone(), claim))
@@ -640,22 +793,29 @@ impl Inner {
 
     /// The identity the plugin's writes will carry, once the API server says it may list and
     /// watch everything the plugin reads (`None`: the host's own, with `--plugin-identity host`).
-    async fn identity_of(&self, key: &ObjectKey, plugin: &WasmPlugin, manifest: &PluginManifest) -> Result<Option<Identity>, String> {
+    /// Missing RBAC is a wait: it can be granted after the plugin is applied.
+    async fn identity_of(&self, key: &ObjectKey, plugin: &WasmPlugin, manifest: &PluginManifest) -> Result<Option<Identity>, NotLoaded> {
         if self.config.plugin_identity == PluginIdentity::Host {
             return Ok(None);
         }
-        let namespace = key.namespace.as_deref().ok_or("a plugin ConfigMap has a namespace")?;
+        let namespace = key.namespace.as_deref().ok_or_else(|| NotLoaded::Refused("a plugin ConfigMap has a namespace".into()))?;
         let identity = Identity::of_plugin(namespace, plugin.name(), manifest.service_account.as_deref());
         let resolver = self.registry.resolver();
         let mut reads = Vec::new();
         for kind in plugin.spec().kinds() {
+            let discovery_failed = |error: String| WaitReason::DiscoveryFailed { kind: kind.clone(), error };
             let namespaces = crate::controller::read_namespaces(resolver, plugin.grants(), &kind, manifest.controller.namespace.as_deref())
                 .await
-                .map_err(|e| e.to_string())?;
-            let resolved = resolver.resolve(&kind).await.map_err(|e| e.to_string())?;
+                .map_err(|e| match e {
+                    crate::controller::ReadScopeError::Scope(why) => NotLoaded::Refused(format!("cannot read {kind}: {why}")),
+                    crate::controller::ReadScopeError::Kind(e) => discovery_failed(e.to_string()).into(),
+                })?;
+            let resolved = resolver.resolve(&kind).await.map_err(|e| discovery_failed(e.to_string()))?;
             reads.extend(namespaces.into_iter().map(|namespace| identity::Read { kind: resolved.clone(), namespace }));
         }
-        identity::check_reads(&self.client, &identity, &reads).await.map_err(|e| e.to_string())?;
+        identity::check_reads(&self.client, &identity, &reads)
+            .await
+            .map_err(|e| WaitReason::ReadsNotAuthorized { identity: identity.to_string(), detail: e.to_string() })?;
         Ok(Some(identity))
     }
 
@@ -667,7 +827,7 @@ impl Inner {
         manifest: &PluginManifest,
         identity: Option<Identity>,
         payload: &str,
-    ) -> Result<(), String> {
+    ) -> Result<(), NotLoaded> {
         let grants = plugin.grants().clone();
         let old = self.loaded.lock().await.remove(key);
         let shards_changed = old.as_ref().map(|o| o.config.shards).filter(|n| *n != manifest.controller.shards);
@@ -679,7 +839,8 @@ impl Inner {
                 "shards cannot change from {from} to {} while the plugin is loaded with --shard-mode plugin; \
                  delete its ConfigMap, wait for it to be removed everywhere, then apply the new one",
                 manifest.controller.shards
-            ));
+            )
+            .into());
         }
         let (entry, result) = match old {
             Some(mut old)
@@ -693,7 +854,7 @@ impl Inner {
                         old.payload = payload.to_string();
                         (Some(old), Ok(()))
                     }
-                    Err(e) => (Some(old), Err(e.to_string())),
+                    Err(e) => (Some(old), Err(not_loaded(e))),
                 }
             }
             Some(old) => {
@@ -743,8 +904,8 @@ impl Inner {
         config: &ControllerConfig,
         grants: Arc<crate::grants::Grants>,
         identity: Option<&Identity>,
-    ) -> Result<Controller, String> {
-        let executor = self.executor.acting_as(identity).map_err(|e| e.to_string())?;
+    ) -> Result<Controller, NotLoaded> {
+        let executor = self.executor.acting_as(identity).map_err(|e| NotLoaded::Refused(e.to_string()))?;
         let ownership = self.config.sharding.as_ref().map(|s| s.register(plugin.name(), config.shards));
         let started = Controller::start_sharded(
             plugin.clone(),
@@ -761,51 +922,69 @@ impl Inner {
         {
             sharding.unregister(plugin.name());
         }
-        started.map_err(|e| e.to_string())
+        started.map_err(not_loaded)
     }
 
     async fn unload(&self, key: &ObjectKey) {
         self.rejected.lock().remove(key);
+        self.waiting.clear(key);
         self.refs.lock().remove(key);
         self.claims.lock().remove(key);
         for waiting in self.waiting_for_name.lock().values_mut() {
             waiting.remove(key);
         }
-        let Some(old) = self.loaded.lock().await.remove(key) else { return };
-        let plugin = old.plugin.name().to_string();
+        let Some(plugin) = self.stop(key).await else { return };
         self.plugin_metrics.load(&cm_label(key), "removed");
+        info!(configmap = %key, plugin = %plugin.name(), "plugin removed");
+        self.release_name(plugin.name());
+        let _ = self.events.send(LoadEvent::Removed { configmap: key.name.clone(), plugin: plugin.name().to_string() });
+    }
+
+    /// Stop the controller of `key` (its running reconciles get the grace period); what ran.
+    async fn stop(&self, key: &ObjectKey) -> Option<Arc<WasmPlugin>> {
+        let old = self.loaded.lock().await.remove(key)?;
         self.plugin_metrics.set_loaded(&cm_label(key), None);
         old.controller.shutdown(self.config.shutdown_grace).await;
         if let Some(sharding) = &self.config.sharding {
-            sharding.unregister(&plugin);
+            sharding.unregister(old.plugin.name());
         }
-        info!(configmap = %key, %plugin, "plugin removed");
-        self.release_name(&plugin);
-        let _ = self.events.send(LoadEvent::Removed { configmap: key.name.clone(), plugin });
+        Some(old.plugin)
     }
 
-    /// An Event on the ConfigMap, then the status annotation (server-side apply of just that field).
-    async fn report(&self, key: &ObjectKey, status: serde_json::Value, event_type: EventType, reason: &str, message: &str) {
-        if self.executor.fence().check().is_err() {
-            // A warm standby loads every plugin but writes nothing: the leader reports.
-            debug!(configmap = %key, %reason, "standby: not reporting plugin status");
-            return;
+    /// Every `period`, while the manager lives: [`Inner::rediscover`].
+    async fn rediscover_every(inner: std::sync::Weak<Self>, period: Duration) {
+        loop {
+            tokio::time::sleep(period).await;
+            let Some(inner) = inner.upgrade() else { return };
+            inner.rediscover().await;
         }
-        if self.config.sharding.as_ref().is_some_and(|s| !s.speaks_for(&cm_label(key))) {
-            // Sharded: every replica loads every plugin; one of them reports each ConfigMap.
-            debug!(configmap = %key, %reason, "sharded: another replica reports this plugin's status");
-            return;
+    }
+
+    /// Ask discovery about the kinds of every loaded plugin (one request per group/version);
+    /// a plugin one of whose kinds is no longer served is stopped and waits for it. Discovery
+    /// that does not answer stops nothing.
+    async fn rediscover(&self) {
+        let loaded: Vec<(ObjectKey, Arc<WasmPlugin>, String)> =
+            self.loaded.lock().await.iter().map(|(k, l)| (k.clone(), l.plugin.clone(), l.payload.clone())).collect();
+        let mut discovery = served::Discovery::new(&self.client);
+        for (key, plugin, payload) in loaded {
+            let Some(reason @ WaitReason::KindNotServed { .. }) = discovery.unserved(&served::kinds_of(plugin.spec())).await else {
+                continue;
+            };
+            let Some(uid) = self.store.get(key.namespace.as_deref(), &key.name).map(|o| o.uid().to_string()) else { continue };
+            let Some(stopped) = self.stop(&key).await else { continue };
+            self.forget_unserved(&reason);
+            warn!(configmap = %key, plugin = %stopped.name(), "{reason}: no longer served; plugin stopped until it is");
+            let origin = LoadOrigin::Reused;
+            self.waiting.hold(&key, Pending { payload, plugin: stopped.clone(), origin });
+            self.wait(&key, &uid, reason, Some(&stopped), None).await;
         }
-        let event = self.executor.record_event("wasmloop", key, event_type, reason, message).await.err().map(|e| e.to_string());
-        let annotation = json!({
-            "apiVersion": "v1", "kind": "ConfigMap",
-            "metadata": {"name": key.name, "namespace": key.namespace, "annotations": {STATUS_ANNOTATION: status.to_string()}},
-        });
-        let api = kube::Api::<ConfigMap>::namespaced(self.client.clone(), key.namespace.as_deref().unwrap_or_default());
-        let params = kube::api::PatchParams::apply("wasmloop").force();
-        let annotated = api.patch(&key.name, &params, &kube::api::Patch::Apply(&annotation)).await.err().map(|e| e.to_string());
-        for error in [event, annotated].into_iter().flatten() {
-            warn!(configmap = %key, %error, "could not report plugin status");
+    }
+
+    /// The Event and the status annotations on the ConfigMap (skipped if it is gone).
+    async fn report(&self, key: &ObjectKey, uid: &str, status: &PluginStatus) {
+        if self.status.report(key, uid, status).await == Written::Gone {
+            debug!(configmap = %key, "plugin ConfigMap gone before its status was written");
         }
     }
 }
@@ -827,6 +1006,29 @@ impl Loaded {
 /// `namespace/name` of a plugin ConfigMap, as metrics label it.
 fn cm_label(key: &ObjectKey) -> String {
     format!("{}/{}", key.namespace.as_deref().unwrap_or_default(), key.name)
+}
+
+/// A refusal's or a wait's controller start error: a kind not served (discovery raced the CRD)
+/// waits; anything else is refused.
+fn not_loaded(e: crate::controller::Error) -> NotLoaded {
+    use crate::kinds::Error as KindError;
+    match &e {
+        crate::controller::Error::Informer { source: informer::Error::Kind(KindError::NotServed(kind, _)), .. } => {
+            WaitReason::KindNotServed { kind: kind.clone(), role: "reads" }.into()
+        }
+        crate::controller::Error::Informer { source: informer::Error::Kind(KindError::Discovery(kind, err)), .. } => {
+            WaitReason::DiscoveryFailed { kind: kind.clone(), error: err.to_string() }.into()
+        }
+        _ => NotLoaded::Refused(e.to_string()),
+    }
+}
+
+/// Digest of the ConfigMap's annotations other than the host's own (so `kubectl annotate` tries
+/// a refused plugin again, and the status the host writes does not).
+fn annotations_digest(cm: &ConfigMap) -> String {
+    let mut annotations = cm.metadata.annotations.clone().unwrap_or_default();
+    annotations.retain(|k, _| !HOST_ANNOTATIONS.contains(&k.as_str()));
+    source::sha256(&[&serde_json::to_vec(&annotations).unwrap_or_default()])
 }
 
 /// Digest of what defines a plugin in the ConfigMap (data + binaryData; not metadata, so the

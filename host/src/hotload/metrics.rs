@@ -56,7 +56,7 @@ impl PluginMetrics {
             loaded: Default::default(),
         };
         let r = registry.sub_registry_with_prefix("wasmloop_plugin");
-        r.register("loads", "Plugin loads by ConfigMap and result (loaded, rejected, removed)", m.loads.clone());
+        r.register("loads", "Plugin loads by ConfigMap and result (loaded, waiting, rejected, removed)", m.loads.clone());
         r.register("load_seconds", "Time from a ConfigMap change to the new version serving, by origin", m.load_seconds.clone());
         registry.register_collector(Box::new(SandboxCollector { loaded: m.loaded.clone() }));
         m

@@ -16,6 +16,15 @@ use super::source::{self, DIGEST_KEY, Encoding, MANIFEST_KEY, PAYLOAD_LABEL, PAY
 /// The API server's limit on a ConfigMap's data (etcd takes a little more, this is what counts).
 pub const CONFIGMAP_LIMIT: usize = 1 << 20;
 
+/// The API server's limit on all annotations of one object together (256 KiB). Client-side
+/// `kubectl apply` copies the whole object into `kubectl.kubernetes.io/last-applied-configuration`,
+/// so an object larger than this cannot be applied that way; server-side apply keeps no copy.
+pub const ANNOTATIONS_LIMIT: usize = 256 << 10;
+
+/// How close to [`ANNOTATIONS_LIMIT`] an object may get before `wasmloop pack` warns that it
+/// is close (what the host and other tools annotate counts too).
+pub const ANNOTATIONS_MARGIN: usize = 64 << 10;
+
 /// Errors packing a plugin.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -148,6 +157,33 @@ pub fn pack_referenced(input: PackInput<'_>) -> Result<PackedRef> {
     Ok(PackedRef { payload, plugin, raw_bytes: input.wasm.len(), compressed_bytes, digest })
 }
 
+/// What to tell the author about applying `cms` with client-side `kubectl apply`: `None` if each
+/// fits its last-applied annotation with room to spare, else a warning naming the largest one,
+/// its size (as the JSON kubectl copies into the annotation) and `--server-side`.
+pub fn client_side_apply_warning(cms: &[&ConfigMap]) -> Option<String> {
+    let (name, size) = cms
+        .iter()
+        .map(|cm| (cm.metadata.name.clone().unwrap_or_default(), serde_json::to_vec(cm).map_or(0, |j| j.len())))
+        .max_by_key(|(_, size)| *size)?;
+    let fix = "apply it with `kubectl apply --server-side` (which keeps no such copy), or make the plugin smaller";
+    if size > ANNOTATIONS_LIMIT {
+        Some(format!(
+            "ConfigMap {name} is {size} bytes: client-side `kubectl apply` would copy it into the annotation \
+             kubectl.kubernetes.io/last-applied-configuration, over the API server's {ANNOTATIONS_LIMIT}-byte limit on an \
+             object's annotations, and be refused; {fix}"
+        ))
+    } else if size > ANNOTATIONS_LIMIT - ANNOTATIONS_MARGIN {
+        Some(format!(
+            "ConfigMap {name} is {size} bytes, {}% of the {ANNOTATIONS_LIMIT}-byte limit on an object's annotations that \
+             client-side `kubectl apply` copies it into (kubectl.kubernetes.io/last-applied-configuration); prefer \
+             `kubectl apply --server-side`",
+            size * 100 / ANNOTATIONS_LIMIT
+        ))
+    } else {
+        None
+    }
+}
+
 /// ConfigMaps as one YAML stream (`---` between documents), in order: apply the payload first.
 pub fn to_yaml_stream(cms: &[&ConfigMap]) -> Result<String> {
     let docs = cms.iter().map(|cm| to_yaml(cm)).collect::<Result<Vec<_>>>()?;
@@ -209,6 +245,23 @@ mod tests {
             other => panic!("{other}"),
         }
         assert!(err.to_string().contains("--profile plugin"), "{err}");
+    }
+
+    #[test]
+    fn large_payloads_are_warned_about_client_side_apply() {
+        let with_bytes = |n: usize| ConfigMap {
+            metadata: ObjectMeta { name: Some("p-wasm-0123456789ab".into()), ..Default::default() },
+            binary_data: Some(BTreeMap::from([("plugin.wasm.zst".to_string(), ByteString(vec![7; n]))])),
+            ..Default::default()
+        };
+        let small = pack_referenced(input(&[b"\0asm".as_slice(), &[7u8; 5000]].concat())).unwrap();
+        assert_eq!(client_side_apply_warning(&[&small.payload, &small.plugin]), None);
+        // base64 makes 3 bytes 4: 150 KiB of zstd is about 200 KiB of JSON, close to the limit.
+        let close = client_side_apply_warning(&[&with_bytes(150 << 10), &small.plugin]).unwrap();
+        assert!(close.contains("p-wasm-0123456789ab") && close.contains("prefer `kubectl apply --server-side`"), "{close}");
+        assert!(!close.contains("refused"), "{close}");
+        let over = client_side_apply_warning(&[&small.plugin, &with_bytes(200 << 10)]).unwrap();
+        assert!(over.contains("be refused") && over.contains("--server-side") && over.contains("262144-byte limit"), "{over}");
     }
 
     #[test]

@@ -310,8 +310,8 @@ impl<'a> Session<'a> {
         Ok(())
     }
 
-    /// How version `digest` of ConfigMap `name` loaded, or `None` if the host refused it (shown;
-    /// the last good version keeps running).
+    /// How version `digest` of ConfigMap `name` loaded, or `None` if the host refused it or it
+    /// waits (e.g. for its CRD; shown; the last good version keeps running).
     async fn wait_loaded(&mut self, name: &str, digest: &str) -> anyhow::Result<Option<LoadOrigin>> {
         let deadline = PluginManagerConfig::new(None).compile_budget + Duration::from_secs(30);
         let wait = async {
@@ -322,6 +322,10 @@ impl<'a> Session<'a> {
                     }
                     Ok(LoadEvent::Rejected { configmap, error }) if configmap == name => {
                         warn!(target: DEV_LOG, "the host refused this version; the last good version keeps running: {error}");
+                        return Ok(None);
+                    }
+                    Ok(LoadEvent::Waiting { configmap, reason }) if configmap == name => {
+                        warn!(target: DEV_LOG, "this version waits (it starts by itself once that is there; the last good version keeps running): {reason}");
                         return Ok(None);
                     }
                     Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {}
