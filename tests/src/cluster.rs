@@ -99,8 +99,12 @@ pub async fn deployed_and_served(admin: &Client) -> Result<()> {
 // Identities: a token for a ServiceAccount, a kubeconfig with it, RBAC bindings
 // ---------------------------------------------------------------------------------------------
 
+/// The deploy's cluster-wide host permissions (SubjectAccessReviews, RBAC reads).
+pub const HOST_CLUSTER_ROLE: &str = "wasmloop-host-cluster";
+
 /// Bind the deploy's namespaced host permissions (ClusterRole `wasmloop-host`) to `sa_ns/sa` in
-/// `ns`, as docs/operations.md says for another plugin namespace.
+/// `ns`, as docs/operations.md says for another plugin namespace, and its cluster-wide ones
+/// (`wasmloop-host-cluster`: SubjectAccessReviews, RBAC reads) if `sa_ns/sa` is not the deploy's.
 pub async fn bind_host_role(admin: &Client, ns: &str, sa_ns: &str, sa: &str) -> Result<()> {
     let rb: RoleBinding = serde_json::from_value(json!({
         "metadata": {"name": format!("{HOST_ROLE}-{sa}"), "namespace": ns},
@@ -108,20 +112,90 @@ pub async fn bind_host_role(admin: &Client, ns: &str, sa_ns: &str, sa: &str) -> 
         "subjects": [{"kind": "ServiceAccount", "name": sa, "namespace": sa_ns}],
     }))?;
     Api::<RoleBinding>::namespaced(admin.clone(), ns).create(&PostParams::default(), &rb).await?;
+    if (sa_ns, sa) != (DEPLOY_NS, DEPLOY_SA) {
+        apply_objects(
+            admin,
+            &[json!({
+                "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+                "metadata": {"name": format!("{HOST_CLUSTER_ROLE}-{sa_ns}-{sa}")},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": HOST_CLUSTER_ROLE},
+                "subjects": [{"kind": "ServiceAccount", "name": sa, "namespace": sa_ns}],
+            })],
+        )
+        .await?;
+    }
     Ok(())
 }
 
-/// The podset plugin (the deploy's manifest, scoped to `ns`) as a plugin ConfigMap in `ns`.
-pub async fn install_podset_plugin(admin: &Client, ns: &str) -> Result<()> {
+/// The plugin namespace of a test whose workloads live in `ns`: `<ns>-p`, created if missing.
+/// (Plugins write nothing in the host's namespaces, so the two are apart.)
+pub async fn plugin_namespace_for(admin: &Client, ns: &str) -> Result<String> {
+    let name = format!("{ns}-p");
+    apply_objects(admin, &[json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})]).await?;
+    Ok(name)
+}
+
+/// Server-side apply of `objects` (any kind whose resource name `wasmloop::kinds::plural` knows),
+/// by the tests' field manager.
+pub async fn apply_objects(admin: &Client, objects: &[Value]) -> Result<()> {
+    use kube::api::{Patch, PatchParams};
+    for o in objects {
+        let text = |p: &str| o.pointer(p).and_then(Value::as_str).unwrap_or_default().to_string();
+        let kind = wasmloop::kinds::KindRef::new(text("/apiVersion"), text("/kind"));
+        let (group, version) = kind.group_version()?;
+        let gvk = GroupVersionKind::gvk(group, version, &kind.kind);
+        let resource = ApiResource::from_gvk_with_plural(&gvk, &wasmloop::kinds::plural(&kind).0);
+        let ns = text("/metadata/namespace");
+        let api: Api<DynamicObject> =
+            if ns.is_empty() { Api::all_with(admin.clone(), &resource) } else { Api::namespaced_with(admin.clone(), &ns, &resource) };
+        api.patch(&text("/metadata/name"), &PatchParams::apply("wasmloop-tests").force(), &Patch::Apply(o))
+            .await
+            .with_context(|| format!("applying {kind} {}", text("/metadata/name")))?;
+    }
+    Ok(())
+}
+
+/// The RBAC `wasmloop pack --rbac` prints for `manifest` (declared reads: the kinds it grants
+/// `read`), with plugin ConfigMaps in `plugin_ns` and the host running as `host` (ns, name).
+pub async fn grant_plugin(admin: &Client, plugin_ns: &str, manifest: &str, host: (&str, &str)) -> Result<()> {
+    let parsed = wasmloop::hotload::PluginManifest::parse(manifest, "plugin")?;
+    let reads: Vec<wasmloop::kinds::KindRef> = parsed
+        .grants
+        .rules()
+        .iter()
+        .filter(|g| g.verbs.iter().any(|v| v.to_string() == "read" || v.to_string() == "*"))
+        .flat_map(|g| g.kinds.iter())
+        .filter_map(|k| match k {
+            wasmloop::grants::KindPattern::Exact(k) => Some(k.clone()),
+            wasmloop::grants::KindPattern::Any => None,
+        })
+        .collect();
+    let placement = wasmloop::hotload::rbac::Placement { namespace: plugin_ns, host };
+    let (objects, _) = wasmloop::hotload::rbac::objects(&parsed, &reads, &placement);
+    apply_objects(admin, &objects).await
+}
+
+/// The podset plugin (the deploy's manifest, scoped to the workloads' namespace `ns`) as a plugin
+/// ConfigMap in `ns`'s plugin namespace ([`plugin_namespace_for`]), with its RBAC for a host
+/// running as the deploy's ServiceAccount. Returns the plugin namespace.
+pub async fn install_podset_plugin(admin: &Client, ns: &str) -> Result<String> {
     install_podset_plugin_with(admin, ns, "").await
 }
 
 /// The same, with `extra` lines added to the manifest.
-pub async fn install_podset_plugin_with(admin: &Client, ns: &str, extra: &str) -> Result<()> {
+pub async fn install_podset_plugin_with(admin: &Client, ns: &str, extra: &str) -> Result<String> {
+    install_podset_plugin_as(admin, ns, extra, (DEPLOY_NS, DEPLOY_SA)).await
+}
+
+/// The same, for a host running as ServiceAccount `host` (ns, name).
+pub async fn install_podset_plugin_as(admin: &Client, ns: &str, extra: &str, host: (&str, &str)) -> Result<String> {
+    let plugin_ns = plugin_namespace_for(admin, ns).await?;
     let manifest = std::fs::read_to_string(workspace_root().join("deploy/plugins/podset.plugin.yaml"))?;
     let manifest = format!("{}\nnamespace: {ns}\n{extra}\n", manifest.trim_end());
+    grant_plugin(admin, &plugin_ns, &manifest, host).await?;
     let wasm = std::fs::read(plugin_path("podset")?)?;
-    apply_plugin(admin, ns, "podset", &wasm, &manifest).await
+    apply_plugin(admin, &plugin_ns, "podset", &wasm, &manifest).await?;
+    Ok(plugin_ns)
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -9,8 +9,10 @@
 //! - two hosts with `--leader-elect`: one reconciles, the other takes over after kill -9 / SIGTERM;
 //! - SIGTERM under load: exit 0 within the Pod's grace period, no half-applied reconcile.
 //!
-//! Each test uses its own namespace as plugin namespace (the podset plugin is scoped to it with
-//! `namespace:` in its manifest), binding the deploy's `wasmloop-host` ClusterRole there exactly
+//! Each test has its own workload namespace `<ns>` and plugin namespace `<ns>-p` (plugins write
+//! nothing in the host's namespaces); the podset plugin is scoped to `<ns>` with `namespace:` in
+//! its manifest, its RBAC is what `wasmloop pack --rbac` prints (its own ServiceAccount, which the
+//! host impersonates), and the deploy's `wasmloop-host` ClusterRole is bound in `<ns>-p` exactly
 //! as docs/operations.md tells users to for another plugin namespace. Needs the plugins and the
 //! host built (`scripts/build-plugins.sh`, `cargo build -p wasmloop`), as `scripts/test.sh` does.
 
@@ -23,7 +25,7 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, ServiceAccount};
 use k8s_openapi::api::events::v1::Event;
-use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, RoleBinding};
+use k8s_openapi::api::rbac::v1::ClusterRole;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 use wasmloop_tests::cluster::*;
@@ -62,12 +64,17 @@ async fn kubectl_apply_k_deploy_creates_valid_objects() -> Result<()> {
         "serviceaccount/wasmloop",
         "clusterrole.rbac.authorization.k8s.io/wasmloop-host",
         "rolebinding.rbac.authorization.k8s.io/wasmloop-host",
-        "clusterrole.rbac.authorization.k8s.io/wasmloop-plugin-podset",
-        "clusterrolebinding.rbac.authorization.k8s.io/wasmloop-plugin-podset",
-        "clusterrole.rbac.authorization.k8s.io/wasmloop-plugin-replicaset",
-        "clusterrolebinding.rbac.authorization.k8s.io/wasmloop-plugin-replicaset",
-        "clusterrole.rbac.authorization.k8s.io/wasmloop-plugin-namespace-config",
-        "clusterrolebinding.rbac.authorization.k8s.io/wasmloop-plugin-namespace-config",
+        "clusterrole.rbac.authorization.k8s.io/wasmloop-host-cluster",
+        "clusterrolebinding.rbac.authorization.k8s.io/wasmloop-host-cluster",
+        "serviceaccount/wasmloop-plugin-podset",
+        "clusterrole.rbac.authorization.k8s.io/wasmloop:host-reads:wasmloop:podset",
+        "role.rbac.authorization.k8s.io/wasmloop:impersonate:podset",
+        "clusterrole.rbac.authorization.k8s.io/wasmloop:plugin:wasmloop:podset",
+        "clusterrolebinding.rbac.authorization.k8s.io/wasmloop:plugin:wasmloop:podset",
+        "clusterrole.rbac.authorization.k8s.io/wasmloop:plugin:wasmloop:replicaset",
+        "clusterrolebinding.rbac.authorization.k8s.io/wasmloop:plugin:wasmloop:replicaset",
+        "clusterrole.rbac.authorization.k8s.io/wasmloop:plugin:wasmloop:namespace-config",
+        "clusterrolebinding.rbac.authorization.k8s.io/wasmloop:plugin:wasmloop:namespace-config",
         "deployment.apps/wasmloop",
         "service/wasmloop-metrics",
         "configmap/podset",
@@ -76,6 +83,22 @@ async fn kubectl_apply_k_deploy_creates_valid_objects() -> Result<()> {
     ] {
         assert!(names.lines().any(|l| l == want), "{want} not found; kubectl get -k deploy/ (and deploy/plugins/) -o name:\n{names}");
     }
+
+    // The plugins' RBAC is exactly what `wasmloop pack --rbac-only` prints for their manifests.
+    let committed = std::fs::read_to_string(workspace_root().join("deploy/rbac/plugins.yaml"))?;
+    let mut generated = String::new();
+    for p in ["podset", "replicaset", "namespace-config"] {
+        let out = Command::new(host_binary()?)
+            .arg("pack")
+            .arg(plugin_path(p)?)
+            .args(["--manifest", &format!("deploy/plugins/{p}.plugin.yaml"), "--name", p, "--namespace", DEPLOY_NS, "--rbac-only"])
+            .current_dir(workspace_root())
+            .output()?;
+        assert!(out.status.success(), "pack --rbac-only {p}: {}", String::from_utf8_lossy(&out.stderr));
+        generated.push_str(&format!("# {p}\n{}", String::from_utf8(out.stdout)?));
+    }
+    let body: String = committed.lines().skip_while(|l| !l.starts_with("# podset")).map(|l| format!("{l}\n")).collect();
+    assert_eq!(body, generated, "deploy/rbac/plugins.yaml is not what wasmloop pack --rbac-only prints");
 
     // The plugin ConfigMaps are `wasmloop pack` output: labelled, decodable, manifests intact.
     let cms = Api::<ConfigMap>::namespaced(admin.clone(), DEPLOY_NS);
@@ -166,8 +189,8 @@ async fn host_converges_podsets_with_the_deploy_rbac_only() -> Result<()> {
     deployed_and_served(&admin).await?;
     let ns = TestNamespace::create(&admin, "cluster-rbac").await?;
     let dir = tempfile::tempdir()?;
-    bind_host_role(&admin, &ns.name, DEPLOY_NS, DEPLOY_SA).await?;
-    install_podset_plugin(&admin, &ns.name).await?;
+    let plugins = install_podset_plugin(&admin, &ns.name).await?;
+    bind_host_role(&admin, &plugins, DEPLOY_NS, DEPLOY_SA).await?;
     create_podset(&admin, &ns.name, "web", 3).await?;
     create_podset(&admin, &ns.name, "worker", 2).await?;
     let kc = sa_kubeconfig(&admin, DEPLOY_NS, DEPLOY_SA, dir.path()).await?;
@@ -176,7 +199,7 @@ async fn host_converges_podsets_with_the_deploy_rbac_only() -> Result<()> {
     let err = Api::<Pod>::namespaced(sa_client, &ns.name).get("anything").await.unwrap_err();
     assert!(matches!(&err, kube::Error::Api(s) if s.code == 403), "get pods should be forbidden to the ServiceAccount: {err}");
 
-    let host = HostProcess::start("rbac-host", &kc, dir.path(), &["--plugin-namespace", &ns.name]).await?;
+    let host = HostProcess::start("rbac-host", &kc, dir.path(), &["--plugin-namespace", &plugins]).await?;
     let want = BTreeMap::from([("web".to_string(), 3), ("worker".to_string(), 2)]);
     converged(&admin, &ns.name, &want).await?;
     // Delete: scale down.
@@ -185,10 +208,10 @@ async fn host_converges_podsets_with_the_deploy_rbac_only() -> Result<()> {
     converged(&admin, &ns.name, &want).await?;
 
     // The host reported the load on the ConfigMap (patch) and with an Event (create).
-    let cm = Api::<ConfigMap>::namespaced(admin.clone(), &ns.name).get("podset").await?;
+    let cm = Api::<ConfigMap>::namespaced(admin.clone(), &plugins).get("podset").await?;
     let status = cm.metadata.annotations.unwrap_or_default().get("wasmloop.dev/status").cloned().unwrap_or_default();
     assert!(status.contains("\"Loaded\""), "status annotation: {status:?}");
-    let events = Api::<Event>::namespaced(admin.clone(), &ns.name).list(&ListParams::default()).await?.items;
+    let events = Api::<Event>::namespaced(admin.clone(), &plugins).list(&ListParams::default()).await?.items;
     assert!(events.iter().any(|e| e.reason.as_deref() == Some("PluginLoaded")), "no PluginLoaded Event: {events:?}");
 
     let log = host.log_text().to_lowercase();
@@ -200,8 +223,9 @@ async fn host_converges_podsets_with_the_deploy_rbac_only() -> Result<()> {
     ns.cleanup().await
 }
 
-/// The deploy RBAC minus `create` on pods: the host names the verb and the resource in its log
-/// and metrics, keeps retrying with backoff, and stays up and healthy.
+/// The plugin's own RBAC minus `create` on pods: the API server refuses the write the plugin's
+/// grants allow (it carries the plugin's identity, not the host's); the host names the verb, the
+/// resource and the identity in its log and metrics, keeps retrying with backoff, and stays up.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_missing_rbac_rule_is_reported_naming_verb_and_resource() -> Result<()> {
     init_tracing();
@@ -209,54 +233,25 @@ async fn a_missing_rbac_rule_is_reported_naming_verb_and_resource() -> Result<()
     deployed_and_served(&admin).await?;
     let ns = TestNamespace::create(&admin, "cluster-norule").await?;
     let dir = tempfile::tempdir()?;
-    let sa = "wasmloop-restricted";
-    let sa_obj: ServiceAccount = serde_json::from_value(json!({"metadata": {"name": sa}}))?;
-    Api::<ServiceAccount>::namespaced(admin.clone(), &ns.name).create(&PostParams::default(), &sa_obj).await?;
-    bind_host_role(&admin, &ns.name, &ns.name, sa).await?;
-
-    // Copy every ClusterRole the deploy binds cluster-wide to its ServiceAccount, minus pods/create.
-    let _cleanup = ClusterScopedCleanup(ns.name.clone());
-    let crbs = Api::<ClusterRoleBinding>::all(admin.clone()).list(&ListParams::default()).await?.items;
-    let bound: Vec<String> = crbs
-        .iter()
-        .filter(|b| {
-            b.subjects
-                .iter()
-                .flatten()
-                .any(|s| s.kind == "ServiceAccount" && s.name == DEPLOY_SA && s.namespace.as_deref() == Some(DEPLOY_NS))
-        })
-        .map(|b| b.role_ref.name.clone())
-        .collect();
-    assert!(bound.contains(&"wasmloop-plugin-podset".to_string()), "deploy bindings: {bound:?}");
+    let plugins = install_podset_plugin(&admin, &ns.name).await?;
+    bind_host_role(&admin, &plugins, DEPLOY_NS, DEPLOY_SA).await?;
+    // The plugin's ClusterRole (cluster-wide: the podset grants name no namespaces), minus pods/create.
+    let roles = Api::<ClusterRole>::all(admin.clone());
+    let name = format!("wasmloop:plugin:{plugins}:podset");
+    let mut role = roles.get(&name).await?;
     let mut removed = 0;
-    for role in &bound {
-        let mut cr = Api::<ClusterRole>::all(admin.clone()).get(role).await?;
-        for rule in cr.rules.iter_mut().flatten() {
-            if rule.resources.iter().flatten().any(|r| r == "pods") {
-                let before = rule.verbs.len();
-                rule.verbs.retain(|v| v != "create");
-                removed += before - rule.verbs.len();
-            }
+    for rule in role.rules.iter_mut().flatten() {
+        if rule.resources.iter().flatten().any(|r| r == "pods") {
+            let before = rule.verbs.len();
+            rule.verbs.retain(|v| v != "create");
+            removed += before - rule.verbs.len();
         }
-        let copy = format!("{role}-{}", ns.name);
-        let cr: ClusterRole = serde_json::from_value(json!({
-            "metadata": {"name": copy, "labels": {"wasmloop.dev/test": ns.name}},
-            "rules": cr.rules,
-        }))?;
-        Api::<ClusterRole>::all(admin.clone()).create(&PostParams::default(), &cr).await?;
-        let crb: ClusterRoleBinding = serde_json::from_value(json!({
-            "metadata": {"name": copy, "labels": {"wasmloop.dev/test": ns.name}},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": copy},
-            "subjects": [{"kind": "ServiceAccount", "name": sa, "namespace": ns.name}],
-        }))?;
-        Api::<ClusterRoleBinding>::all(admin.clone()).create(&PostParams::default(), &crb).await?;
     }
     assert!(removed >= 1, "no pods/create rule found to remove");
-
-    install_podset_plugin(&admin, &ns.name).await?;
+    roles.replace(&name, &PostParams::default(), &role).await?;
     create_podset(&admin, &ns.name, "blocked", 2).await?;
-    let kc = sa_kubeconfig(&admin, &ns.name, sa, dir.path()).await?;
-    let mut host = HostProcess::start("restricted-host", &kc, dir.path(), &["--plugin-namespace", &ns.name]).await?;
+    let kc = sa_kubeconfig(&admin, DEPLOY_NS, DEPLOY_SA, dir.path()).await?;
+    let mut host = HostProcess::start("restricted-host", &kc, dir.path(), &["--plugin-namespace", &plugins]).await?;
 
     // The failure is counted and logged with the verb, the resource, the plugin and the key.
     let first = eventually("a failed create action in /metrics", WAIT, || async {
@@ -267,7 +262,7 @@ async fn a_missing_rbac_rule_is_reported_naming_verb_and_resource() -> Result<()
     let line = eventually("the permission error in the log", WAIT, || async {
         Ok(host.log_lines().into_iter().find(|l| {
             let e = l["error"].as_str().unwrap_or_default();
-            e.contains("forbidden") && e.contains("cannot create resource \"pods\"")
+            e.contains("forbidden") && e.contains("cannot create resource \"pods\"") && e.contains(":wasmloop-plugin-podset\"")
         }))
     })
     .await?;
@@ -301,17 +296,6 @@ async fn a_missing_rbac_rule_is_reported_naming_verb_and_resource() -> Result<()
     ns.cleanup().await
 }
 
-/// Removes the cluster-scoped RBAC copies of a test (label `wasmloop.dev/test=<ns>`), also when
-/// the test fails.
-struct ClusterScopedCleanup(String);
-
-impl Drop for ClusterScopedCleanup {
-    fn drop(&mut self) {
-        let _ =
-            kubectl(&["delete", "clusterrolebinding,clusterrole", "-l", &format!("wasmloop.dev/test={}", self.0), "--ignore-not-found"]);
-    }
-}
-
 /// `/readyz` is 503 until the plugin ConfigMaps are synced and loaded (here: until RBAC lets the
 /// host list them), then 200 with the plugin already loaded; `/metrics` counters move.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -321,23 +305,17 @@ async fn readyz_waits_for_plugins_and_metrics_move() -> Result<()> {
     deployed_and_served(&admin).await?;
     let ns = TestNamespace::create(&admin, "cluster-ready").await?;
     let dir = tempfile::tempdir()?;
-    install_podset_plugin(&admin, &ns.name).await?;
-    create_podset(&admin, &ns.name, "first", 2).await?;
-    // A ServiceAccount of this namespace with the podset plugin's rules here (a RoleBinding to
-    // its ClusterRole: enough for a plugin scoped to one namespace) but not yet the host's: the
-    // deploy ServiceAccount could read every ConfigMap through namespace-config's grants.
+    // A ServiceAccount of this namespace as the host: the podset plugin's RBAC names it as the
+    // host (its reads, impersonating the plugin), but the host's own role in the plugin
+    // namespace is not bound yet.
     let sa = "wasmloop-ready";
     let sa_obj: ServiceAccount = serde_json::from_value(json!({"metadata": {"name": sa}}))?;
     Api::<ServiceAccount>::namespaced(admin.clone(), &ns.name).create(&PostParams::default(), &sa_obj).await?;
-    let rb: RoleBinding = serde_json::from_value(json!({
-        "metadata": {"name": "wasmloop-plugin-podset", "namespace": ns.name},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "wasmloop-plugin-podset"},
-        "subjects": [{"kind": "ServiceAccount", "name": sa, "namespace": ns.name}],
-    }))?;
-    Api::<RoleBinding>::namespaced(admin.clone(), &ns.name).create(&PostParams::default(), &rb).await?;
+    let plugins = install_podset_plugin_as(&admin, &ns.name, "", (&ns.name, sa)).await?;
+    create_podset(&admin, &ns.name, "first", 2).await?;
     let kc = sa_kubeconfig(&admin, &ns.name, sa, dir.path()).await?;
     // No host RoleBinding yet: the plugin ConfigMaps cannot be listed.
-    let host = HostProcess::start("ready-host", &kc, dir.path(), &["--plugin-namespace", &ns.name]).await?;
+    let host = HostProcess::start("ready-host", &kc, dir.path(), &["--plugin-namespace", &plugins]).await?;
     assert_eq!(host.get("/healthz").await?, (200, "ok".to_string()));
     let started = Instant::now();
     while started.elapsed() < Duration::from_secs(3) {
@@ -354,7 +332,7 @@ async fn readyz_waits_for_plugins_and_metrics_move() -> Result<()> {
     });
     assert!(refused, "no permission error for configmaps in the log:\n{}", host.log_tail(20));
 
-    bind_host_role(&admin, &ns.name, &ns.name, sa).await?;
+    bind_host_role(&admin, &plugins, &ns.name, sa).await?;
     let t = Instant::now();
     eventually("/readyz to answer 200", WAIT, || async { Ok((host.get("/readyz").await?.0 == 200).then_some(())) }).await?;
     eprintln!("ready {:?} after the RoleBinding was created", t.elapsed());
@@ -423,8 +401,9 @@ async fn the_host_stays_healthy_under_attack() -> Result<()> {
         "name: hostile\nnamespace: {}\nconcurrency: 4\ngrants:\n  - kinds: [v1/ConfigMap]\n    verbs: [read, create, event]\n",
         work.name
     );
-    apply_plugin(&admin, &ns.name, "hostile", &std::fs::read(plugin_path("hostile")?)?, &hostile_manifest).await?;
-    install_podset_plugin(&admin, &ns.name).await?;
+    let plugins = install_podset_plugin(&admin, &ns.name).await?;
+    grant_plugin(&admin, &plugins, &hostile_manifest, (DEPLOY_NS, DEPLOY_SA)).await?;
+    apply_plugin(&admin, &plugins, "hostile", &std::fs::read(plugin_path("hostile")?)?, &hostile_manifest).await?;
     let noise: Vec<Value> = (0..1000)
         .map(|i| {
             json!({"event": {"regarding": {"apiVersion": "v1", "kind": "ConfigMap", "namespace": "$NS", "name": "$NAME"},
@@ -444,11 +423,11 @@ async fn the_host_stays_healthy_under_attack() -> Result<()> {
         cms.create(&PostParams::default(), &cm).await?;
     }
     let kc = kubeconfig()?;
-    let args = ["--plugin-namespace", ns.name.as_str(), "--leader-elect", "--lease-duration", "4", "--lease-grace", "2"];
+    let args = ["--plugin-namespace", plugins.as_str(), "--leader-elect", "--lease-duration", "4", "--lease-grace", "2"];
     let host = HostProcess::start(&format!("attacked-{}", ns.name), &kc, dir.path(), &args).await?;
     eventually("both plugins loaded", WAIT, || async { Ok((host.metrics().await?.sum("wasmloop_plugin_info", &[]) >= 2.0).then_some(())) })
         .await?;
-    let leases = Api::<Lease>::namespaced(admin.clone(), &ns.name);
+    let leases = Api::<Lease>::namespaced(admin.clone(), &plugins);
     let renewed = |l: &Lease| l.spec.as_ref().and_then(|s| s.renew_time.clone()).map(|t| t.0);
     let first_renewal = renewed(&leases.get("wasmloop").await?);
 
@@ -475,7 +454,7 @@ async fn the_host_stays_healthy_under_attack() -> Result<()> {
     );
     assert!(p99 < Duration::from_secs(1), "/healthz p99 {p99:?} under attack");
     assert!(renewed(&leases.get("wasmloop").await?) > first_renewal, "the Lease was not renewed during the attack");
-    assert_eq!(holder(&admin, &ns.name).await?.as_deref(), Some(host.name.as_str()), "the host lost its Lease under attack");
+    assert_eq!(holder(&admin, &plugins).await?.as_deref(), Some(host.name.as_str()), "the host lost its Lease under attack");
     converged(&admin, &ns.name, &BTreeMap::from([("calm".to_string(), 3)])).await?;
     drop(host);
     work.cleanup().await?;
@@ -492,14 +471,14 @@ async fn a_frozen_leader_sends_no_writes_after_it_resumes() -> Result<()> {
     deployed_and_served(&admin).await?;
     let ns = TestNamespace::create(&admin, "cluster-fence").await?;
     let dir = tempfile::tempdir()?;
-    bind_host_role(&admin, &ns.name, DEPLOY_NS, DEPLOY_SA).await?;
     // A slow API budget: the outcome of 30 creates takes about 15 s to send.
-    install_podset_plugin_with(&admin, &ns.name, "api: {qps: 2, burst: 1}").await?;
+    let plugins = install_podset_plugin_with(&admin, &ns.name, "api: {qps: 2, burst: 1}").await?;
+    bind_host_role(&admin, &plugins, DEPLOY_NS, DEPLOY_SA).await?;
     let kc = sa_kubeconfig(&admin, DEPLOY_NS, DEPLOY_SA, dir.path()).await?;
-    let args = ["--plugin-namespace", ns.name.as_str(), "--leader-elect", "--lease-duration", "4", "--lease-grace", "2"];
+    let args = ["--plugin-namespace", plugins.as_str(), "--leader-elect", "--lease-duration", "4", "--lease-grace", "2"];
     let a = HostProcess::start(&format!("a-{}", ns.name), &kc, dir.path(), &args).await?;
     let b = HostProcess::start(&format!("b-{}", ns.name), &kc, dir.path(), &args).await?;
-    let leader_name = eventually("a Lease holder", WAIT, || async { holder(&admin, &ns.name).await }).await?;
+    let leader_name = eventually("a Lease holder", WAIT, || async { holder(&admin, &plugins).await }).await?;
     let (leader, standby) = if leader_name == a.name { (a, b) } else { (b, a) };
     eventually("the leader to load the plugin", WAIT, || async {
         Ok(leader.metrics().await?.has("wasmloop_plugin_info", &[]).then_some(()))
@@ -511,7 +490,7 @@ async fn a_frozen_leader_sends_no_writes_after_it_resumes() -> Result<()> {
     leader.signal("STOP")?;
     let frozen = Instant::now();
     eventually("the standby to take the Lease", WAIT, || async {
-        Ok((holder(&admin, &ns.name).await?.as_deref() == Some(standby.name.as_str())).then_some(()))
+        Ok((holder(&admin, &plugins).await?.as_deref() == Some(standby.name.as_str())).then_some(()))
     })
     .await?;
     leader.signal("CONT")?;
@@ -542,17 +521,17 @@ async fn leader_election_one_reconciles_and_the_other_takes_over() -> Result<()>
     deployed_and_served(&admin).await?;
     let ns = TestNamespace::create(&admin, "cluster-leader").await?;
     let dir = tempfile::tempdir()?;
-    bind_host_role(&admin, &ns.name, DEPLOY_NS, DEPLOY_SA).await?;
-    install_podset_plugin(&admin, &ns.name).await?;
+    let plugins = install_podset_plugin(&admin, &ns.name).await?;
+    bind_host_role(&admin, &plugins, DEPLOY_NS, DEPLOY_SA).await?;
     create_podset(&admin, &ns.name, "ha", 2).await?;
     let kc = sa_kubeconfig(&admin, DEPLOY_NS, DEPLOY_SA, dir.path()).await?;
     const LEASE_SECS: u64 = 4;
-    let args = ["--plugin-namespace", ns.name.as_str(), "--leader-elect", "--lease-duration", "4", "--lease-grace", "2"];
+    let args = ["--plugin-namespace", plugins.as_str(), "--leader-elect", "--lease-duration", "4", "--lease-grace", "2"];
     let a = HostProcess::start(&format!("a-{}", ns.name), &kc, dir.path(), &args).await?;
     let b = HostProcess::start(&format!("b-{}", ns.name), &kc, dir.path(), &args).await?;
     converged(&admin, &ns.name, &BTreeMap::from([("ha".to_string(), 2)])).await?;
 
-    let leader_name = eventually("a Lease holder", WAIT, || async { holder(&admin, &ns.name).await }).await?;
+    let leader_name = eventually("a Lease holder", WAIT, || async { holder(&admin, &plugins).await }).await?;
     let (mut leader, standby) = if leader_name == a.name { (a, b) } else { (b, a) };
     assert_eq!(leader.name, leader_name, "the Lease is held by neither host");
     // More work while both run: only the leader's counters move.
@@ -571,7 +550,7 @@ async fn leader_election_one_reconciles_and_the_other_takes_over() -> Result<()>
     leader.child.kill()?;
     leader.wait_exit(Duration::from_secs(5)).await?;
     let took_lease = eventually("the standby to take the Lease", WAIT, || async {
-        Ok((holder(&admin, &ns.name).await?.as_deref() == Some(standby.name.as_str())).then(|| killed.elapsed()))
+        Ok((holder(&admin, &plugins).await?.as_deref() == Some(standby.name.as_str())).then(|| killed.elapsed()))
     })
     .await?;
     let took_over = eventually("the new leader to reconcile", WAIT, || async {
@@ -608,9 +587,9 @@ async fn leader_election_one_reconciles_and_the_other_takes_over() -> Result<()>
     let exit_took = termed.elapsed();
     assert!(status.success(), "SIGTERM exit status {status}:\n{}", leader.log_tail(20));
     assert!(leader.log_text().contains("lease released"), "the leader did not release the Lease:\n{}", leader.log_tail(20));
-    assert_ne!(holder(&admin, &ns.name).await?.as_deref(), Some(leader.name.as_str()), "the Lease still names the stopped leader");
+    assert_ne!(holder(&admin, &plugins).await?.as_deref(), Some(leader.name.as_str()), "the Lease still names the stopped leader");
     let took_lease = eventually("the standby to take the released Lease", WAIT, || async {
-        Ok((holder(&admin, &ns.name).await?.as_deref() == Some(standby.name.as_str())).then(|| termed.elapsed()))
+        Ok((holder(&admin, &plugins).await?.as_deref() == Some(standby.name.as_str())).then(|| termed.elapsed()))
     })
     .await?;
     let took_over = eventually("the new leader to reconcile", WAIT, || async {
@@ -638,8 +617,8 @@ async fn sigterm_under_load_exits_zero_without_half_applied_reconciles() -> Resu
     deployed_and_served(&admin).await?;
     let ns = TestNamespace::create(&admin, "cluster-sigterm").await?;
     let dir = tempfile::tempdir()?;
-    bind_host_role(&admin, &ns.name, DEPLOY_NS, DEPLOY_SA).await?;
-    install_podset_plugin(&admin, &ns.name).await?;
+    let plugins = install_podset_plugin(&admin, &ns.name).await?;
+    bind_host_role(&admin, &plugins, DEPLOY_NS, DEPLOY_SA).await?;
     const SETS: usize = 20;
     const REPLICAS: usize = 10;
     for i in 0..SETS {
@@ -658,7 +637,7 @@ async fn sigterm_under_load_exits_zero_without_half_applied_reconciles() -> Resu
         .context("WASMLOOP_SHUTDOWN_GRACE")?;
 
     let kc = sa_kubeconfig(&admin, DEPLOY_NS, DEPLOY_SA, dir.path()).await?;
-    let mut host = HostProcess::start("term-host", &kc, dir.path(), &["--plugin-namespace", &ns.name, "--shutdown-grace", &grace]).await?;
+    let mut host = HostProcess::start("term-host", &kc, dir.path(), &["--plugin-namespace", &plugins, "--shutdown-grace", &grace]).await?;
     let created_at_signal = eventually("Pods being created", WAIT, || async {
         let n = host.metrics().await?.sum("wasmloop_actions_total", &[("controller", "podset"), ("verb", "create"), ("result", "ok")]);
         Ok((n >= 15.0).then_some(n))
@@ -690,7 +669,7 @@ async fn sigterm_under_load_exits_zero_without_half_applied_reconciles() -> Resu
     assert!(complete < SETS, "the host kept taking keys after SIGTERM (all {SETS} PodSets done)");
 
     // A restarted host converges to exactly the desired counts: no duplicates.
-    let host = HostProcess::start("term-host-2", &kc, dir.path(), &["--plugin-namespace", &ns.name]).await?;
+    let host = HostProcess::start("term-host-2", &kc, dir.path(), &["--plugin-namespace", &plugins]).await?;
     let want: BTreeMap<String, usize> = (0..SETS).map(|i| (format!("load-{i}"), REPLICAS)).collect();
     converged(&admin, &ns.name, &want).await?;
     assert_eq!(pods(&admin, &ns.name).await?.len(), SETS * REPLICAS);

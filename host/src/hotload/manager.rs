@@ -690,7 +690,7 @@ impl Inner {
                 Ok(identity) => identity,
                 Err(reason) => {
                     self.waiting.hold(key, Pending { payload: payload.to_string(), plugin, origin });
-                    return Err(reason.into());
+                    return Err(reason);
                 }
             };
             self.install(key, &plugin, &manifest, identity, payload).await.map(|()| (plugin, origin))

@@ -6,9 +6,12 @@
 //! | object | for whom | what |
 //! |---|---|---|
 //! | ServiceAccount `wasmloop-plugin-<name>` in `<ns>` | the plugin | the identity its writes carry |
-//! | ClusterRole + ClusterRoleBinding `wasmloop-plugin-<name>` (grants without `namespaces:`), Role + RoleBinding `wasmloop-plugin-<name>` in each granted namespace | the plugin | its grants as RBAC rules, and list/watch of what it reads (checked at load) |
-//! | ClusterRole + ClusterRoleBinding (or Role + RoleBinding per namespace) `wasmloop-host-reads-<name>` | the host | list/watch of what the plugin reads: the informers are the host's |
-//! | Role + RoleBinding `wasmloop-impersonate-<name>` in `<ns>` | the host | `impersonate` on exactly the plugin's ServiceAccount |
+//! | ClusterRole + ClusterRoleBinding `wasmloop:plugin:<ns>:<name>` (grants without `namespaces:`), Role + RoleBinding of that name in each granted namespace | the plugin | its grants as RBAC rules, and list/watch of what it reads (checked at load) |
+//! | ClusterRole + ClusterRoleBinding (or Role + RoleBinding per namespace) `wasmloop:host-reads:<ns>:<name>` | the host | list/watch of what the plugin reads: the informers are the host's |
+//! | Role + RoleBinding `wasmloop:impersonate:<name>` in `<ns>` | the host | `impersonate` on exactly the plugin's ServiceAccount |
+//!
+//! The names carry the plugin namespace, so two hosts (or two plugin namespaces) with plugins of
+//! the same name never overwrite each other's roles.
 //!
 //! Grant verbs become RBAC verbs as docs/operations.md tabulates them: `read` → list, watch;
 //! `create` → create; `apply` → patch, create; `patch` → patch; `delete` → delete;
@@ -78,9 +81,9 @@ pub fn objects(manifest: &PluginManifest, reads: &[KindRef], at: &Placement<'_>)
         "apiVersion": "v1", "kind": "ServiceAccount",
         "metadata": {"name": identity.name, "namespace": identity.namespace, "labels": labels},
     })];
-    out.extend(roles(&format!("wasmloop-plugin-{}", manifest.name), &plugin, &plugin_subject, &labels));
-    out.extend(roles(&format!("wasmloop-host-reads-{}", manifest.name), &host, &host_subject, &labels));
-    let impersonate = format!("wasmloop-impersonate-{}", manifest.name);
+    out.extend(roles(&format!("wasmloop:plugin:{}:{}", at.namespace, manifest.name), &plugin, &plugin_subject, &labels));
+    out.extend(roles(&format!("wasmloop:host-reads:{}:{}", at.namespace, manifest.name), &host, &host_subject, &labels));
+    let impersonate = format!("wasmloop:impersonate:{}", manifest.name);
     out.push(json!({
         "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
         "metadata": {"name": impersonate, "namespace": at.namespace, "labels": labels},
@@ -217,7 +220,7 @@ grants:
         let (objects, guessed) = objects(&m, &kinds(), &Placement { namespace: "wasmloop", host: ("wasmloop", "wasmloop") });
         assert_eq!(guessed, ["wasmloop.dev/v1alpha1/PodSet → podsets"]);
         assert_eq!(named(&objects, "ServiceAccount", "wasmloop-plugin-podset")["metadata"]["namespace"], "wasmloop");
-        let role = named(&objects, "ClusterRole", "wasmloop-plugin-podset");
+        let role = named(&objects, "ClusterRole", "wasmloop:plugin:wasmloop:podset");
         assert_eq!(
             role["rules"],
             json!([
@@ -226,12 +229,12 @@ grants:
                 {"apiGroups": ["wasmloop.dev"], "resources": ["podsets/status"], "verbs": ["patch"]},
             ])
         );
-        let binding = named(&objects, "ClusterRoleBinding", "wasmloop-plugin-podset");
+        let binding = named(&objects, "ClusterRoleBinding", "wasmloop:plugin:wasmloop:podset");
         assert_eq!(binding["subjects"], json!([{"kind": "ServiceAccount", "name": "wasmloop-plugin-podset", "namespace": "wasmloop"}]));
-        let reads = named(&objects, "ClusterRole", "wasmloop-host-reads-podset");
+        let reads = named(&objects, "ClusterRole", "wasmloop:host-reads:wasmloop:podset");
         assert!(reads["rules"].as_array().unwrap().iter().all(|r| r["verbs"] == json!(["list", "watch"])), "{reads}");
-        assert_eq!(named(&objects, "ClusterRoleBinding", "wasmloop-host-reads-podset")["subjects"][0]["name"], "wasmloop");
-        let impersonate = named(&objects, "Role", "wasmloop-impersonate-podset");
+        assert_eq!(named(&objects, "ClusterRoleBinding", "wasmloop:host-reads:wasmloop:podset")["subjects"][0]["name"], "wasmloop");
+        let impersonate = named(&objects, "Role", "wasmloop:impersonate:podset");
         assert_eq!(impersonate["rules"][0]["resourceNames"], json!(["wasmloop-plugin-podset"]));
         assert_eq!(impersonate["rules"][0]["verbs"], json!(["impersonate"]));
     }
@@ -245,12 +248,13 @@ grants:
         assert!(guessed.is_empty());
         assert!(!objects.iter().any(|o| o["kind"] == "ClusterRole"), "nothing cluster-wide");
         for ns in ["a", "b"] {
-            let role = objects
-                .iter()
-                .find(|o| o["kind"] == "Role" && o["metadata"]["namespace"] == ns && o["metadata"]["name"] == "wasmloop-plugin-team");
+            let role = objects.iter().find(|o| {
+                o["kind"] == "Role" && o["metadata"]["namespace"] == ns && o["metadata"]["name"] == "wasmloop:plugin:plugins:team"
+            });
             assert_eq!(role.unwrap()["rules"][0]["verbs"], json!(["list", "watch", "create", "patch"]));
         }
-        let binding = objects.iter().find(|o| o["kind"] == "RoleBinding" && o["metadata"]["name"] == "wasmloop-plugin-team").unwrap();
+        let binding =
+            objects.iter().find(|o| o["kind"] == "RoleBinding" && o["metadata"]["name"] == "wasmloop:plugin:plugins:team").unwrap();
         assert_eq!(binding["subjects"][0]["name"], "team-bot");
     }
 }
