@@ -155,10 +155,11 @@ pub async fn apply_objects(admin: &Client, objects: &[Value]) -> Result<()> {
     Ok(())
 }
 
-/// The RBAC `wasmloop pack --rbac` prints for `manifest` (declared reads: the kinds it grants
-/// `read`), with plugin ConfigMaps in `plugin_ns` and the host running as `host` (ns, name).
-pub async fn grant_plugin(admin: &Client, plugin_ns: &str, manifest: &str, host: (&str, &str)) -> Result<()> {
-    let parsed = wasmloop::hotload::PluginManifest::parse(manifest, "plugin")?;
+/// The RBAC `wasmloop pack --rbac` prints for plugin `name` with `manifest` (declared reads:
+/// the kinds it grants `read`), with plugin ConfigMaps in `plugin_ns` and the host running as
+/// `host` (ns, name).
+pub async fn grant_plugin(admin: &Client, plugin_ns: &str, name: &str, manifest: &str, host: (&str, &str)) -> Result<()> {
+    let parsed = wasmloop::hotload::PluginManifest::parse(manifest, name)?;
     let reads: Vec<wasmloop::kinds::KindRef> = parsed
         .grants
         .rules()
@@ -192,7 +193,7 @@ pub async fn install_podset_plugin_as(admin: &Client, ns: &str, extra: &str, hos
     let plugin_ns = plugin_namespace_for(admin, ns).await?;
     let manifest = std::fs::read_to_string(workspace_root().join("deploy/plugins/podset.plugin.yaml"))?;
     let manifest = format!("{}\nnamespace: {ns}\n{extra}\n", manifest.trim_end());
-    grant_plugin(admin, &plugin_ns, &manifest, host).await?;
+    grant_plugin(admin, &plugin_ns, "podset", &manifest, host).await?;
     let wasm = std::fs::read(plugin_path("podset")?)?;
     apply_plugin(admin, &plugin_ns, "podset", &wasm, &manifest).await?;
     Ok(plugin_ns)

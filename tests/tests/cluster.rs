@@ -402,7 +402,7 @@ async fn the_host_stays_healthy_under_attack() -> Result<()> {
         work.name
     );
     let plugins = install_podset_plugin(&admin, &ns.name).await?;
-    grant_plugin(&admin, &plugins, &hostile_manifest, (DEPLOY_NS, DEPLOY_SA)).await?;
+    grant_plugin(&admin, &plugins, "hostile", &hostile_manifest, (DEPLOY_NS, DEPLOY_SA)).await?;
     apply_plugin(&admin, &plugins, "hostile", &std::fs::read(plugin_path("hostile")?)?, &hostile_manifest).await?;
     let noise: Vec<Value> = (0..1000)
         .map(|i| {

@@ -108,10 +108,10 @@ async fn a_contract_0_1_plugin_loads_and_reconciles_on_the_0_2_host() -> Result<
         assert_eq!(e.type_.as_deref(), Some("Normal"));
     }
     // Every kind of 0.1 action went through: two creates (first and after the key removal), an
-    // apply (counted as a patch), two deletes, an Event for each copy written (the recorder may
+    // apply (counted as an apply: one verb vocabulary), two deletes, an Event for each copy written (the recorder may
     // fold them into one Event series, so they are counted here).
     let done = |verb: &str| host.metrics.actions("contract-v0-1", verb, "ok");
-    let counts = [("create", done("create")), ("apply", done("patch")), ("delete", done("delete")), ("event", done("event"))];
+    let counts = [("create", done("create")), ("apply", done("apply")), ("delete", done("delete")), ("event", done("event"))];
     for ((verb, n), at_least) in counts.iter().zip([2, 1, 2, 3]) {
         assert!(*n >= at_least, "{verb}: {n} < {at_least} ({counts:?})");
     }

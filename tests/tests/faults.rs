@@ -91,9 +91,11 @@ async fn converges_exactly_through_apiserver_etcd_and_host_restarts() -> Result<
         "namespace: {}\nconcurrency: 2\ngrants:\n  - kinds: [\"wasmloop.dev/v1alpha1/PodSet\"]\n    verbs: [read, update-status, event]\n  - kinds: [\"v1/Pod\"]\n    verbs: [read, create, delete, patch]\n",
         ns.name
     );
-    apply_plugin(&admin, &ns.name, "podset", &std::fs::read(plugin_path("podset")?)?, &manifest).await?;
+    let plugins = plugin_namespace_for(&admin, &ns.name).await?;
+    grant_plugin(&admin, &plugins, "podset", &manifest, (DEPLOY_NS, DEPLOY_SA)).await?;
+    apply_plugin(&admin, &plugins, "podset", &std::fs::read(plugin_path("podset")?)?, &manifest).await?;
     let dir = tempfile::tempdir()?;
-    let args = ["--plugin-namespace", ns.name.as_str()];
+    let args = ["--plugin-namespace", plugins.as_str()];
     let mut host = HostProcess::start("faults-a", &kc, dir.path(), &args).await?;
     eventually("the host to be ready", Duration::from_secs(60), || async { Ok((host.get("/readyz").await?.0 == 200).then_some(())) })
         .await?;
@@ -164,12 +166,14 @@ async fn podsets_converge_exactly_through_injected_api_faults() -> Result<()> {
         "namespace: {}\nconcurrency: 4\ngrants:\n  - kinds: [\"wasmloop.dev/v1alpha1/PodSet\"]\n    verbs: [read, update-status, event]\n  - kinds: [\"v1/Pod\"]\n    verbs: [read, create, delete, patch]\n",
         ns.name
     );
-    apply_plugin(&admin, &ns.name, "podset", &std::fs::read(plugin_path("podset")?)?, &manifest).await?;
+    let plugins = plugin_namespace_for(&admin, &ns.name).await?;
+    grant_plugin(&admin, &plugins, "podset", &manifest, (DEPLOY_NS, DEPLOY_SA)).await?;
+    apply_plugin(&admin, &plugins, "podset", &std::fs::read(plugin_path("podset")?)?, &manifest).await?;
     let dir = tempfile::tempdir()?;
     let proxy = FaultProxy::start(&wasmloop_tests::kubeconfig()?, dir.path(), Faults::default()).await?;
     // Armed from the start: the host's discovery, first lists and watches go through the faults too.
     proxy.arm(true);
-    let mut host = HostProcess::start("faults-proxy", &proxy.kubeconfig, dir.path(), &["--plugin-namespace", ns.name.as_str()]).await?;
+    let mut host = HostProcess::start("faults-proxy", &proxy.kubeconfig, dir.path(), &["--plugin-namespace", plugins.as_str()]).await?;
     eventually("the host to be ready", Duration::from_secs(60), || async { Ok((host.get("/readyz").await?.0 == 200).then_some(())) })
         .await?;
 

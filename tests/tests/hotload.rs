@@ -97,15 +97,18 @@ async fn plugins_are_loaded_swapped_refused_restarted_and_removed_from_configmap
     let mut host = Host::new().await?;
     ensure_podset_crd(&host.client).await?;
     let ns = TestNamespace::create(&host.client, "hotload").await?;
+    // The PodSets and their Pods live apart from the plugin ConfigMaps (plugins write nothing in
+    // a namespace that holds plugin ConfigMaps).
+    let work = TestNamespace::create(&host.client, &format!("{}-work", "hotload")).await?;
     let precompiled = tempfile::tempdir()?;
-    let (client, n) = (host.client.clone(), ns.name.clone());
+    let (client, n, w) = (host.client.clone(), ns.name.clone(), work.name.clone());
     let (sets, pods, cms) =
-        (podsets(&client, &n), Api::<Pod>::namespaced(client.clone(), &n), Api::<ConfigMap>::namespaced(client.clone(), &n));
+        (podsets(&client, &w), Api::<Pod>::namespaced(client.clone(), &w), Api::<ConfigMap>::namespaced(client.clone(), &n));
 
     // 1. Apply the podset ConfigMap → the plugin loads (compiled) → PodSets reconcile.
     let manager = start_manager(&host, &n, precompiled.path()).await?;
     let mut events = manager.events();
-    apply_plugin(&client, &n, "podset", &v1, &manifest(&n)).await?;
+    apply_plugin(&client, &n, "podset", &v1, &manifest(&w)).await?;
     match next_load(&mut events, "v1 to load").await? {
         LoadEvent::Loaded { version, origin, took, .. } => {
             assert_eq!(version, "0.1.0");
@@ -139,7 +142,7 @@ async fn plugins_are_loaded_swapped_refused_restarted_and_removed_from_configmap
     };
     tokio::time::sleep(Duration::from_millis(300)).await;
     let applied = Instant::now();
-    apply_plugin(&client, &n, "podset", &v2, &manifest(&n)).await?;
+    apply_plugin(&client, &n, "podset", &v2, &manifest(&w)).await?;
     match next_load(&mut events, "v2 to load").await? {
         LoadEvent::Loaded { version, .. } => assert_eq!(version, "0.2.0"),
         other => bail!("expected v2 loaded, got {other:?}"),
@@ -192,7 +195,7 @@ async fn plugins_are_loaded_swapped_refused_restarted_and_removed_from_configmap
             ..Default::default()
         },
         binary_data: Some(BTreeMap::from([("plugin.wasm.zst".to_string(), ByteString(zstd::encode_all(&garbage[..], 3)?))])),
-        data: Some(BTreeMap::from([("plugin.yaml".to_string(), manifest(&n))])),
+        data: Some(BTreeMap::from([("plugin.yaml".to_string(), manifest(&w))])),
         ..Default::default()
     };
     apply_configmap(&client, &n, corrupt).await?;
@@ -233,7 +236,7 @@ async fn plugins_are_loaded_swapped_refused_restarted_and_removed_from_configmap
     assert!(ps0.iter().any(is_v2), "the new ps-0 Pod comes from v2");
 
     // 4. Re-apply v2: back to Loaded without compiling (it is the version serving).
-    apply_plugin(&client, &n, "podset", &v2, &manifest(&n)).await?;
+    apply_plugin(&client, &n, "podset", &v2, &manifest(&w)).await?;
     match next_load(&mut events, "v2 re-applied").await? {
         LoadEvent::Loaded { version, origin, took, .. } => {
             assert_eq!(version, "0.2.0");
@@ -292,6 +295,7 @@ async fn plugins_are_loaded_swapped_refused_restarted_and_removed_from_configmap
     assert_eq!(host.requests.snapshot().write, writes, "no write from the removed plugin");
     assert!(manager.loaded().await.is_empty());
     manager.shutdown().await;
+    work.cleanup().await?;
     ns.cleanup().await
 }
 
@@ -333,15 +337,18 @@ async fn referenced_payloads_load_reload_on_manifest_changes_refuse_mismatches_a
     let mut host = Host::new().await?;
     ensure_podset_crd(&host.client).await?;
     let ns = TestNamespace::create(&host.client, "hotload-ref").await?;
+    // The PodSets and their Pods live apart from the plugin ConfigMaps (plugins write nothing in
+    // a namespace that holds plugin ConfigMaps).
+    let work = TestNamespace::create(&host.client, &format!("{}-work", "hotload-ref")).await?;
     let precompiled = tempfile::tempdir()?;
-    let (client, n) = (host.client.clone(), ns.name.clone());
+    let (client, n, w) = (host.client.clone(), ns.name.clone(), work.name.clone());
     let (sets, pods, cms) =
-        (podsets(&client, &n), Api::<Pod>::namespaced(client.clone(), &n), Api::<ConfigMap>::namespaced(client.clone(), &n));
+        (podsets(&client, &w), Api::<Pod>::namespaced(client.clone(), &w), Api::<ConfigMap>::namespaced(client.clone(), &n));
     let manager = start_manager(&host, &n, precompiled.path()).await?;
     let mut events = manager.events();
 
     // 1. Pack both objects, apply them (payload first, as in the YAML stream): v1 loads.
-    let p1 = pack_ref(&n, &v1, &manifest(&n))?;
+    let p1 = pack_ref(&n, &v1, &manifest(&w))?;
     let payload1 = p1.payload.metadata.name.clone().context("payload name")?;
     assert!(payload1.starts_with("podset-wasm-") && payload1.len() == "podset-wasm-".len() + 12, "{payload1}");
     apply_configmap(&client, &n, p1.payload.clone()).await?;
@@ -370,8 +377,8 @@ async fn referenced_payloads_load_reload_on_manifest_changes_refuse_mismatches_a
 
     // 2. Grants only (one more verb): only the small ConfigMap is written; the loaded component is
     //    reused (no payload read, decompress, compile or deserialise).
-    let more = manifest(&n).replace("verbs: [read, update-status, event]", "verbs: [read, update-status, event, patch]");
-    assert_ne!(more, manifest(&n));
+    let more = manifest(&w).replace("verbs: [read, update-status, event]", "verbs: [read, update-status, event, patch]");
+    assert_ne!(more, manifest(&w));
     let mut small = p1.plugin.clone();
     small.data.as_mut().unwrap().insert("plugin.yaml".into(), more.clone());
     let before = host.requests.snapshot();
@@ -518,5 +525,6 @@ async fn referenced_payloads_load_reload_on_manifest_changes_refuse_mismatches_a
     }
     manager.shutdown().await;
     other.cleanup().await?;
+    work.cleanup().await?;
     ns.cleanup().await
 }

@@ -84,7 +84,7 @@ impl Operator {
         let out = Command::new(host_binary()?)
             .arg("pack")
             .arg(plugin_path(wasm)?)
-            .args(["--manifest", "widget.plugin.yaml", "--namespace", &self.ns, "-o", "plugin.yaml"])
+            .args(["--manifest", "widget.plugin.yaml", "--namespace", &self.ns, "--rbac", "-o", "plugin.yaml"])
             .current_dir(&dir)
             .output()?;
         ensure!(out.status.success(), "wasmloop pack: {}", String::from_utf8_lossy(&out.stderr));

@@ -114,6 +114,7 @@ async fn three_replicas_share_thirty_shards_and_survive_kill_9() -> Result<()> {
         data.push(TestNamespace::create(&admin, &format!("scaleout-d{i}")).await?);
     }
     let names: Vec<String> = data.iter().map(|n| n.name.clone()).collect();
+    grant_plugin(&admin, &home.name, "podset", &sharded_manifest(&names), (DEPLOY_NS, DEPLOY_SA)).await?;
     apply_plugin(&admin, &home.name, "podset", &std::fs::read(plugin_path("podset")?)?, &sharded_manifest(&names)).await?;
     let dir = tempfile::tempdir()?;
     // As deployed: the deploy ServiceAccount's token, its RBAC bound in the host's namespace.
