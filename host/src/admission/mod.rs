@@ -23,6 +23,8 @@
 //! applies of RBAC objects one dry run each (taken from the plugin's API budget). RBAC objects
 //! are read from shared informers, never listed per action.
 
+#[cfg(test)]
+mod fuzz;
 mod owners;
 mod protected;
 mod rbac;

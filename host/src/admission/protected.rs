@@ -124,6 +124,14 @@ impl Protected {
         Self::build(hosts, None)
     }
 
+    /// The rules with RBAC state given (unit tests).
+    #[cfg(test)]
+    pub(super) fn with_rbac(hosts: HostObjects, stores: Stores) -> Self {
+        let mut p = Self::build(hosts, None);
+        Arc::get_mut(&mut p.inner).expect("fresh").rbac = Some(RbacCache::given(stores));
+        p
+    }
+
     fn build(hosts: HostObjects, registry: Option<InformerRegistry>) -> Self {
         let mut host_namespaces: BTreeSet<String> = hosts.plugin_namespaces.iter().cloned().collect();
         host_namespaces.extend(hosts.lease_namespace.clone());

@@ -40,7 +40,8 @@ fn group_of(api_version: &str) -> &str {
 
 /// The host's view of RBAC objects: four shared informers, started on first use.
 pub(super) struct RbacCache {
-    registry: InformerRegistry,
+    /// Where the informers come from (`None`: the stores were given, in unit tests).
+    registry: Option<InformerRegistry>,
     informers: tokio::sync::OnceCell<Stores>,
 }
 
@@ -55,7 +56,13 @@ pub(super) struct Stores {
 
 impl RbacCache {
     pub(super) fn new(registry: InformerRegistry) -> Self {
-        Self { registry, informers: tokio::sync::OnceCell::new() }
+        Self { registry: Some(registry), informers: tokio::sync::OnceCell::new() }
+    }
+
+    /// A cache that holds `stores` already (unit tests: no API server).
+    #[cfg(test)]
+    pub(super) fn given(stores: Stores) -> Self {
+        Self { registry: None, informers: tokio::sync::OnceCell::new_with(Some(stores)) }
     }
 
     /// The stores, once every informer listed; an error says what could not be read.
@@ -64,11 +71,12 @@ impl RbacCache {
     }
 
     async fn start(&self) -> Result<Stores, String> {
+        let registry = self.registry.as_ref().ok_or("no RBAC informers to start")?;
         let mut informers = Vec::new();
         for kind in ["Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding"] {
             let kind = KindRef::new(format!("{GROUP}/v1"), kind);
             let key = InformerKey::new(kind.clone(), None, None).map_err(|e| e.to_string())?;
-            let informer = self.registry.acquire(key).await.map_err(|e| format!("the host cannot watch {kind}: {e}"))?;
+            let informer = registry.acquire(key).await.map_err(|e| format!("the host cannot watch {kind}: {e}"))?;
             informer.wait_synced(SYNC_TIMEOUT).await.map_err(|e| {
                 format!("the host's informer on {kind} has not listed (does the host have list/watch on {GROUP} resources?): {e}")
             })?;
@@ -80,6 +88,21 @@ impl RbacCache {
 }
 
 impl Stores {
+    /// Stores holding `objects` (any of the four RBAC kinds), for unit tests.
+    #[cfg(test)]
+    pub(super) fn of(objects: &[Value]) -> Self {
+        let store = |kind: &str| {
+            let store = Arc::new(IndexedStore::new(KindRef::new(format!("{GROUP}/v1"), kind)));
+            for o in objects.iter().filter(|o| o["kind"] == kind) {
+                store.apply(o.clone()).expect("an RBAC object");
+            }
+            store
+        };
+        let (roles, cluster_roles, bindings, cluster_bindings) =
+            (store("Role"), store("ClusterRole"), store("RoleBinding"), store("ClusterRoleBinding"));
+        Self { _informers: Vec::new(), roles, cluster_roles, bindings, cluster_bindings }
+    }
+
     /// The cached object `target` names (any version: RBAC objects are one object per name).
     pub(super) fn get(&self, target: &Target) -> Option<Value> {
         let store = match target.kind.as_str() {
