@@ -13,9 +13,9 @@
 //!   bash script (`bash -euo pipefail`, the built `wasmloop` and the control plane's `kubectl` first
 //!   on PATH, no `CARGO_TARGET_DIR`/`RUSTFLAGS`) that creates, tests, builds, runs and loads the
 //!   plugin; a host running as the deploy's ServiceAccount, with only the host's own role
-//!   (deploy/rbac/host.yaml) and the guide's `rbac.yaml`, then gives the labelled Namespace its
-//!   ConfigMap (owned by it), records the Event, and reports the plugin `Loaded` — so the guide's
-//!   RBAC is enough. The `rust check` fences compile as examples of the crate, and the crate,
+//!   (deploy/rbac/host.yaml) and the RBAC the guide's `wasmloop pack --rbac` prints, then gives the
+//!   labelled Namespace its ConfigMap (owned by it, written as the plugin's own ServiceAccount),
+//!   records the Event, and reports the plugin `Loaded` — so the guide's RBAC is enough. The `rust check` fences compile as examples of the crate, and the crate,
 //!   examples included, is rustfmt-clean.
 //! - README's snippet works as written: its files in a crate with the guide's `Cargo.toml`
 //!   renamed `hello`, and its commands (tests, component, `inspect`, `reconcile`).
@@ -667,7 +667,7 @@ async fn welcome_event(admin: &Client) -> Result<()> {
 
 /// The host never hit an RBAC denial before `until` (seconds since the epoch: when the guide's
 /// uninstall deletes greeter's RBAC, a watch of it may be denied before the plugin is stopped):
-/// the guide's rbac.yaml files were enough.
+/// the RBAC `wasmloop pack --rbac` printed for the guide's plugins was enough.
 fn no_denials(host: &HostProcess, until: Option<f64>) -> Result<()> {
     let before = |l: &&str| {
         let at = serde_json::from_str::<Value>(l)

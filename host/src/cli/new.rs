@@ -22,13 +22,12 @@ pub struct NewArgs {
 }
 
 /// The template: (path in the crate, contents with `{{name}}`, `{{type}}`, `{{sdk}}`).
-const FILES: [(&str, &str); 6] = [
+const FILES: [(&str, &str); 5] = [
     ("Cargo.toml", include_str!("template/Cargo.toml.tmpl")),
     ("src/lib.rs", include_str!("template/src/lib.rs.tmpl")),
     ("src/tests.rs", include_str!("template/src/tests.rs.tmpl")),
     ("fixtures/namespaces.yaml", include_str!("template/fixtures/namespaces.yaml.tmpl")),
     ("{{name}}.plugin.yaml", include_str!("template/plugin.yaml.tmpl")),
-    ("rbac.yaml", include_str!("template/rbac.yaml.tmpl")),
 ];
 
 pub fn run(args: NewArgs) -> anyhow::Result<()> {
@@ -68,9 +67,8 @@ pub fn run(args: NewArgs) -> anyhow::Result<()> {
     println!(
         "created plugin {name} in {d}\n\n  cd {d}\n  cargo test\n  cargo build --target wasm32-wasip2 --release\n  \
          wasmloop reconcile {wasm} --objects ./fixtures --key v1/Namespace/team-a\n  \
-         kubectl apply -f rbac.yaml\n  \
-         wasmloop pack {wasm} --manifest {name}.plugin.yaml --namespace wasmloop > {name}-plugin.yaml\n  \
-         kubectl apply -f {name}-plugin.yaml",
+         wasmloop pack {wasm} --manifest {name}.plugin.yaml --namespace wasmloop --rbac > {name}-plugin.yaml\n  \
+         kubectl apply --server-side -f {name}-plugin.yaml",
         d = dir.display()
     );
     Ok(())
