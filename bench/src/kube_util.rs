@@ -79,6 +79,12 @@ pub async fn delete_workload(client: &Client, ns: &str, timeout: Duration) -> Re
 /// Pack `wasm` with `manifest` as the host expects it (`wasmloop pack`'s ConfigMap) and
 /// server-side apply it as `ns/name`. Returns the new resourceVersion.
 pub async fn apply_plugin(client: &Client, ns: &str, name: &str, wasm: &[u8], manifest: &str) -> Result<String> {
+    // Its RBAC first (`wasmloop pack --rbac`): the host writes as the plugin's own account.
+    let parsed = wasmloop::hotload::PluginManifest::parse(manifest, name).context("the plugin's manifest")?;
+    let reads = wasmloop::hotload::rbac::granted_reads(&parsed);
+    let placement = wasmloop::hotload::rbac::Placement { namespace: ns, host: ("wasmloop", "wasmloop") };
+    let (objects, _) = wasmloop::hotload::rbac::objects(&parsed, &reads, &placement);
+    wasmloop::hotload::rbac::apply(client, &objects, FIELD_MANAGER).await.context("applying the plugin's RBAC")?;
     let packed = pack::pack(pack::PackInput {
         wasm,
         path: "replicaset.wasm",

@@ -135,24 +135,9 @@ pub async fn plugin_namespace_for(admin: &Client, ns: &str) -> Result<String> {
     Ok(name)
 }
 
-/// Server-side apply of `objects` (any kind whose resource name `wasmloop::kinds::plural` knows),
-/// by the tests' field manager.
+/// Server-side apply of `objects` (ServiceAccounts, RBAC, Namespaces) by the tests' field manager.
 pub async fn apply_objects(admin: &Client, objects: &[Value]) -> Result<()> {
-    use kube::api::{Patch, PatchParams};
-    for o in objects {
-        let text = |p: &str| o.pointer(p).and_then(Value::as_str).unwrap_or_default().to_string();
-        let kind = wasmloop::kinds::KindRef::new(text("/apiVersion"), text("/kind"));
-        let (group, version) = kind.group_version()?;
-        let gvk = GroupVersionKind::gvk(group, version, &kind.kind);
-        let resource = ApiResource::from_gvk_with_plural(&gvk, &wasmloop::kinds::plural(&kind).0);
-        let ns = text("/metadata/namespace");
-        let api: Api<DynamicObject> =
-            if ns.is_empty() { Api::all_with(admin.clone(), &resource) } else { Api::namespaced_with(admin.clone(), &ns, &resource) };
-        api.patch(&text("/metadata/name"), &PatchParams::apply("wasmloop-tests").force(), &Patch::Apply(o))
-            .await
-            .with_context(|| format!("applying {kind} {}", text("/metadata/name")))?;
-    }
-    Ok(())
+    Ok(wasmloop::hotload::rbac::apply(admin, objects, "wasmloop-tests").await?)
 }
 
 /// The RBAC `wasmloop pack --rbac` prints for plugin `name` with `manifest` (declared reads:
@@ -160,17 +145,7 @@ pub async fn apply_objects(admin: &Client, objects: &[Value]) -> Result<()> {
 /// `host` (ns, name).
 pub async fn grant_plugin(admin: &Client, plugin_ns: &str, name: &str, manifest: &str, host: (&str, &str)) -> Result<()> {
     let parsed = wasmloop::hotload::PluginManifest::parse(manifest, name)?;
-    let reads: Vec<wasmloop::kinds::KindRef> = parsed
-        .grants
-        .rules()
-        .iter()
-        .filter(|g| g.verbs.iter().any(|v| v.to_string() == "read" || v.to_string() == "*"))
-        .flat_map(|g| g.kinds.iter())
-        .filter_map(|k| match k {
-            wasmloop::grants::KindPattern::Exact(k) => Some(k.clone()),
-            wasmloop::grants::KindPattern::Any => None,
-        })
-        .collect();
+    let reads = wasmloop::hotload::rbac::granted_reads(&parsed);
     let placement = wasmloop::hotload::rbac::Placement { namespace: plugin_ns, host };
     let (objects, _) = wasmloop::hotload::rbac::objects(&parsed, &reads, &placement);
     apply_objects(admin, &objects).await

@@ -45,6 +45,47 @@ struct Rule {
 /// Rules by scope: `None` cluster-wide, `Some(ns)` in one namespace.
 type Scoped = BTreeMap<Option<String>, Vec<Rule>>;
 
+/// The kinds `manifest` grants `read` on (exact kinds; `*` names none): the reads to use when the
+/// plugin's own declaration is not at hand (its component is not loaded here).
+pub fn granted_reads(manifest: &PluginManifest) -> Vec<KindRef> {
+    let mut out: Vec<KindRef> = manifest
+        .grants
+        .rules()
+        .iter()
+        .filter(|g| g.verbs.iter().any(|v| matches!(v, VerbPattern::Any | VerbPattern::Exact(Verb::Read))))
+        .flat_map(|g| g.kinds.iter())
+        .filter_map(|k| match k {
+            KindPattern::Exact(k) => Some(k.clone()),
+            KindPattern::Any => None,
+        })
+        .collect();
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// Server-side apply `objects` (what [`objects`] returns: ServiceAccounts and RBAC) as field
+/// manager `manager`: what `kubectl apply --server-side` of `wasmloop pack --rbac` does, for
+/// tools and tests that hold a client.
+pub async fn apply(client: &kube::Client, objects: &[Value], manager: &str) -> Result<(), kube::Error> {
+    use kube::api::{Api, DynamicObject, Patch, PatchParams};
+    use kube::core::{ApiResource, GroupVersionKind};
+    for o in objects {
+        let text = |p: &str| o.pointer(p).and_then(Value::as_str).unwrap_or_default().to_owned();
+        let kind = KindRef::new(text("/apiVersion"), text("/kind"));
+        let (group, version) = kind.group_version().unwrap_or(("", "v1"));
+        let resource = ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, &kind.kind), &kinds::plural(&kind).0);
+        let namespace = text("/metadata/namespace");
+        let api: Api<DynamicObject> = if namespace.is_empty() {
+            Api::all_with(client.clone(), &resource)
+        } else {
+            Api::namespaced_with(client.clone(), &namespace, &resource)
+        };
+        api.patch(&text("/metadata/name"), &PatchParams::apply(manager).force(), &Patch::Apply(o)).await?;
+    }
+    Ok(())
+}
+
 /// The RBAC objects `manifest` needs, for a plugin whose declared reads are `reads`. Kinds whose
 /// resource name is guessed (custom resources) are listed in the second value.
 pub fn objects(manifest: &PluginManifest, reads: &[KindRef], at: &Placement<'_>) -> (Vec<Value>, Vec<String>) {
