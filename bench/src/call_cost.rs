@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 use serde_json::json;
 use wasmloop::cache::{CacheView, SharedCache};
-use wasmloop::controller::{Reason, Reconciler, Request};
+use wasmloop::controller::{Reconciler, Request};
 use wasmloop::grants::Grants;
 use wasmloop::kinds::{KindRef, ObjectKey};
 use wasmloop::plugin::runtime::{CallPhases, profile_wrapper};
@@ -36,7 +36,7 @@ pub struct Args {
 }
 
 fn request(name: &str) -> Request {
-    Request::new(ObjectKey::new(KindRef::new("v1", "ConfigMap"), Some("default".into()), name), Reason::Event)
+    Request::new(ObjectKey::new(KindRef::new("v1", "ConfigMap"), Some("default"), name))
 }
 
 fn load(args: &Args) -> Result<(PluginEngine, WasmPlugin)> {

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use anyhow::{Context, Result};
 use serde_json::{Value, json};
 use wasmloop::cache::{CacheView, SharedCache};
-use wasmloop::controller::{Reason, Request};
+use wasmloop::controller::Request;
 use wasmloop::hotload::PluginManifest;
 use wasmloop::kinds::{KindRef, ObjectKey};
 use wasmloop::plugin::{PluginEngine, WasmPlugin};
@@ -156,7 +156,7 @@ pub fn scenario(shape: Shape, pods: usize) -> Result<Scenario> {
     objects.extend((0..10).map(|n| owned_pod("other", "1c2d3e4f-aaaa-bbbb-cccc-000000000002", n)));
     let cache: SharedCache = Arc::new(CacheView::from_objects(objects).context("building the cache")?);
     let name = if shape == Shape::Missing { "no-such-replicaset" } else { "web" };
-    let request = Request::new(ObjectKey::new(rs_kind(), Some("shop".into()), name), Reason::Event);
+    let request = Request::new(ObjectKey::new(rs_kind(), Some("shop"), name));
     Ok(Scenario { name: shape.name(), pods, cache, request })
 }
 

@@ -115,7 +115,7 @@ pub struct Starvation {
 }
 
 fn keys(n: usize) -> Vec<ObjectKey> {
-    (0..n).map(|i| ObjectKey::new(rs_kind(), Some(format!("ns-{}", i % 50)), format!("web-{i}"))).collect()
+    (0..n).map(|i| ObjectKey::new(rs_kind(), Some(&format!("ns-{}", i % 50)), format!("web-{i}"))).collect()
 }
 
 fn queue(metrics: bool) -> WorkQueue<ObjectKey> {
@@ -249,7 +249,7 @@ async fn starvation(config: PriorityConfig, low_keys: usize, work: Duration, flo
     let low_served: Arc<Mutex<Vec<(usize, Instant)>>> = Default::default();
     let normal_served = Arc::new(AtomicUsize::new(0));
     let max_gap = Arc::new(Mutex::new(Duration::ZERO));
-    let key = |name: String| ObjectKey::new(rs_kind(), Some("flood".into()), name);
+    let key = |name: String| ObjectKey::new(rs_kind(), Some("flood"), name);
     let mut next_normal = 0usize;
     let mut top_up = |q: &WorkQueue<ObjectKey>| {
         while q.len_of(Priority::Normal) < NORMAL_READY {

@@ -239,7 +239,7 @@ pub fn owned_shards(metrics: &str) -> BTreeSet<String> {
 
 /// The shard of the ReplicaSets in namespace `ns`.
 fn shard_of_namespace(ns: &str, shards: usize) -> String {
-    let key = ObjectKey::new(rs_kind(), Some(ns.to_string()), "web-0");
+    let key = ObjectKey::new(rs_kind(), Some(ns), "web-0");
     shard_name(PLUGIN, shard_of(&key, shards), shards)
 }
 

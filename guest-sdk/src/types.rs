@@ -1,119 +1,7 @@
-//! Names of API types and objects, requests, and the plugin's self-description.
+//! Names of API types and objects, requests (the contract's vocabulary, from `wasmloop-model`),
+//! and the plugin's self-description.
 
-use std::borrow::Cow;
-use std::fmt;
-
-/// An API type: `apps/v1` + `ReplicaSet`, or `v1` + `Pod` for the core group.
-///
-/// Well-known kinds are constants in [`crate::kinds`]; build your own with [`KindRef::new`]
-/// or, in a `const`, with [`KindRef::from_static`].
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct KindRef {
-    /// `group/version`, or just `version` for the core group.
-    pub api_version: Cow<'static, str>,
-    /// The kind, e.g. `Pod`.
-    pub kind: Cow<'static, str>,
-}
-
-impl KindRef {
-    /// A kind from owned or borrowed strings.
-    pub fn new(api_version: impl Into<String>, kind: impl Into<String>) -> Self {
-        Self { api_version: Cow::Owned(api_version.into()), kind: Cow::Owned(kind.into()) }
-    }
-
-    /// A kind from string literals, usable in `const` items.
-    pub const fn from_static(api_version: &'static str, kind: &'static str) -> Self {
-        Self { api_version: Cow::Borrowed(api_version), kind: Cow::Borrowed(kind) }
-    }
-
-    /// The kind of a `k8s-openapi` type, e.g. `KindRef::of::<k8s::api::core::v1::Pod>()`.
-    #[cfg(feature = "k8s")]
-    pub fn of<T: k8s_openapi::Resource>() -> Self {
-        Self::from_static(T::API_VERSION, T::KIND)
-    }
-
-    /// The API group (`""` for the core group).
-    pub fn group(&self) -> &str {
-        self.api_version.split_once('/').map_or("", |(g, _)| g)
-    }
-
-    /// An object key of this kind.
-    pub fn key(&self, namespace: Option<&str>, name: impl Into<String>) -> ObjectKey {
-        ObjectKey { kind: self.clone(), namespace: namespace.map(str::to_owned), name: name.into() }
-    }
-}
-
-impl fmt::Display for KindRef {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}/{}", self.api_version, self.kind)
-    }
-}
-
-/// One object: its kind, namespace (`None` for cluster-scoped kinds) and name.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct ObjectKey {
-    /// The object's API type.
-    pub kind: KindRef,
-    /// `None` for cluster-scoped kinds.
-    pub namespace: Option<String>,
-    /// `metadata.name`.
-    pub name: String,
-}
-
-impl ObjectKey {
-    /// A key from its parts.
-    pub fn new(kind: KindRef, namespace: Option<&str>, name: impl Into<String>) -> Self {
-        kind.key(namespace, name)
-    }
-
-    /// The namespace as `Option<&str>`, the form the cache functions take.
-    pub fn ns(&self) -> Option<&str> {
-        self.namespace.as_deref()
-    }
-}
-
-impl fmt::Display for ObjectKey {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        // The one key syntax of logs, errors, Events and the CLI's --key:
-        // <apiVersion>/<kind>/<namespace>/<name>, or <apiVersion>/<kind>/<name> if cluster-scoped.
-        match &self.namespace {
-            Some(ns) => write!(f, "{}/{}/{}", self.kind, ns, self.name),
-            None => write!(f, "{}/{}", self.kind, self.name),
-        }
-    }
-}
-
-/// Why a key was queued (the first cause, when several were folded into one reconcile).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Reason {
-    /// An add, update or delete of the object or of an object that maps to it.
-    Event,
-    /// The periodic resync replayed the cache.
-    Resync,
-    /// The previous reconcile asked for a requeue.
-    Requeue,
-    /// The previous reconcile failed; this is attempt number N (1 = first retry).
-    Retry(u32),
-}
-
-/// One reconcile request: which object, and why.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Request {
-    /// The object to reconcile (always of the reconciled kind).
-    pub key: ObjectKey,
-    /// Why it was queued; reconcile should not depend on it for correctness.
-    pub reason: Reason,
-    /// Why the previous reconcile of this key failed, while it keeps failing (an action the
-    /// API server refused, say): report it in the object's status, as KCM's `ReplicaFailure`.
-    pub last_error: Option<String>,
-}
-
-impl Request {
-    /// A request caused by an event, the common case (handy in tests).
-    pub fn new(key: ObjectKey) -> Self {
-        Self { key, reason: Reason::Event, last_error: None }
-    }
-}
+pub use wasmloop_model::{KindRef, ObjectKey, Reason, Request};
 
 /// How events on a watched kind turn into keys of the reconciled kind.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -292,6 +180,12 @@ impl Metadata {
 /// Well-known kinds.
 pub mod kinds {
     use super::KindRef;
+
+    /// The kind of a `k8s-openapi` type, e.g. `kinds::of::<k8s::api::core::v1::Pod>()`.
+    #[cfg(feature = "k8s")]
+    pub fn of<T: k8s_openapi::Resource>() -> KindRef {
+        KindRef::from_static(T::API_VERSION, T::KIND)
+    }
 
     /// `v1` `Pod`.
     pub const POD: KindRef = KindRef::from_static("v1", "Pod");

@@ -320,8 +320,7 @@ impl Grants {
 
     /// Check `verb` on `target`. A generateName target is checked by its prefix.
     pub fn check_target(&self, verb: Verb, target: &Target) -> Result<()> {
-        let kind = KindRef::new(target.api_version.clone(), target.kind.clone());
-        self.check(verb, &kind, target.namespace.as_deref(), Some(&target.display_name()))
+        self.check(verb, &target.kind, target.namespace.as_deref(), Some(&target.display_name()))
     }
 
     /// Check that every kind the reconciler declares reading is readable (in some namespace).
@@ -407,7 +406,7 @@ grants:
     }
 
     fn target(kind: &KindRef, ns: Option<&str>, name: &str) -> Target {
-        Target::of_key(&kind.api_version, &kind.kind, ns, name).unwrap()
+        Target::of_key(&kind.key(ns, name)).unwrap()
     }
 
     #[test]

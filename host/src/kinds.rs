@@ -1,7 +1,6 @@
 //! Names of API types and objects, and their resolution to API endpoints through discovery.
 
 use std::collections::HashMap;
-use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -9,13 +8,12 @@ use backon::{ExponentialBuilder, Retryable};
 
 use kube::core::{ApiResource, GroupVersionKind};
 use kube::discovery::{self, Scope};
-use serde::{Deserialize, Serialize};
 
 /// Errors resolving a kind.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("invalid apiVersion {0:?}: expected `version` or `group/version`")]
-    InvalidApiVersion(String),
+    #[error(transparent)]
+    InvalidApiVersion(#[from] wasmloop_model::InvalidApiVersion),
     #[error("kind {0} is not served by the API server (is its CRD installed?): {1}")]
     NotServed(KindRef, #[source] kube::Error),
     #[error("discovering kind {0} failed: the API server did not answer after retries: {1}")]
@@ -24,63 +22,12 @@ pub enum Error {
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
-/// An API type: `apps/v1` + `ReplicaSet`.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct KindRef {
-    pub api_version: String,
-    pub kind: String,
-}
+pub use wasmloop_model::{KindRef, ObjectKey};
 
-impl KindRef {
-    pub fn new(api_version: impl Into<String>, kind: impl Into<String>) -> Self {
-        Self { api_version: api_version.into(), kind: kind.into() }
-    }
-
-    /// `(group, version)`; the core group is `""`.
-    pub fn group_version(&self) -> Result<(&str, &str)> {
-        match self.api_version.split_once('/') {
-            None if !self.api_version.is_empty() => Ok(("", self.api_version.as_str())),
-            Some((g, v)) if !g.is_empty() && !v.is_empty() && !v.contains('/') => Ok((g, v)),
-            _ => Err(Error::InvalidApiVersion(self.api_version.clone())),
-        }
-    }
-
-    pub fn gvk(&self) -> Result<GroupVersionKind> {
-        let (g, v) = self.group_version()?;
-        Ok(GroupVersionKind::gvk(g, v, &self.kind))
-    }
-}
-
-impl fmt::Display for KindRef {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}/{}", self.api_version, self.kind)
-    }
-}
-
-/// One object: kind, namespace (None when cluster-scoped) and name.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-pub struct ObjectKey {
-    pub kind: KindRef,
-    pub namespace: Option<String>,
-    pub name: String,
-}
-
-impl ObjectKey {
-    pub fn new(kind: KindRef, namespace: Option<String>, name: impl Into<String>) -> Self {
-        Self { kind, namespace, name: name.into() }
-    }
-}
-
-impl fmt::Display for ObjectKey {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        // The one key syntax of logs, errors, Events and the CLI's --key:
-        // <apiVersion>/<kind>/<namespace>/<name>, or <apiVersion>/<kind>/<name> if cluster-scoped.
-        match &self.namespace {
-            Some(ns) => write!(f, "{}/{}/{}", self.kind, ns, self.name),
-            None => write!(f, "{}/{}", self.kind, self.name),
-        }
-    }
+/// `kind`'s group, version and kind, as kube's discovery takes them.
+pub fn gvk(kind: &KindRef) -> Result<GroupVersionKind> {
+    let (g, v) = kind.group_version()?;
+    Ok(GroupVersionKind::gvk(g, v, &kind.kind))
 }
 
 /// A kind resolved through discovery: where it is served and whether it is namespaced.
@@ -112,7 +59,7 @@ impl KindResolver {
         if let Some(r) = self.cache.lock().get(kind) {
             return Ok(r.clone());
         }
-        let gvk = kind.gvk()?;
+        let gvk = gvk(kind)?;
         // A dropped connection or a 5xx/429 answer is not "not served": retried for ~15 s first.
         let retry = ExponentialBuilder::default()
             .with_min_delay(Duration::from_millis(200))
@@ -253,7 +200,7 @@ mod tests {
 
     #[test]
     fn keys_display_with_and_without_namespace() {
-        let k = ObjectKey::new(KindRef::new("v1", "Pod"), Some("ns".into()), "p");
+        let k = ObjectKey::new(KindRef::new("v1", "Pod"), Some("ns"), "p");
         assert_eq!(k.to_string(), "v1/Pod/ns/p");
         let k = ObjectKey::new(KindRef::new("v1", "Namespace"), None, "team-a");
         assert_eq!(k.to_string(), "v1/Namespace/team-a");

@@ -4,33 +4,9 @@ use std::time::Duration;
 
 use crate::actions::Action;
 use crate::cache::SharedCache;
-use crate::kinds::{KindRef, ObjectKey};
+use crate::kinds::KindRef;
 
-/// Why a key was queued (the first cause, when several were folded into one reconcile).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Reason {
-    Event,
-    Resync,
-    Requeue,
-    /// Attempt number after failures (1 = first retry).
-    Retry(u32),
-}
-
-/// One reconcile request.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Request {
-    pub key: ObjectKey,
-    pub reason: Reason,
-    /// Why the previous reconcile of this key failed, while it keeps failing.
-    pub last_error: Option<String>,
-}
-
-impl Request {
-    /// A request for `key` with no failure before it.
-    pub fn new(key: ObjectKey, reason: Reason) -> Self {
-        Self { key, reason, last_error: None }
-    }
-}
+pub use wasmloop_model::{Reason, Request};
 
 /// What a successful reconcile returns.
 #[derive(Clone, Debug, Default, PartialEq)]

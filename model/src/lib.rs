@@ -1,23 +1,33 @@
-//! Rules that the wasmloop host and the guest SDK's test fake must apply identically.
+//! The contract's vocabulary and the rules that the wasmloop host, its guest SDK and its CLI
+//! must apply identically. Defined once here, so they can never disagree.
 //!
+//! - [`kind`]: [`KindRef`] and [`ObjectKey`], printed and parsed in the one key syntax;
+//! - [`request`]: [`Request`] and [`Reason`];
+//! - [`verb`]: the one verb vocabulary of grants, actions, refusals and metrics;
+//! - [`name`]: DNS labels, subdomains and request-path segments;
 //! - [`target`]: what object an action touches (kind, scope, namespace, name or generateName),
 //!   with the syntax checks the API server applies to path segments, so a hostile plugin cannot
 //!   smuggle a subresource (`name/status`), a path traversal (`..`) or a `List` body past the
 //!   host's grant checks;
 //! - [`field`]: what a declared field path (`status.phase`) reads from an object;
 //! - [`selector`]: label selectors, parsed and matched;
-//! - [`index_path`]: declared index paths, parsed and evaluated;
-//! - [`verb`]: the one verb vocabulary of grants, actions, refusals and metrics.
+//! - [`index_path`]: declared index paths, parsed and evaluated.
 
 #![forbid(unsafe_code)]
+#![warn(missing_docs)]
 
 pub mod field;
 #[cfg(test)]
 mod fuzz;
 pub mod index_path;
+pub mod kind;
+pub mod name;
+pub mod request;
 pub mod selector;
 pub mod target;
 pub mod verb;
 
+pub use kind::{InvalidApiVersion, InvalidKey, KindRef, ObjectKey};
+pub use request::{Reason, Request};
 pub use target::{Naming, Target, TargetError, TargetName, json_type};
 pub use verb::{UnknownVerb, Verb};

@@ -15,10 +15,13 @@ use serde_json::Value;
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("invalid label selector {selector:?}: {reason}")]
 pub struct Error {
+    /// The selector as given.
     pub selector: String,
+    /// What is wrong with it.
     pub reason: String,
 }
 
+/// The result of parsing a selector.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// What a selector is matched against: an object's labels.

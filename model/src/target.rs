@@ -13,31 +13,60 @@ use std::fmt;
 
 use serde_json::Value;
 
+use crate::kind::{KindRef, ObjectKey};
+use crate::name::{self, DNS_LABEL_MAX, NameError};
+
 /// Why an action's target is invalid.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum TargetError {
+    /// The body is not a JSON object.
     #[error("expected a JSON object, got {0}")]
     NotAnObject(&'static str),
+    /// A required field is absent or empty.
     #[error("the object has no {0}")]
     Missing(&'static str),
+    /// A field that must be a string is not.
     #[error("{0} must be a string")]
     NotAString(&'static str),
+    /// The apiVersion is neither `version` nor `group/version`.
     #[error("invalid apiVersion {0:?}: expected `version` or `group/version` (e.g. `v1`, `apps/v1`)")]
     ApiVersion(String),
+    /// The kind is not a type name.
     #[error("invalid kind {0:?}: expected a type name such as `Pod` (letters and digits)")]
     Kind(String),
+    /// A `…List` kind: an action writes one object.
     #[error("kind {0} is a list; an action writes exactly one object")]
     ListKind(String),
+    /// A name or generateName that is not a request-path segment.
     #[error("invalid {field} {value:?}: {why}")]
-    Name { field: &'static str, value: String, why: &'static str },
+    Name {
+        /// `metadata.name` or `metadata.generateName`.
+        field: &'static str,
+        /// The name (its first 80 characters).
+        value: String,
+        /// The rule it breaks.
+        why: NameError,
+    },
+    /// The namespace is not a DNS label.
     #[error("invalid namespace {0:?}: expected a DNS label (a-z, 0-9 and '-', at most 63 characters)")]
     Namespace(String),
+    /// `generateName` on an action that must name its object.
     #[error("metadata.generateName is only allowed on create; {0} needs metadata.name")]
     GenerateNameNotAllowed(&'static str),
+    /// A namespace on a cluster-scoped kind.
     #[error("{kind} is cluster-scoped, but the action names namespace {namespace:?}")]
-    NamespaceOnClusterScoped { kind: String, namespace: String },
+    NamespaceOnClusterScoped {
+        /// The kind.
+        kind: String,
+        /// The namespace named.
+        namespace: String,
+    },
+    /// No namespace on a namespaced kind.
     #[error("{kind} is namespaced, but the action names no namespace")]
-    NoNamespaceOnNamespaced { kind: String },
+    NoNamespaceOnNamespaced {
+        /// The kind.
+        kind: String,
+    },
 }
 
 /// The name part of a target.
@@ -52,10 +81,11 @@ pub enum TargetName {
 /// The object an action touches.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Target {
-    pub api_version: String,
-    pub kind: String,
+    /// Its API type (apiVersion and kind checked).
+    pub kind: KindRef,
     /// `None` for cluster-scoped objects (checked against discovery by [`Target::check_scope`]).
     pub namespace: Option<String>,
+    /// Its name, or the prefix the server completes.
     pub name: TargetName,
 }
 
@@ -97,12 +127,17 @@ impl Target {
         Self::checked(api_version, kind, namespace, name)
     }
 
-    /// The target of a key (delete, update-status, event).
-    pub fn of_key(api_version: &str, kind: &str, namespace: Option<&str>, name: &str) -> Result<Self, TargetError> {
-        if name.is_empty() {
+    /// The target of a key (delete, update-status, event, patch).
+    pub fn of_key(key: &ObjectKey) -> Result<Self, TargetError> {
+        if key.name.is_empty() {
             return Err(TargetError::Missing("name"));
         }
-        Self::checked(api_version, kind, namespace.filter(|n| !n.is_empty()), TargetName::Name(name.to_owned()))
+        Self::checked(&key.kind.api_version, &key.kind.kind, key.ns().filter(|n| !n.is_empty()), TargetName::Name(key.name.clone()))
+    }
+
+    /// The object's key, unless the server is to generate its name.
+    pub fn key(&self) -> Option<ObjectKey> {
+        self.name().map(|name| self.kind.key(self.namespace.as_deref(), name))
     }
 
     fn checked(api_version: &str, kind: &str, namespace: Option<&str>, name: TargetName) -> Result<Self, TargetError> {
@@ -116,7 +151,7 @@ impl Target {
             // The server appends 5 characters.
             TargetName::GenerateName(g) => check_path_segment("metadata.generateName", g, 248)?,
         }
-        Ok(Self { api_version: api_version.to_owned(), kind: kind.to_owned(), namespace: namespace.map(str::to_owned), name })
+        Ok(Self { kind: KindRef::new(api_version, kind), namespace: namespace.map(str::to_owned), name })
     }
 
     /// The name, unless the server is to generate it.
@@ -137,7 +172,7 @@ impl Target {
 
     /// Check the namespace against the kind's scope from discovery.
     pub fn check_scope(&self, namespaced: bool) -> Result<(), TargetError> {
-        let kind = format!("{}/{}", self.api_version, self.kind);
+        let kind = self.kind.to_string();
         match (&self.namespace, namespaced) {
             (Some(ns), false) => Err(TargetError::NamespaceOnClusterScoped { kind, namespace: ns.clone() }),
             (None, true) => Err(TargetError::NoNamespaceOnNamespaced { kind }),
@@ -149,7 +184,7 @@ impl Target {
 impl fmt::Display for Target {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         // The one key syntax (as the host's ObjectKey): <apiVersion>/<kind>/[<namespace>/]<name>.
-        write!(f, "{}/{}/", self.api_version, self.kind)?;
+        write!(f, "{}/", self.kind)?;
         if let Some(ns) = &self.namespace {
             write!(f, "{ns}/")?;
         }
@@ -182,23 +217,10 @@ fn optional_str<'a>(v: Option<&'a Value>, field: &'static str) -> Result<Option<
     }
 }
 
-fn is_dns_label(s: &str, max: usize) -> bool {
-    let b = s.as_bytes();
-    !b.is_empty()
-        && b.len() <= max
-        && b.iter().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
-        && b[0] != b'-'
-        && b[b.len() - 1] != b'-'
-}
-
-fn is_dns_subdomain(s: &str) -> bool {
-    s.len() <= 253 && s.split('.').all(|label| is_dns_label(label, 63))
-}
-
 fn check_api_version(v: &str) -> Result<(), TargetError> {
     let ok = match v.split_once('/') {
-        None => is_dns_label(v, 63),
-        Some((group, version)) => is_dns_subdomain(group) && is_dns_label(version, 63),
+        None => name::dns_label(v, DNS_LABEL_MAX).is_ok(),
+        Some((group, version)) => name::dns_subdomain(group).is_ok() && name::dns_label(version, DNS_LABEL_MAX).is_ok(),
     };
     if ok { Ok(()) } else { Err(TargetError::ApiVersion(v.to_owned())) }
 }
@@ -216,29 +238,12 @@ fn check_kind(kind: &str) -> Result<(), TargetError> {
 }
 
 fn check_namespace(ns: &str) -> Result<(), TargetError> {
-    if is_dns_label(ns, 63) { Ok(()) } else { Err(TargetError::Namespace(ns.to_owned())) }
+    name::dns_label(ns, DNS_LABEL_MAX).map_err(|_| TargetError::Namespace(ns.to_owned()))
 }
 
-/// What the API server accepts as one segment of a request path, plus no whitespace or control
-/// characters (no kind allows them in names).
+/// A name must be one segment of a request path ([`name::path_segment`]).
 fn check_path_segment(field: &'static str, value: &str, max: usize) -> Result<(), TargetError> {
-    let why = if value == "." || value == ".." {
-        Some("`.` and `..` are not names")
-    } else if value.contains('/') {
-        Some("names may not contain '/' (subresources are not action targets)")
-    } else if value.contains('%') {
-        Some("names may not contain '%'")
-    } else if value.chars().any(|c| c.is_whitespace() || c.is_control()) {
-        Some("names may not contain whitespace or control characters")
-    } else if value.len() > max {
-        Some("too long")
-    } else {
-        None
-    };
-    match why {
-        Some(why) => Err(TargetError::Name { field, value: value.chars().take(80).collect(), why }),
-        None => Ok(()),
-    }
+    name::path_segment(value, max).map_err(|why| TargetError::Name { field, value: value.chars().take(80).collect(), why })
 }
 
 #[cfg(test)]
@@ -296,7 +301,7 @@ mod tests {
             (with(json!("a/b/v1"), json!("Pod"), json!({"name": "p"})), "invalid apiVersion"),
             (with(json!(1), json!("Pod"), json!({"name": "p"})), "apiVersion must be a string"),
             (with(json!("v1"), json!("Pod"), json!({"name": ["p"]})), "metadata.name must be a string"),
-            (with(json!("v1"), json!("Pod"), json!({"name": "x".repeat(254)})), "too long"),
+            (with(json!("v1"), json!("Pod"), json!({"name": "x".repeat(254)})), "longer than 253"),
             (create(json!([1])), "expected a JSON object, got an array"),
             (create(json!({"kind": "Pod", "metadata": {"name": "p"}})), "no apiVersion"),
         ];
@@ -308,23 +313,23 @@ mod tests {
 
     #[test]
     fn keys_are_checked_the_same_way() {
-        assert!(Target::of_key("v1", "Pod", Some("a"), "p").is_ok());
-        assert_eq!(Target::of_key("v1", "Pod", Some(""), "p").unwrap().namespace, None);
-        assert!(Target::of_key("v1", "Pod", Some("a"), "p/exec").is_err());
-        assert!(Target::of_key("v1", "Pod", Some("a"), "").is_err());
-        assert!(Target::of_key("v1", "NamespaceList", None, "x").is_err());
+        assert!(Target::of_key(&KindRef::new("v1", "Pod").key(Some("a"), "p")).is_ok());
+        assert_eq!(Target::of_key(&KindRef::new("v1", "Pod").key(Some(""), "p")).unwrap().namespace, None);
+        assert!(Target::of_key(&KindRef::new("v1", "Pod").key(Some("a"), "p/exec")).is_err());
+        assert!(Target::of_key(&KindRef::new("v1", "Pod").key(Some("a"), "")).is_err());
+        assert!(Target::of_key(&KindRef::new("v1", "NamespaceList").key(None, "x")).is_err());
     }
 
     #[test]
     fn scope_must_match_discovery() {
-        let ns = Target::of_key("v1", "Namespace", Some("team-a"), "victim").unwrap();
+        let ns = Target::of_key(&KindRef::new("v1", "Namespace").key(Some("team-a"), "victim")).unwrap();
         assert_eq!(
             ns.check_scope(false).unwrap_err().to_string(),
             "v1/Namespace is cluster-scoped, but the action names namespace \"team-a\""
         );
-        let pod = Target::of_key("v1", "Pod", None, "p").unwrap();
+        let pod = Target::of_key(&KindRef::new("v1", "Pod").key(None, "p")).unwrap();
         assert_eq!(pod.check_scope(true).unwrap_err().to_string(), "v1/Pod is namespaced, but the action names no namespace");
-        assert!(Target::of_key("v1", "Pod", Some("a"), "p").unwrap().check_scope(true).is_ok());
-        assert!(Target::of_key("v1", "Namespace", None, "x").unwrap().check_scope(false).is_ok());
+        assert!(Target::of_key(&KindRef::new("v1", "Pod").key(Some("a"), "p")).unwrap().check_scope(true).is_ok());
+        assert!(Target::of_key(&KindRef::new("v1", "Namespace").key(None, "x")).unwrap().check_scope(false).is_ok());
     }
 }

@@ -70,7 +70,7 @@ async fn patches_and_deletes_honour_preconditions_and_report_conflicts() -> anyh
     let cm = api.create(&PostParams::default(), &config_map("target", "1")).await?;
     let (uid, rv) = (cm.metadata.uid.clone().unwrap(), cm.metadata.resource_version.clone().unwrap());
     let executor = Executor::new(KindResolver::new(client.clone()), None);
-    let key = ObjectKey::new(KindRef::new("v1", "ConfigMap"), Some(ns.name.clone()), "target");
+    let key = ObjectKey::new(KindRef::new("v1", "ConfigMap"), Some(&ns.name), "target");
     let pre = |uid: Option<&str>, rv: Option<&str>| Preconditions { uid: uid.map(str::to_owned), resource_version: rv.map(str::to_owned) };
     let patch = |patch_type, body: serde_json::Value, preconditions| Action::Patch {
         key: key.clone(),

@@ -282,7 +282,7 @@ async fn failures_are_retried_with_growing_delays_and_forgotten_after_success() 
     }
     assert!(gaps[4] > gaps[0] * 4, "delays must grow: {gaps:?}");
     // Forgotten after success: the next event is an Event, and its retry would start from the base again.
-    let key = wasmloop::kinds::ObjectKey::new(cm_kind(), Some(ns.name.clone()), "flaky");
+    let key = wasmloop::kinds::ObjectKey::new(cm_kind(), Some(&ns.name), "flaky");
     assert_eq!(ctl.queue().num_requeues(&key), 0);
     api.patch("flaky", &PatchParams::default(), &Patch::Merge(json!({"data": {"v": "2"}}))).await?;
     let r = rec.clone();
@@ -330,7 +330,7 @@ async fn native_replicaset_reconciler_converges_and_a_second_pass_writes_nothing
     let writes_before = host.requests.snapshot().write;
     let successes_before = host.metrics.reconciles("native-rs", "success");
     for i in 0..10 {
-        ctl.queue().add(wasmloop::kinds::ObjectKey::new(KindRef::new("apps/v1", "ReplicaSet"), Some(ns.name.clone()), format!("rs-{i}")));
+        ctl.queue().add(wasmloop::kinds::ObjectKey::new(KindRef::new("apps/v1", "ReplicaSet"), Some(&ns.name), format!("rs-{i}")));
     }
     let m = host.metrics.clone();
     eventually("a second pass over all 10", WAIT, || {

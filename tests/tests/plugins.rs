@@ -150,7 +150,7 @@ async fn podset_plugin_creates_scales_and_deletes_ten_podsets_idempotently() -> 
     for _ in 0..10 {
         ctl.queue().add(wasmloop::kinds::ObjectKey::new(
             wasmloop::kinds::KindRef::new("wasmloop.dev/v1alpha1", "PodSet"),
-            Some(ns.name.clone()),
+            Some(&ns.name),
             "ps-3",
         ));
         let w = wasm.clone();

@@ -69,7 +69,7 @@ fn cache_of(objects: Vec<Value>) -> SharedCache {
 }
 
 fn request(ns: &str, name: &str) -> Request {
-    Request::new(ObjectKey::new(KindRef::new("v1", "ConfigMap"), Some(ns.into()), name), Reason::Event)
+    Request::new(ObjectKey::new(KindRef::new("v1", "ConfigMap"), Some(ns), name))
 }
 
 fn status_of(outcome: &Outcome) -> &Value {

@@ -110,7 +110,7 @@ impl Action {
             Action::Delete { key, .. }
             | Action::UpdateStatus { key, .. }
             | Action::Event { regarding: key, .. }
-            | Action::Patch { key, .. } => Target::of_key(&key.kind.api_version, &key.kind.kind, key.namespace.as_deref(), &key.name),
+            | Action::Patch { key, .. } => Target::of_key(key),
         }
     }
 }

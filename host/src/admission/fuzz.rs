@@ -167,7 +167,7 @@ fn fuzz_binding_writes_are_refused_exactly_when_their_result_binds_an_identity()
     crate::fuzz::run(file!(), "admission-binding", (binding(), write), |(before, write)| {
         let admission = admission(std::slice::from_ref(&before));
         let kind = KindRef::new(format!("{GROUP}/v1"), before["kind"].as_str().unwrap_or_default());
-        let key = ObjectKey::new(kind, before["metadata"]["namespace"].as_str().map(str::to_owned), "b");
+        let key = ObjectKey::new(kind, before["metadata"]["namespace"].as_str(), "b");
         let (action, after) = match &write {
             Write::Json(ops) => {
                 let mut after = before.clone();
@@ -225,7 +225,7 @@ fn fuzz_workload_writes_are_refused_exactly_in_the_host_namespace_or_with_a_plug
         |((body, in_host_ns), (patch_type, patch), which)| {
             let admission = admission(&[]);
             let kind = KindRef::new(body["apiVersion"].as_str().unwrap_or_default(), body["kind"].as_str().unwrap_or_default());
-            let key = ObjectKey::new(kind, body["metadata"]["namespace"].as_str().map(str::to_owned), "w");
+            let key = ObjectKey::new(kind, body["metadata"]["namespace"].as_str(), "w");
             let (action, labelled) = match which {
                 0 => (Action::Create { object: body.clone() }, oracle_labelled(&body)),
                 1 => (Action::Apply { object: body.clone() }, oracle_labelled(&body)),

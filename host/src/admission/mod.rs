@@ -132,7 +132,7 @@ impl Scopes {
             Scopes::Builtin => Ok(kinds::builtin_namespaced(kind)),
             Scopes::Given(given) => Ok(kinds::builtin_namespaced(kind).or_else(|| {
                 let (group, _) = kind.group_version().ok()?;
-                given.get(&(group.to_string(), kind.kind.clone())).copied()
+                given.get(&(group.to_string(), kind.kind.to_string())).copied()
             })),
         }
     }
@@ -271,7 +271,7 @@ impl Admission {
             Err(e) => return Err(refuse(describe_unchecked(&action), e.into())),
         };
         let shown = target.to_string();
-        let kind = KindRef::new(target.api_version.clone(), target.kind.clone());
+        let kind = target.kind.clone();
         let resolved = self.scopes.resolve(&kind).await.map_err(|e| refuse(shown.clone(), e.into()))?;
         let namespaced = match &resolved {
             Some(r) => Some(r.namespaced),

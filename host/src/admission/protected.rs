@@ -174,8 +174,8 @@ impl Protected {
         if let Some(ns) = target.namespace.as_deref().filter(|ns| self.is_host_namespace(ns)) {
             return Err(Rule::HostNamespace { namespace: ns.to_owned(), object: false });
         }
-        if target.api_version == "v1"
-            && target.kind == "Namespace"
+        if target.kind.api_version == "v1"
+            && target.kind.kind == "Namespace"
             && let Some(name) = target.name().filter(|n| self.is_host_namespace(n))
         {
             return Err(Rule::HostNamespace { namespace: name.to_owned(), object: true });
@@ -228,7 +228,7 @@ mod tests {
     }
 
     fn target(kind: &str, ns: Option<&str>, name: &str) -> Target {
-        Target::of_key("v1", kind, ns, name).unwrap()
+        Target::of_key(&KindRef::new("v1", kind).key(ns, name)).unwrap()
     }
 
     #[test]

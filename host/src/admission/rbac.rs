@@ -31,11 +31,7 @@ const SYNC_TIMEOUT: Duration = Duration::from_secs(15);
 
 /// Whether `target` is an RBAC role or binding (any version of the group).
 pub(super) fn is_rbac(target: &Target) -> bool {
-    group_of(&target.api_version) == GROUP && matches!(target.kind.as_str(), "Role" | "ClusterRole" | "RoleBinding" | "ClusterRoleBinding")
-}
-
-fn group_of(api_version: &str) -> &str {
-    api_version.split_once('/').map_or("", |(g, _)| g)
+    target.kind.group() == GROUP && matches!(&*target.kind.kind, "Role" | "ClusterRole" | "RoleBinding" | "ClusterRoleBinding")
 }
 
 /// The host's view of RBAC objects: four shared informers, started on first use.
@@ -105,7 +101,7 @@ impl Stores {
 
     /// The cached object `target` names (any version: RBAC objects are one object per name).
     pub(super) fn get(&self, target: &Target) -> Option<Value> {
-        let store = match target.kind.as_str() {
+        let store = match &*target.kind.kind {
             "Role" => &self.roles,
             "ClusterRole" => &self.cluster_roles,
             "RoleBinding" => &self.bindings,
@@ -160,7 +156,7 @@ pub(super) fn check(
     is_identity_ns: &dyn Fn(&str) -> bool,
 ) -> Result<(), super::Rule> {
     use super::Rule;
-    match target.kind.as_str() {
+    match &*target.kind.kind {
         "RoleBinding" | "ClusterRoleBinding" => {
             for (state, object) in [("binds", before), ("would bind", after)] {
                 if let Some(subject) = object.and_then(|o| identity_subject(o, is_identity_ns)) {
@@ -177,14 +173,14 @@ pub(super) fn check(
                         "{target} carries the label {key}, which aggregates it into roles identities may hold"
                     )));
                 }
-                if target.kind == "ClusterRole"
+                if target.kind.kind == "ClusterRole"
                     && let Some(why) = stores.and_then(|s| s.aggregates_into(&Value::Object(labels.into_owned()), is_identity_ns))
                 {
                     return Err(Rule::IdentityRole(format!("{target}: {why}")));
                 }
             }
             let Some(name) = target.name() else { return Ok(()) };
-            if let Some(why) = stores.and_then(|s| s.binding_of(&target.kind, target.namespace.as_deref(), name, is_identity_ns)) {
+            if let Some(why) = stores.and_then(|s| s.binding_of(&target.kind.kind, target.namespace.as_deref(), name, is_identity_ns)) {
                 return Err(Rule::IdentityRole(format!("{target} is bound to an identity of the host's: {why}")));
             }
             Ok(())
@@ -279,7 +275,7 @@ mod tests {
 
     #[test]
     fn bindings_and_roles_are_judged_before_and_after() {
-        let t = |kind: &str, ns: Option<&str>| Target::of_key("rbac.authorization.k8s.io/v1", kind, ns, "x").unwrap();
+        let t = |kind: &str, ns: Option<&str>| Target::of_key(&KindRef::new("rbac.authorization.k8s.io/v1", kind).key(ns, "x")).unwrap();
         let team_b = binding(json!({"kind": "ServiceAccount", "name": "wasmloop", "namespace": "team-b"}));
         let host = binding(json!({"kind": "ServiceAccount", "name": "wasmloop", "namespace": "wasmloop"}));
         let crb = t("ClusterRoleBinding", None);

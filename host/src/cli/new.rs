@@ -32,11 +32,9 @@ const FILES: [(&str, &str); 5] = [
 
 pub fn run(args: NewArgs) -> anyhow::Result<()> {
     let name = &args.name;
-    let valid = !name.is_empty()
-        && name.len() <= 63
-        && name.starts_with(|c: char| c.is_ascii_lowercase())
-        && !name.ends_with('-')
-        && name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
+    // A plugin name (a DNS label) that is also a crate name (starts with a letter).
+    let valid = wasmloop_model::name::dns_label(name, wasmloop_model::name::DNS_LABEL_MAX).is_ok()
+        && name.starts_with(|c: char| c.is_ascii_lowercase());
     if !valid {
         bail!("plugin name {name:?}: use 1-63 characters of a-z, 0-9 and '-', starting with a letter and not ending with '-'");
     }

@@ -17,7 +17,7 @@ use anyhow::{Context, bail};
 use serde_json::{Value, json};
 use wasmloop::admission::{Admission, Protected, Scopes};
 use wasmloop::cache::{CacheRead, CacheView, IndexSpec, IndexedStore};
-use wasmloop::controller::{Reason, Reconciler, Request};
+use wasmloop::controller::{Reconciler, Request};
 use wasmloop::grants::Grants;
 use wasmloop::hotload::PluginManifest;
 use wasmloop::kinds::{KindRef, ObjectKey};
@@ -71,7 +71,7 @@ pub fn run(args: ReconcileArgs) -> anyhow::Result<ExitCode> {
     if view.get(&key.kind, key.namespace.as_deref(), &key.name)?.is_none() {
         warnings.push(no_such_object(&key, &view));
     }
-    let request = Request::new(key.clone(), Reason::Event);
+    let request = Request::new(key.clone());
     let view: wasmloop::cache::SharedCache = std::sync::Arc::new(view);
     let outcome = plugin.reconcile(&request, &view);
     let mut out = json!({"plugin": spec.name, "version": spec.version, "key": args.key});
@@ -141,7 +141,7 @@ fn no_such_object(key: &ObjectKey, view: &CacheView) -> String {
         .stores(&key.kind)
         .iter()
         .flat_map(|s| s.snapshot())
-        .map(|o| ObjectKey::new(key.kind.clone(), o.namespace().map(str::to_string), o.name()).to_string())
+        .map(|o| ObjectKey::new(key.kind.clone(), o.namespace(), o.name()).to_string())
         .collect();
     let have = if keys.is_empty() {
         let kinds: BTreeSet<String> =
@@ -169,7 +169,7 @@ fn unknown_scopes(actions: &[wasmloop::actions::Action], scopes: &BTreeMap<(Stri
     let mut unknown = BTreeSet::new();
     for action in actions {
         let Ok(target) = action.target() else { continue };
-        let mut kinds = vec![KindRef::new(target.api_version.clone(), target.kind.clone())];
+        let mut kinds = vec![target.kind];
         let written = wasmloop::admission::result::written(action);
         if let Some(body) = written.value()
             && let Some(refs) = body.pointer("/metadata/ownerReferences").and_then(Value::as_array)
@@ -179,7 +179,7 @@ fn unknown_scopes(actions: &[wasmloop::actions::Action], scopes: &BTreeMap<(Stri
         }
         for kind in kinds {
             let known = wasmloop::kinds::builtin_namespaced(&kind).is_some()
-                || kind.group_version().is_ok_and(|(g, _)| scopes.contains_key(&(g.to_string(), kind.kind.clone())));
+                || kind.group_version().is_ok_and(|(g, _)| scopes.contains_key(&(g.to_string(), kind.kind.to_string())));
             if !known && !kind.kind.is_empty() {
                 unknown.insert(kind.to_string());
             }
@@ -219,52 +219,16 @@ fn checks(manifest: Option<&Path>, scopes: &BTreeMap<(String, String), bool>) ->
     ]
 }
 
-/// `[group/]version/kind/[namespace/]name`. A first segment like `v1`, `v1beta1` is the core group.
-/// A `--key`, in the syntax logs, errors and Events print (`ObjectKey`'s Display):
-/// `<apiVersion>/<kind>/<namespace>/<name>`, or `<apiVersion>/<kind>/<name>` for a cluster-scoped
-/// kind. Also taken: an empty namespace (`v1/Namespace//team-a`) and the space-separated form of
-/// older logs (`v1/Pod shop/web`).
+/// A `--key`, in the syntax logs, errors and Events print ([`ObjectKey`]'s `Display` and
+/// `FromStr`): `<apiVersion>/<kind>/<namespace>/<name>`, or `<apiVersion>/<kind>/<name>` for a
+/// cluster-scoped kind. Also taken: the space-separated form of older logs (`v1/Pod shop/web`).
 fn parse_key(text: &str) -> anyhow::Result<ObjectKey> {
-    const EXPECTED: &str = "expected <apiVersion>/<kind>/<namespace>/<name>, or <apiVersion>/<kind>/<name> for a cluster-scoped kind \
-                            (e.g. wasmloop.dev/v1alpha1/PodSet/shop/web, v1/Namespace/team-a)";
     let joined = match text.trim().split_once(' ') {
         Some((kind, rest)) if !rest.trim().is_empty() && !rest.contains(' ') => format!("{kind}/{}", rest.trim()),
-        Some(_) => bail!("--key {text:?}: {EXPECTED}"),
+        Some(_) => bail!("--key: {}", wasmloop_model::InvalidKey { key: text.to_owned(), why: "more than one space".into() }),
         None => text.trim().to_string(),
     };
-    let mut parts: Vec<&str> = joined.split('/').collect();
-    let core = parts.first().is_some_and(|p| is_version(p));
-    let kind_at = if core { 1 } else { 2 };
-    // `<apiVersion>/<kind>//<name>`: an empty namespace is a cluster-scoped key.
-    if parts.len() == kind_at + 3 && parts[kind_at + 1].is_empty() {
-        parts.remove(kind_at + 1);
-    }
-    if let Some(i) = parts.iter().position(|p| p.is_empty()) {
-        bail!("--key {text:?}: segment {} is empty; {EXPECTED}", i + 1);
-    }
-    let (api_version, rest) = match (core, parts.len()) {
-        (true, 3 | 4) => (parts[0].to_string(), &parts[1..]),
-        (false, 4 | 5) => (format!("{}/{}", parts[0], parts[1]), &parts[2..]),
-        _ => bail!("--key {text:?}: {EXPECTED}"),
-    };
-    let kind = KindRef::new(api_version, rest[0]);
-    Ok(match rest {
-        [_, name] => ObjectKey::new(kind, None, *name),
-        [_, ns, name] => ObjectKey::new(kind, Some(ns.to_string()), *name),
-        _ => unreachable!("lengths checked above"),
-    })
-}
-
-fn is_version(s: &str) -> bool {
-    let Some(rest) = s.strip_prefix('v') else { return false };
-    let digits = rest.chars().take_while(char::is_ascii_digit).count();
-    digits > 0 && {
-        let tail = &rest[digits..];
-        tail.is_empty()
-            || ["alpha", "beta"]
-                .iter()
-                .any(|p| tail.strip_prefix(p).is_some_and(|d| !d.is_empty() && d.chars().all(|c| c.is_ascii_digit())))
-    }
+    joined.parse().map_err(|e| anyhow::anyhow!("--key: {e}"))
 }
 
 fn load_path(path: &Path, out: &mut Vec<Value>) -> anyhow::Result<()> {

@@ -162,7 +162,7 @@ fn unwait(state: &mut State, object: &ObjectKey, key: &ObjectKey) {
 
 /// The key of an expected object, for matching informer events.
 pub fn object_key(kind: &KindRef, namespace: Option<&str>, name: &str) -> ObjectKey {
-    ObjectKey::new(kind.clone(), namespace.map(str::to_owned), name)
+    ObjectKey::new(kind.clone(), namespace, name)
 }
 
 #[cfg(test)]

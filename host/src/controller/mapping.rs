@@ -41,11 +41,11 @@ impl KeyMapper {
     }
 
     fn own_key(&self, o: &CachedObject) -> ObjectKey {
-        ObjectKey::new(self.primary.clone(), o.namespace().map(str::to_string), o.name())
+        ObjectKey::new(self.primary.clone(), o.namespace(), o.name())
     }
 
     fn key(&self, namespace: Option<&str>, name: &str) -> ObjectKey {
-        let ns = if self.namespaced { namespace.map(str::to_string) } else { None };
+        let ns = if self.namespaced { namespace } else { None };
         ObjectKey::new(self.primary.clone(), ns, name)
     }
 
@@ -64,8 +64,7 @@ impl KeyMapper {
 
 /// Owner references may name another version of the same kind: compare group and kind only.
 fn same_group_kind(api_version: &str, kind: &str, primary: &KindRef) -> bool {
-    let group = |av: &str| av.rsplit_once('/').map(|(g, _)| g.to_string()).unwrap_or_default();
-    kind == primary.kind && group(api_version) == group(&primary.api_version)
+    kind == primary.kind && KindRef::new(api_version, kind).group() == primary.group()
 }
 
 #[cfg(test)]
@@ -96,7 +95,7 @@ mod tests {
         let m = mapper();
         let p = pod("p", Some(("apps/v1", "ReplicaSet", "rs")), json!({}));
         let keys = m.for_watched(&Mapping::Owner, &Change::Added(p));
-        assert_eq!(keys, vec![ObjectKey::new(m.primary.clone(), Some("ns".into()), "rs")]);
+        assert_eq!(keys, vec![ObjectKey::new(m.primary.clone(), Some("ns"), "rs")]);
         // Another version of the same group/kind still maps; another kind does not.
         let p = pod("p", Some(("apps/v1beta2", "ReplicaSet", "rs")), json!({}));
         assert_eq!(m.for_watched(&Mapping::Owner, &Change::Added(p)).len(), 1);

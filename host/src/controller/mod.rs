@@ -445,7 +445,7 @@ impl Inner {
             return;
         };
         for o in primary.iter().flat_map(|s| s.snapshot()) {
-            self.enqueue_with(ObjectKey::new(kind.clone(), o.namespace().map(str::to_string), o.name()), reason, priority);
+            self.enqueue_with(ObjectKey::new(kind.clone(), o.namespace(), o.name()), reason, priority);
         }
     }
 
@@ -465,7 +465,7 @@ impl Inner {
             };
             let mut queued = 0;
             for o in primary.iter().flat_map(|s| s.snapshot()) {
-                let key = ObjectKey::new(kind.clone(), o.namespace().map(str::to_string), o.name());
+                let key = ObjectKey::new(kind.clone(), o.namespace(), o.name());
                 // Lagged: every owned shard (the enqueue skips the others).
                 if shard.is_none_or(|s| ownership.shard_of(&key) == s) {
                     inner.enqueue_with(key, Reason::Resync, crate::queue::Priority::Normal);

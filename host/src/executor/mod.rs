@@ -236,7 +236,7 @@ impl Executor {
         let resolved = match kind {
             Some(kind) => kind.clone(),
             None => {
-                let kind = kinds::KindRef::new(target.api_version.clone(), target.kind.clone());
+                let kind = target.kind.clone();
                 self.resolver.resolve(&kind).await.map_err(|source| Error::Kind {
                     verb,
                     object: target.to_string(),
@@ -377,8 +377,8 @@ impl Executor {
         let object = ObjectName { verb: Verb::Event, shown: regarding.to_string(), name: Some(regarding.name.clone()) };
         let recorder = self.recorder(manager);
         let reference = ObjectReference {
-            api_version: Some(regarding.kind.api_version.clone()),
-            kind: Some(regarding.kind.kind.clone()),
+            api_version: Some(regarding.kind.api_version.to_string()),
+            kind: Some(regarding.kind.kind.to_string()),
             name: Some(regarding.name.clone()),
             namespace: regarding.namespace.clone(),
             ..Default::default()

@@ -324,13 +324,13 @@ impl PluginManager {
         let q = inner.queue.clone();
         let subscription = informer.subscribe(Arc::new(move |change| {
             let o = change.object();
-            q.add(ObjectKey::new(configmap_kind(), o.namespace().map(str::to_string), o.name()));
+            q.add(ObjectKey::new(configmap_kind(), o.namespace(), o.name()));
         }));
         informer.wait_synced(Duration::from_secs(120)).await?;
         payload_informer.wait_synced(Duration::from_secs(120)).await?;
         // Load what exists now, before reporting ready.
         for o in inner.store.snapshot() {
-            inner.sync(&ObjectKey::new(configmap_kind(), o.namespace().map(str::to_string), o.name())).await;
+            inner.sync(&ObjectKey::new(configmap_kind(), o.namespace(), o.name())).await;
         }
         let mut workers: Vec<JoinHandle<()>> = (0..inner.config.loaders.max(1)).map(|_| tokio::spawn(inner.clone().work())).collect();
         workers.push(tokio::spawn(Inner::rediscover_every(Arc::downgrade(&inner), inner.config.rediscovery)));

@@ -25,6 +25,7 @@
 use std::time::Duration;
 
 use serde::Deserialize;
+use wasmloop_model::name;
 
 use crate::controller::{ControllerConfig, RateBudget};
 use crate::grants::{Grant, Grants};
@@ -88,12 +89,14 @@ impl PluginManifest {
         let raw: Raw = if yaml.trim().is_empty() { serde_saphyr::from_str("{}") } else { serde_saphyr::from_str(yaml) }
             .map_err(|e| Error::Yaml(e.to_string()))?;
         let named = raw.name.is_some();
-        if let Some(plugin) = raw.plugin.as_deref().filter(|p| !is_dns_label(p)) {
-            return Err(Error::Invalid(format!("plugin {plugin:?} must be 1-63 characters of a-z, 0-9 and '-'")));
+        if let Some(plugin) = raw.plugin.as_deref()
+            && let Err(e) = name::dns_label(plugin, name::DNS_LABEL_MAX)
+        {
+            return Err(Error::Invalid(format!("plugin {plugin:?} must be a DNS label (1-63 of a-z, 0-9 and '-'): it {e}")));
         }
         let name = raw.name.unwrap_or_else(|| default_name.to_string());
-        if name.is_empty() || name.len() > 63 || !name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-') {
-            return Err(Error::Invalid(format!("name {name:?} must be 1-63 characters of a-z, 0-9 and '-'")));
+        if let Err(e) = name::dns_label(&name, name::DNS_LABEL_MAX) {
+            return Err(Error::Invalid(format!("name {name:?} must be a DNS label (1-63 of a-z, 0-9 and '-'): it {e}")));
         }
         raw.queue.validate().map_err(|e| Error::Invalid(format!("queue: {e}")))?;
         let concurrency = raw.concurrency.unwrap_or(1);
@@ -123,10 +126,10 @@ impl PluginManifest {
         if !(1..=MAX_SHARDS).contains(&shards) {
             return Err(Error::Invalid(format!("shards must be between 1 and {MAX_SHARDS}, got {shards}")));
         }
-        if let Some(sa) = raw.service_account_name.as_deref().filter(|sa| !is_dns_subdomain(sa)) {
-            return Err(Error::Invalid(format!(
-                "serviceAccountName {sa:?} must be a DNS subdomain (lowercase letters, digits, '-' and '.', at most 253)"
-            )));
+        if let Some(sa) = raw.service_account_name.as_deref()
+            && let Err(e) = name::dns_subdomain(sa)
+        {
+            return Err(Error::Invalid(format!("serviceAccountName {sa:?} must be a DNS subdomain (a ServiceAccount name): it {e}")));
         }
         let api = raw.api.unwrap_or_default();
         api.validate("api").map_err(Error::Invalid)?;
@@ -158,14 +161,6 @@ impl PluginManifest {
 /// The most key-space shards one plugin may have (each is a Lease renewed by its owner).
 pub const MAX_SHARDS: usize = 256;
 
-fn is_dns_label(s: &str) -> bool {
-    !s.is_empty() && s.len() <= 63 && s.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
-}
-
-fn is_dns_subdomain(s: &str) -> bool {
-    s.len() <= 253 && s.split('.').all(|l| is_dns_label(l) && !l.starts_with('-') && !l.ends_with('-'))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -194,7 +189,7 @@ namespace: shop
         assert_eq!(m.controller.namespace.as_deref(), Some("shop"));
         assert_eq!(m.controller.rate_limits.base_delay, Duration::from_millis(10));
         assert_eq!(m.limits.timeout, Duration::from_millis(500));
-        let pod = |ns: &str| wasmloop_model::Target::of_key("v1", "Pod", Some(ns), "p").unwrap();
+        let pod = |ns: &str| wasmloop_model::Target::of_key(&crate::kinds::KindRef::new("v1", "Pod").key(Some(ns), "p")).unwrap();
         assert!(m.grants.check_target(crate::grants::Verb::Delete, &pod("shop")).is_ok());
         assert!(m.grants.check_target(crate::grants::Verb::Delete, &pod("kube-system")).is_err());
         assert_eq!(m.service_account, None);
@@ -405,8 +400,8 @@ namespace: shop
                         return Ok(false);
                     }
                 };
-                prop_assert!(is_dns_label(&m.name), "{:?}", m.name);
-                prop_assert!(m.component.as_deref().is_none_or(is_dns_label));
+                prop_assert!(name::dns_label(&m.name, 63).is_ok(), "{:?}", m.name);
+                prop_assert!(m.component.as_deref().is_none_or(|c| name::dns_label(c, 63).is_ok()));
                 let c = &m.controller;
                 prop_assert!((1..=64).contains(&c.workers) && (1..=MAX_SHARDS).contains(&c.shards));
                 prop_assert!(c.resync.is_none_or(|r| r >= Duration::from_secs(1)));

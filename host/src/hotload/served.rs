@@ -41,11 +41,11 @@ impl<'a> Discovery<'a> {
     /// or `DiscoveryFailed` when it did not answer (busy, unreachable: not a reason to refuse).
     pub async fn unserved(&mut self, kinds: &[(KindRef, &'static str)]) -> Option<WaitReason> {
         for (kind, role) in kinds {
-            if !self.lists.contains_key(&kind.api_version) {
+            if !self.lists.contains_key(&*kind.api_version) {
                 let listed = resources(self.client, kind).await;
-                self.lists.insert(kind.api_version.clone(), listed);
+                self.lists.insert(kind.api_version.to_string(), listed);
             }
-            match &self.lists[&kind.api_version] {
+            match &self.lists[&*kind.api_version] {
                 Ok(Some(list)) if serves(list, &kind.kind) => {}
                 Ok(_) => return Some(WaitReason::KindNotServed { kind: kind.clone(), role }),
                 Err(error) => return Some(WaitReason::DiscoveryFailed { kind: kind.clone(), error: error.clone() }),

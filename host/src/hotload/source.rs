@@ -129,10 +129,9 @@ pub fn payload_ref(cm: &ConfigMap) -> Result<Option<PayloadRef>> {
     if let Some((_, key)) = Encoding::ALL.iter().find(|(_, k)| cm.binary_data.as_ref().is_some_and(|b| b.contains_key(*k))) {
         return Err(Error::BothForms(key));
     }
-    if !is_dns_subdomain(name) {
+    if let Err(e) = wasmloop_model::name::dns_subdomain(name) {
         return Err(Error::BadRef(format!(
-            "data.{REF_KEY} {name:?} is not a ConfigMap name (lowercase letters, digits, '-' and '.', at most 253); \
-             it names a ConfigMap in the plugin's own namespace"
+            "data.{REF_KEY} {name:?} is not a ConfigMap name: it {e}; it names a ConfigMap in the plugin's own namespace"
         )));
     }
     let hex = digest.strip_prefix("sha256:").unwrap_or_default();
@@ -179,15 +178,6 @@ pub fn decode_with(cm: &ConfigMap, payload: Option<&ConfigMap>) -> Result<Plugin
     let (wasm, encoding, stored_bytes) = decode_payload(payload, &reference)?;
     let digest = sha256(&[&wasm, manifest.as_bytes()]);
     Ok(PluginSource { wasm, manifest, encoding, stored_bytes, wasm_digest: reference.digest, digest, payload: Some(reference.name) })
-}
-
-/// A DNS-1123 subdomain (what a ConfigMap name must be).
-fn is_dns_subdomain(s: &str) -> bool {
-    let alnum = |b: u8| b.is_ascii_lowercase() || b.is_ascii_digit();
-    !s.is_empty()
-        && s.len() <= 253
-        && s.bytes().all(|b| alnum(b) || b == b'-' || b == b'.')
-        && s.split('.').all(|label| label.bytes().next().is_some_and(alnum) && label.bytes().last().is_some_and(alnum))
 }
 
 /// The one payload entry of `binaryData`.

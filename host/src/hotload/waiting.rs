@@ -225,7 +225,7 @@ mod tests {
     use super::*;
 
     fn key(name: &str) -> ObjectKey {
-        ObjectKey::new(KindRef::new("v1", "ConfigMap"), Some("wasmloop".into()), name)
+        ObjectKey::new(KindRef::new("v1", "ConfigMap"), Some("wasmloop"), name)
     }
 
     fn kind() -> WaitReason {

@@ -330,7 +330,7 @@ fn delayed<T: Send + 'static>(mut stream: BoxStream<'static, T>, delay: Duration
 /// would otherwise reach plugins without them, and e.g. `create_owned` on it fails).
 fn to_value(mut obj: DynamicObject, kind: &KindRef) -> serde_json::Result<serde_json::Value> {
     if obj.types.as_ref().is_none_or(|t| t.api_version.is_empty() || t.kind.is_empty()) {
-        obj.types = Some(kube::core::TypeMeta { api_version: kind.api_version.clone(), kind: kind.kind.clone() });
+        obj.types = Some(kube::core::TypeMeta { api_version: kind.api_version.to_string(), kind: kind.kind.to_string() });
     }
     serde_json::to_value(obj)
 }

@@ -338,7 +338,7 @@ mod tests {
 
     fn run(name: &str) -> Result<Outcome, ReconcileError> {
         let rec = SdkReconciler::<Tiny>::new().unwrap().with_limits(Limits { max_actions: 2, ..Limits::default() });
-        let mut req = Request::new(ObjectKey::new(rs_kind(), Some("shop".into()), name), Reason::Retry(2));
+        let mut req = Request::new(ObjectKey::new(rs_kind(), Some("shop"), name)).because(Reason::Retry(2));
         req.last_error = Some("conflict".into());
         rec.reconcile(&req, &cache())
     }
@@ -368,10 +368,10 @@ mod tests {
     #[test]
     fn reads_the_host_cache_and_returns_the_host_actions() {
         let rec = SdkReconciler::<Tiny>::new().unwrap();
-        let req = Request::new(ObjectKey::new(rs_kind(), Some("shop".into()), "web"), Reason::Event);
+        let req = Request::new(ObjectKey::new(rs_kind(), Some("shop"), "web"));
         let out = rec.reconcile(&req, &cache()).unwrap();
-        let pod_key = |name: &str| ObjectKey::new(KindRef::new("v1", "Pod"), Some("shop".into()), name);
-        let rs_key = ObjectKey::new(rs_kind(), Some("shop".into()), "web");
+        let pod_key = |name: &str| ObjectKey::new(KindRef::new("v1", "Pod"), Some("shop"), name);
+        let rs_key = ObjectKey::new(rs_kind(), Some("shop"), "web");
         let child = json!({"apiVersion": "v1", "kind": "Pod",
                            "metadata": {"generateName": "web-", "namespace": "shop",
                                         "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web",
@@ -389,7 +389,7 @@ mod tests {
                 requeue_after: Some(Duration::from_millis(1500)),
             }
         );
-        let gone = Request::new(ObjectKey::new(rs_kind(), Some("shop".into()), "gone"), Reason::Event);
+        let gone = Request::new(ObjectKey::new(rs_kind(), Some("shop"), "gone"));
         assert_eq!(rec.reconcile(&gone, &cache()), Ok(Outcome::default()));
     }
 

@@ -20,8 +20,8 @@ use wasmloop_sdk as sdk;
 
 pub(crate) fn to_wit_key(k: &ObjectKey) -> wit::ObjectKey {
     wit::ObjectKey {
-        api_version: k.kind.api_version.clone(),
-        kind: k.kind.kind.clone(),
+        api_version: k.kind.api_version.to_string(),
+        kind: k.kind.kind.to_string(),
         namespace: k.namespace.clone(),
         name: k.name.clone(),
     }
@@ -58,13 +58,8 @@ pub(crate) const MAX_FIELDS: usize = 64;
 /// Convert and validate `metadata()`'s answer.
 pub(crate) fn spec_from_metadata(m: wit::PluginMetadata) -> Result<ReconcilerSpec, String> {
     let name = m.name.trim().to_owned();
-    let name_ok = !name.is_empty()
-        && name.len() <= 63
-        && name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
-        && !name.starts_with('-')
-        && !name.ends_with('-');
-    if !name_ok {
-        return Err(format!("name {:?} must be a DNS label (lowercase letters, digits, '-', at most 63)", m.name));
+    if let Err(e) = wasmloop_model::name::dns_label(&name, wasmloop_model::name::DNS_LABEL_MAX) {
+        return Err(format!("name {:?} must be a DNS label (lowercase letters, digits, '-', at most 63): it {e}", m.name));
     }
     if let Err(e) = semver::Version::parse(&m.version) {
         let shown: String = m.version.chars().take(64).collect();
@@ -130,8 +125,9 @@ fn checked_object(i: usize, verb: &'static str, value: Value) -> Result<Value, S
 }
 
 fn checked_key(i: usize, verb: &str, k: wit::ObjectKey) -> Result<ObjectKey, String> {
-    Target::of_key(&k.api_version, &k.kind, k.namespace.as_deref(), &k.name).map_err(|e| format!("action {i} ({verb}): {e}"))?;
-    Ok(ObjectKey::new(KindRef::new(k.api_version, k.kind), k.namespace.filter(|n| !n.is_empty()), k.name))
+    let key = ObjectKey::new(KindRef::new(k.api_version, k.kind), k.namespace.as_deref().filter(|n| !n.is_empty()), k.name);
+    Target::of_key(&key).map_err(|e| format!("action {i} ({verb}): {e}"))?;
+    Ok(key)
 }
 
 fn check_count(actions: usize, limits: &Limits) -> Result<(), String> {
@@ -474,10 +470,7 @@ mod tests {
             .owns(sdk::kinds::POD)
             .field(sdk::kinds::POD, "status.phase");
         let spec = spec_from_sdk_metadata(m).unwrap();
-        assert_eq!(
-            (spec.name.as_str(), spec.reconciles.kind.as_str(), spec.watches[0].mapping.clone()),
-            ("rs", "ReplicaSet", Mapping::Owner)
-        );
+        assert_eq!((spec.name.as_str(), &*spec.reconciles.kind, spec.watches[0].mapping.clone()), ("rs", "ReplicaSet", Mapping::Owner));
         assert_eq!(spec.fields, vec![FieldDecl { kind: KindRef::new("v1", "Pod"), path: "status.phase".into() }]);
         let err = spec_from_sdk_metadata(sdk::Metadata::new("rs", "one").reconciles(sdk::kinds::POD)).unwrap_err();
         assert!(err.contains("is not a semantic version"), "{err}");

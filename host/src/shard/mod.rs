@@ -146,7 +146,7 @@ mod tests {
     use crate::kinds::KindRef;
 
     fn key(ns: Option<&str>, name: &str) -> ObjectKey {
-        ObjectKey::new(KindRef::new("wasmloop.dev/v1alpha1", "PodSet"), ns.map(str::to_string), name)
+        ObjectKey::new(KindRef::new("wasmloop.dev/v1alpha1", "PodSet"), ns, name)
     }
 
     #[test]
