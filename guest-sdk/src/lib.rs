@@ -45,6 +45,7 @@ pub mod meta;
 pub mod object;
 mod outcome;
 pub mod patch;
+pub mod time;
 mod types;
 
 #[cfg(target_arch = "wasm32")]
