@@ -69,7 +69,7 @@ pub mod embed;
 pub use k8s_openapi as k8s;
 
 pub use error::{Error, ErrorKind, ResultExt};
-pub use outcome::{Action, Event, EventType, Outcome};
+pub use outcome::{Action, Deletion, Event, EventType, Outcome};
 pub use patch::{Patch, PatchType, Preconditions};
 pub use serde_json;
 pub use types::{Field, Index, KindRef, Mapping, Metadata, ObjectKey, Reason, Request, Watch, kinds};
