@@ -47,6 +47,7 @@ pub mod object;
 mod outcome;
 pub mod patch;
 pub mod time;
+pub mod typed;
 mod types;
 
 #[cfg(target_arch = "wasm32")]
