@@ -39,6 +39,7 @@
 extern crate self as wasmloop_sdk;
 
 pub mod cache;
+pub mod children;
 pub mod conditions;
 mod error;
 pub mod log;

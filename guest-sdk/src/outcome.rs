@@ -341,7 +341,7 @@ fn check_type(v: &Value) -> Result<(), String> {
 }
 
 /// The owner's namespace and a controller reference to it.
-fn controller_ref(owner: &Value) -> Result<(Option<String>, Value), String> {
+pub(crate) fn controller_ref(owner: &Value) -> Result<(Option<String>, Value), String> {
     let key = object::key(owner).map_err(|e| format!("owner: {e}"))?;
     let uid = object::uid(owner).filter(|u| !u.is_empty()).ok_or_else(|| format!("owner {key} has no metadata.uid"))?;
     let r = json!({
@@ -355,7 +355,9 @@ fn controller_ref(owner: &Value) -> Result<(Option<String>, Value), String> {
     Ok((key.namespace, r))
 }
 
-fn set_owner(mut child: Value, owner_ns: Option<&str>, owner_ref: Value) -> Result<Value, String> {
+/// `child` in `owner_ns` (if it names no namespace) with `owner_ref` as its controller; an error
+/// if it is in another namespace or already has another controller.
+pub(crate) fn set_owner(mut child: Value, owner_ns: Option<&str>, owner_ref: Value) -> Result<Value, String> {
     let Some(obj) = child.as_object_mut() else {
         return Err("child is not a JSON object".into());
     };
