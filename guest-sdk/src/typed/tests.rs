@@ -254,3 +254,93 @@ fn selectors_match_and_render() {
         "selector a: In needs values"
     );
 }
+
+/// Custom resources from `#[derive(CustomResource)]` behave as the built-in typed objects.
+#[cfg(feature = "derive")]
+mod custom_resource {
+    use serde::{Deserialize, Serialize};
+    use serde_json::{Value, json};
+
+    use crate::children::Children;
+    use crate::testing::FakeCache;
+    use crate::typed::{ConfigMap, Resource};
+    use crate::{CustomResource, KindRef, Metadata, Outcome, cache};
+
+    #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+    #[resource(group = "example.com", version = "v1alpha1", kind = "Greeter", namespaced, status = "GreeterStatus")]
+    #[serde(rename_all = "camelCase")]
+    pub struct GreeterSpec {
+        pub greeting: String,
+        #[serde(default)]
+        pub copies: u32,
+    }
+
+    #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+    #[serde(rename_all = "camelCase")]
+    pub struct GreeterStatus {
+        pub observed_generation: Option<i64>,
+    }
+
+    /// Cluster-scoped, no status.
+    #[derive(CustomResource, Serialize, Deserialize, Clone, Debug)]
+    #[resource(group = "example.com", version = "v1", kind = "Tenant")]
+    pub struct TenantSpec {
+        pub owner: String,
+    }
+
+    #[test]
+    fn the_generated_type_names_its_kind_and_round_trips() {
+        assert_eq!(Greeter::KIND_REF, KindRef::from_static("example.com/v1alpha1", "Greeter"));
+        assert_eq!((Greeter::NAMESPACED, Tenant::NAMESPACED), (true, false));
+        let raw = json!({"apiVersion": "example.com/v1alpha1", "kind": "Greeter",
+                         "metadata": {"name": "hi", "namespace": "ns", "uid": "g-1", "generation": 2, "generateName": "h"},
+                         "spec": {"greeting": "hello", "copies": 2}, "status": {"observedGeneration": 1, "extra": true}});
+        let g: Greeter = serde_json::from_value(raw.clone()).unwrap();
+        assert_eq!(g.spec, GreeterSpec { greeting: "hello".into(), copies: 2 });
+        assert_eq!(g.status.as_ref().unwrap().observed_generation, Some(1));
+        assert_eq!(g.key(), Greeter::KIND_REF.key(Some("ns"), "hi"));
+        // Unknown fields of the spec and status are the spec's business (serde's defaults drop
+        // them); everything else round-trips.
+        let mut expected = raw;
+        expected["status"].as_object_mut().unwrap().remove("extra");
+        assert_eq!(serde_json::to_value(&g).unwrap(), expected);
+
+        let t = Tenant::new("acme", TenantSpec { owner: "ops".into() });
+        assert_eq!(
+            serde_json::to_value(&t).unwrap(),
+            json!({"apiVersion": "example.com/v1", "kind": "Tenant", "metadata": {"name": "acme"}, "spec": {"owner": "ops"}})
+        );
+        assert_eq!(t.key().to_string(), "example.com/v1/Tenant/acme");
+        // A spec that does not parse is an error, not a panic.
+        assert!(
+            serde_json::from_value::<Tenant>(json!({"apiVersion": "example.com/v1", "kind": "Tenant", "metadata": {"name": "x"}})).is_err()
+        );
+    }
+
+    #[test]
+    fn custom_resources_are_read_from_the_cache_and_parent_children() {
+        let f = FakeCache::new(Metadata::new("greeter", "0").reconciles(Greeter::KIND_REF).owns(ConfigMap::KIND_REF)).with(json!({
+            "apiVersion": "example.com/v1alpha1", "kind": "Greeter",
+            "metadata": {"name": "hi", "namespace": "ns", "uid": "g-1"}, "spec": {"greeting": "hello", "copies": 2}}));
+        let plan = f
+            .enter(|| -> Result<_, crate::Error> {
+                let g: Greeter = cache::get_key(&Greeter::KIND_REF.key(Some("ns"), "hi"))?.unwrap();
+                let copies = (0..g.spec.copies).map(|i| {
+                    let mut cm = ConfigMap::new(format!("hi-{i}"));
+                    cm.data.insert("greeting".into(), g.spec.greeting.clone());
+                    cm
+                });
+                Children::of(&g).kind(ConfigMap::KIND_REF, copies).plan()
+            })
+            .unwrap();
+        assert_eq!(plan.outcome.applied().count(), 2);
+        f.execute(&plan.outcome);
+        let cm: Value = f.get(&ConfigMap::KIND_REF.key(Some("ns"), "hi-1")).unwrap();
+        assert_eq!(cm["metadata"]["ownerReferences"][0]["kind"], "Greeter");
+        // The status through the typed object.
+        let mut g = Greeter::new("hi", GreeterSpec::default());
+        g.metadata.namespace = Some("ns".into());
+        let out = Outcome::new().status(&g, GreeterStatus { observed_generation: Some(3) });
+        assert_eq!(out.status_updates().next().unwrap().1, &json!({"observedGeneration": 3}));
+    }
+}
