@@ -35,6 +35,20 @@
 //! On native builds the cache is whatever backend the caller installs on the thread: unit-test
 //! reconcilers with `testing::FakeCache` (feature `testing`), no wasm and no cluster needed, or
 //! run them inside a native host with `embed::reconcile_with` (feature `embed`).
+//!
+//! # What is where
+//!
+//! - Reading: [`cache`] (whole objects, parsed into any `Deserialize` type), [`meta`] (metadata
+//!   and declared fields only, the cheap read).
+//! - Objects: JSON with the [`object`] helpers; [`typed`] structs for the common built-in kinds
+//!   (Pod, Deployment, Service, ConfigMap, ...), light and lossless; `CustomResource` (feature
+//!   `derive`) for your own kinds; the full `k8s-openapi` types as `k8s` (feature `k8s`, which
+//!   makes a plugin several times larger).
+//! - Writing: [`Outcome`]'s builders (create, apply, delete, status, events) and [`patch`]
+//!   (adopt, release, finalizers, guarded patches); [`Deletion`] for deletes with preconditions.
+//! - Controller patterns: [`children`] (declare a parent's children, get the applies and deletes,
+//!   Metacontroller style), [`conditions`] (status conditions with Go's `meta` semantics),
+//!   [`time`] (Kubernetes timestamps, the wall clock).
 
 extern crate self as wasmloop_sdk;
 

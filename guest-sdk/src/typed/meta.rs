@@ -80,8 +80,8 @@ impl ObjectMeta {
 
 /// A typed object of one kind: its `apiVersion`, `kind` and scope, and its metadata.
 ///
-/// Implemented by the types of [`crate::typed`] and by the [`CustomResource`](crate::CustomResource)
-/// derive.
+/// Implemented by the types of [`crate::typed`] and by the `CustomResource` derive (feature
+/// `derive`).
 pub trait Resource: Serialize + DeserializeOwned {
     /// `apiVersion`, e.g. `apps/v1`.
     const API_VERSION: &'static str;

@@ -32,8 +32,8 @@
 //! assert_eq!(d.key(), Deployment::KIND_REF.key(Some("shop"), "web"));
 //! ```
 //!
-//! The [`CustomResource`](crate::CustomResource) derive (feature `derive`) builds the same kind
-//! of type for a custom resource.
+//! The `CustomResource` derive (`wasmloop_sdk::CustomResource`, feature `derive`) builds the same
+//! kind of type for a custom resource.
 
 mod apps;
 mod batch;
