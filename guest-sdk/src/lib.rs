@@ -84,6 +84,11 @@ pub mod embed;
 /// `#[derive(CustomResource)]` (feature `derive`): a custom resource's object type from its
 /// spec struct, with [`typed::ObjectMeta`] metadata and [`typed::Resource`].
 ///
+/// `#[resource(group = "...", version = "...", kind = "...")]` names the kind; add `namespaced`
+/// for a namespaced one and `status = "Type"` for a status. The generated type keeps unknown
+/// top-level and metadata fields; the spec and status keep theirs only if they say so
+/// (`#[serde(flatten)] extra: serde_json::Map<String, serde_json::Value>`).
+///
 /// ```
 /// use serde::{Deserialize, Serialize};
 /// use wasmloop_sdk::typed::Resource;

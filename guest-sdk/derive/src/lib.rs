@@ -21,7 +21,8 @@ use syn::{Data, DeriveInput, Error, LitStr, Type};
 /// spec)`, and `wasmloop_sdk::typed::Resource` (the kind's `KIND_REF`, `key()`, metadata).
 /// `group` (empty for none), `version` and `kind` are required; `namespaced` (cluster-scoped
 /// without it) and `status` (a type, none without it) are optional. The spec and status types
-/// must implement `Clone`, `Debug`, `Serialize` and `Deserialize`.
+/// must implement `Clone`, `Debug`, `Serialize` and `Deserialize`; they keep unknown fields only
+/// if they have a `#[serde(flatten)]` map for them.
 #[proc_macro_derive(CustomResource, attributes(resource))]
 pub fn derive_custom_resource(input: TokenStream) -> TokenStream {
     let input = syn::parse_macro_input!(input as DeriveInput);

@@ -32,6 +32,12 @@
 //! assert_eq!(d.key(), Deployment::KIND_REF.key(Some("shop"), "web"));
 //! ```
 //!
+//! A note on writing: the host's apply is a forced server-side apply, which makes the plugin the
+//! owner of every field the object carries. Apply objects built with the fields you manage
+//! (`new` and the fields you set, as above), not whole objects read from the cache: those carry
+//! other managers' fields (an autoscaler's `replicas`) and their `resourceVersion`. To change a
+//! field of an object you read, patch it ([`Outcome::merge_patch`](crate::Outcome::merge_patch)).
+//!
 //! The `CustomResource` derive (`wasmloop_sdk::CustomResource`, feature `derive`) builds the same
 //! kind of type for a custom resource.
 
