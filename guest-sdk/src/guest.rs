@@ -173,8 +173,8 @@ fn wit_outcome(outcome: Outcome) -> Result<wit::Outcome, Error> {
         actions.push(match a {
             Action::Create(v) => wit::Action::Create(serde_json::to_string(&v)?),
             Action::Apply(v) => wit::Action::Apply(serde_json::to_string(&v)?),
-            Action::Delete(k) => {
-                wit::Action::Delete(wit::Deletion { key: wit_key(k), preconditions: wit_preconditions(Default::default()) })
+            Action::Delete(d) => {
+                wit::Action::Delete(wit::Deletion { key: wit_key(d.key), preconditions: wit_preconditions(d.preconditions) })
             }
             Action::Patch(p) => wit::Action::Patch(wit::Patch {
                 key: wit_key(p.key),

@@ -7,6 +7,7 @@ use serde_json::{Map, Value, json};
 
 use crate::error::Error;
 use crate::object;
+use crate::patch::Preconditions;
 use crate::types::ObjectKey;
 
 /// `Normal` or `Warning`, as in Kubernetes Events.
@@ -31,6 +32,49 @@ pub struct Event {
     pub message: String,
 }
 
+/// A deletion: which object, and the conditions the API server checks first (a mismatch is a
+/// conflict: nothing is deleted and the host reconciles the key again once its cache has caught
+/// up), built like a [`Patch`](crate::Patch):
+///
+/// ```
+/// use wasmloop_sdk::{kinds, Deletion, Outcome};
+/// // Delete the ConfigMap only if it is still the one read (not deleted and re-created).
+/// let out = Outcome::new().deletion(Deletion::new(kinds::CONFIG_MAP.key(Some("ns"), "c")).if_uid("uid-1"));
+/// assert_eq!(out.deletions().next().unwrap().preconditions.uid.as_deref(), Some("uid-1"));
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Deletion {
+    /// The object to delete.
+    pub key: ObjectKey,
+    /// Checked by the API server before deleting.
+    pub preconditions: Preconditions,
+}
+
+impl Deletion {
+    /// Delete the object with this key, whatever it is now.
+    pub fn new(key: ObjectKey) -> Self {
+        Self { key, preconditions: Preconditions::default() }
+    }
+
+    /// Only if the object still has this uid (it was not deleted and re-created under its name).
+    pub fn if_uid(mut self, uid: impl Into<String>) -> Self {
+        self.preconditions.uid = Some(uid.into());
+        self
+    }
+
+    /// Only if the object is unchanged since it had this resourceVersion.
+    pub fn if_resource_version(mut self, rv: impl Into<String>) -> Self {
+        self.preconditions.resource_version = Some(rv.into());
+        self
+    }
+}
+
+impl From<ObjectKey> for Deletion {
+    fn from(key: ObjectKey) -> Self {
+        Self::new(key)
+    }
+}
+
 /// One thing for the host to do. The host makes each idempotent: creating an existing object
 /// and deleting a missing one count as done.
 #[derive(Clone, Debug, PartialEq)]
@@ -39,8 +83,8 @@ pub enum Action {
     Create(Value),
     /// Server-side apply of the object (field manager = the plugin's name).
     Apply(Value),
-    /// Delete the object.
-    Delete(ObjectKey),
+    /// Delete the object (background propagation), if its preconditions hold.
+    Delete(Deletion),
     /// JSON merge patch of `.status` through the `/status` subresource: fields given are set,
     /// fields given as null are removed, others are kept.
     UpdateStatus {
@@ -139,12 +183,17 @@ impl Outcome {
 
     /// Delete `obj` (its key is taken from it).
     pub fn delete(self, obj: &impl Serialize) -> Self {
-        self.with_object("delete", obj, |v| Ok(Action::Delete(object::key(&v)?)))
+        self.with_object("delete", obj, |v| Ok(Action::Delete(Deletion::new(object::key(&v)?))))
     }
 
     /// Delete the object with this key.
-    pub fn delete_key(mut self, key: ObjectKey) -> Self {
-        self.actions.push(Action::Delete(key));
+    pub fn delete_key(self, key: ObjectKey) -> Self {
+        self.deletion(Deletion::new(key))
+    }
+
+    /// Delete an object if the deletion's preconditions hold (see [`Deletion`]).
+    pub fn deletion(mut self, deletion: Deletion) -> Self {
+        self.actions.push(Action::Delete(deletion));
         self
     }
 
@@ -223,8 +272,13 @@ impl Outcome {
 
     /// Keys of objects to delete.
     pub fn deleted(&self) -> impl Iterator<Item = &ObjectKey> {
+        self.deletions().map(|d| &d.key)
+    }
+
+    /// Deletions, with their preconditions.
+    pub fn deletions(&self) -> impl Iterator<Item = &Deletion> {
         self.actions.iter().filter_map(|a| match a {
-            Action::Delete(k) => Some(k),
+            Action::Delete(d) => Some(d),
             _ => None,
         })
     }
@@ -287,7 +341,7 @@ fn check_type(v: &Value) -> Result<(), String> {
 }
 
 /// The owner's namespace and a controller reference to it.
-fn controller_ref(owner: &Value) -> Result<(Option<String>, Value), String> {
+pub(crate) fn controller_ref(owner: &Value) -> Result<(Option<String>, Value), String> {
     let key = object::key(owner).map_err(|e| format!("owner: {e}"))?;
     let uid = object::uid(owner).filter(|u| !u.is_empty()).ok_or_else(|| format!("owner {key} has no metadata.uid"))?;
     let r = json!({
@@ -301,7 +355,9 @@ fn controller_ref(owner: &Value) -> Result<(Option<String>, Value), String> {
     Ok((key.namespace, r))
 }
 
-fn set_owner(mut child: Value, owner_ns: Option<&str>, owner_ref: Value) -> Result<Value, String> {
+/// `child` in `owner_ns` (if it names no namespace) with `owner_ref` as its controller; an error
+/// if it is in another namespace or already has another controller.
+pub(crate) fn set_owner(mut child: Value, owner_ns: Option<&str>, owner_ref: Value) -> Result<Value, String> {
     let Some(obj) = child.as_object_mut() else {
         return Err("child is not a JSON object".into());
     };

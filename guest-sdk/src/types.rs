@@ -142,7 +142,7 @@ impl Metadata {
         self
     }
 
-    /// Declare a field of `kind` for metadata reads: [`crate::meta::ObjectMeta::field`]`(i)`
+    /// Declare a field of `kind` for metadata reads: [`crate::meta::Meta::field`]`(i)`
     /// reads the i-th field declared for that kind. The kind must be readable.
     pub fn field(mut self, kind: KindRef, path: impl Into<String>) -> Self {
         self.fields.push(Field { kind, path: path.into() });

@@ -51,7 +51,7 @@ use crate::log::Level;
 use crate::meta::Meta;
 use crate::native::{self, Backend};
 use crate::object;
-use crate::outcome::{Action, Event, Outcome};
+use crate::outcome::{Action, Deletion, Event, Outcome};
 use crate::types::{KindRef, Metadata, ObjectKey, Request};
 use crate::{Error, Reconciler};
 
@@ -253,9 +253,11 @@ impl FakeCache {
                     };
                     self.insert(merged);
                 }
-                Action::Delete(key) => {
-                    // As the API server: an object with finalizers is only marked for deletion.
+                Action::Delete(Deletion { key, preconditions }) => {
+                    // As the API server: a failed precondition deletes nothing (a conflict), an
+                    // object with finalizers is only marked for deletion.
                     match self.get(key) {
+                        Some(obj) if !preconditions_hold(preconditions, &obj) => {}
                         Some(mut obj) if has_finalizers(&obj) => {
                             if obj.pointer("/metadata/deletionTimestamp").is_none() {
                                 obj["metadata"]["deletionTimestamp"] = "1970-01-01T00:00:00Z".into();
@@ -288,11 +290,7 @@ impl FakeCache {
     fn apply_patch(&self, p: &crate::patch::Patch) {
         let Some(mut current) = self.get(&p.key) else { return };
         let meta = |obj: &Value, f: &str| obj.pointer(&format!("/metadata/{f}")).and_then(Value::as_str).map(str::to_owned);
-        let pre = &p.preconditions;
-        if pre.uid.is_some() && pre.uid != meta(&current, "uid") {
-            return;
-        }
-        if pre.resource_version.is_some() && pre.resource_version != meta(&current, "resourceVersion") {
+        if !preconditions_hold(&p.preconditions, &current) {
             return;
         }
         let mut patched = current.clone();
@@ -542,6 +540,15 @@ mod selector {
     pub(super) fn parse(s: &str) -> Result<Selector, String> {
         Selector::parse(s).map_err(|e| e.reason)
     }
+}
+
+/// Whether `obj` is the object the preconditions name (same uid and resourceVersion, where given;
+/// the host reads an empty precondition as none).
+fn preconditions_hold(pre: &crate::patch::Preconditions, obj: &Value) -> bool {
+    let holds = |want: &Option<String>, f: &str| {
+        want.as_deref().filter(|w| !w.is_empty()).is_none_or(|w| obj.pointer(&format!("/metadata/{f}")).and_then(Value::as_str) == Some(w))
+    };
+    holds(&pre.uid, "uid") && holds(&pre.resource_version, "resourceVersion")
 }
 
 fn has_finalizers(obj: &Value) -> bool {

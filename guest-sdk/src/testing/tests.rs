@@ -199,6 +199,23 @@ fn execute_plays_the_host() {
 }
 
 #[test]
+fn deletes_check_their_preconditions() {
+    let f = fake();
+    let key = kinds::POD.key(Some("prod"), "web-0");
+    let other = crate::Deletion::new(key.clone()).if_uid("not-its-uid");
+    f.execute(&Outcome::new().deletion(other).deletion(crate::Deletion::new(key.clone()).if_resource_version("7")));
+    assert!(f.get(&key).is_some(), "a failed precondition deletes nothing");
+    // An empty precondition is none, as the host reads it.
+    f.execute(&Outcome::new().deletion(crate::Deletion::new(key.clone()).if_uid("")));
+    assert!(f.get(&key).is_none());
+    let rs = kinds::REPLICA_SET.key(Some("prod"), "web");
+    let out = Outcome::new().deletion(crate::Deletion::new(rs.clone()).if_uid("rs-1"));
+    assert_eq!(out.deleted().collect::<Vec<_>>(), [&rs]);
+    f.execute(&out);
+    assert!(f.get(&rs).is_none());
+}
+
+#[test]
 #[should_panic(expected = "only reconciles keys of the reconciled kind")]
 fn reconciling_another_kind_is_a_test_bug() {
     let _ = fake().reconcile::<Probe>(&kinds::POD.key(Some("prod"), "web-0"));

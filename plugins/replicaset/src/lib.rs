@@ -30,12 +30,11 @@
 
 mod model;
 mod rank;
-mod time;
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::{Map, Value, json};
-use wasmloop_sdk::{Error, Metadata, ObjectKey, Outcome, Patch, Reconciler, Request, ResultExt, cache, kinds};
+use wasmloop_sdk::{Error, Metadata, ObjectKey, Outcome, Patch, Reconciler, Request, ResultExt, cache, kinds, time};
 
 use model::{Pod, ReplicaSet, RsStatus};
 
