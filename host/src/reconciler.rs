@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use crate::actions::Action;
+use crate::actions::{OutcomeError, Planned};
 use crate::cache::SharedCache;
 use crate::kinds::KindRef;
 
@@ -11,19 +11,88 @@ pub use wasmloop_model::{Reason, Request};
 /// What a successful reconcile returns.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Outcome {
-    pub actions: Vec<Action>,
+    /// The actions, checked, in the order they are to be executed.
+    pub actions: Vec<Planned>,
+    /// Reconcile the key again after this long.
     pub requeue_after: Option<Duration>,
 }
 
-/// A failed reconcile.
-#[derive(Debug, thiserror::Error, Clone, PartialEq)]
-pub enum ReconcileError {
-    /// Retried with exponential backoff.
-    #[error("transient: {0}")]
-    Transient(String),
-    /// Not retried until the object (or something mapped to it) changes.
-    #[error("permanent: {0}")]
-    Permanent(String),
+/// How a failed reconcile is retried.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Retry {
+    /// With per-key exponential backoff (a transient error).
+    Backoff,
+    /// Not until the object, or something mapped to it, changes (a permanent error).
+    WhenChanged,
+}
+
+/// Why a reconcile failed.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum Cause {
+    /// The reconciler's own error.
+    #[error("{0}")]
+    Reconciler(String),
+    /// The outcome breaks the contract.
+    #[error("plugin {plugin} returned an invalid outcome: {source}")]
+    InvalidOutcome {
+        /// The plugin.
+        plugin: String,
+        /// The first thing wrong with it.
+        #[source]
+        source: OutcomeError,
+    },
+    /// The sandbox stopped the call (a trap, the deadline, the memory cap, the read budget) or
+    /// the reconciler panicked: the text says which.
+    #[error("{0}")]
+    Stopped(String),
+}
+
+/// A failed reconcile: how it is retried, why, and the actions to execute anyway (a Warning
+/// Event, a status condition saying why: contract 0.3). The error still drives the backoff,
+/// the next request's `last-error` and the error metrics.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{cause}")]
+pub struct ReconcileError {
+    /// How it is retried.
+    pub retry: Retry,
+    /// Why it failed.
+    pub cause: Cause,
+    /// Actions to execute anyway, checked as an outcome's are.
+    pub actions: Vec<Planned>,
+}
+
+impl ReconcileError {
+    /// A failure retried with backoff.
+    pub fn transient(cause: Cause) -> Self {
+        Self { retry: Retry::Backoff, cause, actions: Vec::new() }
+    }
+
+    /// A failure not retried until something changes.
+    pub fn permanent(cause: Cause) -> Self {
+        Self { retry: Retry::WhenChanged, cause, actions: Vec::new() }
+    }
+
+    /// The reconciler's own transient error.
+    pub fn reconciler_transient(message: impl Into<String>) -> Self {
+        Self::transient(Cause::Reconciler(message.into()))
+    }
+
+    /// The reconciler's own permanent error.
+    pub fn reconciler_permanent(message: impl Into<String>) -> Self {
+        Self::permanent(Cause::Reconciler(message.into()))
+    }
+
+    /// The same failure, with actions to execute anyway.
+    #[must_use]
+    pub fn with_actions(mut self, actions: Vec<Planned>) -> Self {
+        self.actions = actions;
+        self
+    }
+
+    /// Whether it is retried with backoff.
+    pub fn is_transient(&self) -> bool {
+        self.retry == Retry::Backoff
+    }
 }
 
 /// How events on a watched kind map to keys of the reconciled kind.

@@ -336,6 +336,7 @@ pub async fn admit_and_execute(
     let cache = wasmloop::cache::CacheView::new();
     let ctx =
         wasmloop::admission::Context { grants: &grants, cache: &cache, client: Some(executor.writer().client()), manager, budget: None };
-    let admitted = executor.admission().admit(ctx, vec![action]).await.unwrap_or_else(|e| panic!("admission refused a test action: {e}"));
+    let planned = wasmloop::actions::Planned::new(action).unwrap_or_else(|e| panic!("an invalid test action: {e}"));
+    let admitted = executor.admission().admit(ctx, vec![planned]).await.unwrap_or_else(|e| panic!("admission refused a test action: {e}"));
     executor.execute(manager, &admitted.actions()[0], executor.fence()).await
 }

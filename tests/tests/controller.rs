@@ -75,7 +75,7 @@ impl Reconciler for Recorder {
     fn reconcile(&self, req: &Request, cache: &SharedCache) -> Result<Outcome, ReconcileError> {
         let found = cache
             .get(&req.key.kind, req.key.namespace.as_deref(), &req.key.name)
-            .map_err(|e| ReconcileError::Transient(e.to_string()))?
+            .map_err(|e| ReconcileError::reconciler_transient(e.to_string()))?
             .is_some();
         self.calls.lock().push(Call { name: req.key.name.clone(), reason: req.reason, found, at: Instant::now() });
         let gate = self.hold.lock().as_ref().filter(|(n, _)| *n == req.key.name).map(|(_, b)| b.clone());
@@ -87,7 +87,7 @@ impl Reconciler for Recorder {
         let mut fail = self.fail_first.lock();
         if let Some(n) = fail.get_mut(&req.key.name).filter(|n| **n > 0) {
             *n -= 1;
-            return Err(ReconcileError::Transient(format!("injected failure, {n} left")));
+            return Err(ReconcileError::reconciler_transient(format!("injected failure, {n} left")));
         }
         Ok(Outcome::default())
     }

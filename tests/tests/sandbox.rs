@@ -11,7 +11,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use wasmloop::actions::Action;
+use wasmloop::actions::{Action, Planned};
 use wasmloop::cache::{CacheView, SharedCache};
 use wasmloop::controller::{Outcome, Reason, ReconcileError, Reconciler, Request};
 use wasmloop::grants::Grants;
@@ -74,7 +74,10 @@ fn request(ns: &str, name: &str) -> Request {
 
 fn status_of(outcome: &Outcome) -> &Value {
     match outcome.actions.as_slice() {
-        [Action::UpdateStatus { status, .. }] => status,
+        [one] => match one.action() {
+            Action::UpdateStatus { status, .. } => status,
+            other => panic!("expected an update-status, got {other:?}"),
+        },
         other => panic!("expected one update-status, got {other:?}"),
     }
 }
@@ -89,14 +92,14 @@ fn assert_echo_works() {
 
 fn transient(r: Result<Outcome, ReconcileError>) -> String {
     match r {
-        Err(ReconcileError::Transient(m)) => m,
+        Err(e) if e.is_transient() => e.to_string(),
         other => panic!("expected a transient error, got {other:?}"),
     }
 }
 
 fn permanent(r: Result<Outcome, ReconcileError>) -> String {
     match r {
-        Err(ReconcileError::Permanent(m)) => m,
+        Err(e) if !e.is_transient() => e.to_string(),
         other => panic!("expected a permanent error, got {other:?}"),
     }
 }
@@ -292,7 +295,7 @@ fn reads_outside_the_grants_are_refused_inside_the_guest() {
     let secret = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"namespace": "shop", "name": "admin-token"}});
     let cache = cache_of(vec![config_map("shop", "probe", json!({})), config_map("kube-system", "cluster-config", json!({})), secret]);
     let outcome = plugin.reconcile(&request("shop", "probe"), &cache).unwrap();
-    let Some(Action::Event { message, reason, .. }) = outcome.actions.first() else {
+    let Some(Action::Event { message, reason, .. }) = outcome.actions.first().map(Planned::action) else {
         panic!("expected an event, got {:?}", outcome.actions)
     };
     assert_eq!(reason, "ReadOutsideGrant");

@@ -1,16 +1,16 @@
-//! The actions a reconciler returns.
+//! The actions a reconciler returns, in the contract's terms (what `wasmloop reconcile` prints).
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-
-use wasmloop_model::{Naming, Target, TargetError, Verb};
 
 use crate::kinds::ObjectKey;
 
 /// `Normal` or `Warning`, as in Kubernetes Events.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum EventType {
+    /// Routine.
     Normal,
+    /// Something needs attention.
     Warning,
 }
 
@@ -18,13 +18,16 @@ pub enum EventType {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Preconditions {
+    /// The object must still be this one (not deleted and re-created under its name).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub uid: Option<String>,
+    /// The object must be unchanged since the plugin read it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resource_version: Option<String>,
 }
 
 impl Preconditions {
+    /// Whether there are none.
     pub fn is_empty(&self) -> bool {
         self.uid.is_none() && self.resource_version.is_none()
     }
@@ -77,40 +80,8 @@ pub enum Action {
 }
 
 impl Action {
-    /// The grant this action needs: the one verb of grants, refusals, logs and metrics.
-    pub fn verb(&self) -> Verb {
-        match self {
-            Action::Create { .. } => Verb::Create,
-            Action::Apply { .. } => Verb::Apply,
-            Action::Delete { .. } => Verb::Delete,
-            Action::UpdateStatus { .. } | Action::Patch { status: true, .. } => Verb::UpdateStatus,
-            Action::Event { .. } => Verb::Event,
-            Action::Patch { .. } => Verb::Patch,
-        }
-    }
-
     /// Delete `key` without preconditions.
     pub fn delete(key: ObjectKey) -> Self {
         Action::Delete { key, preconditions: Preconditions::default() }
-    }
-
-    /// The object a create or delete makes appear or disappear (for expectations).
-    pub fn is_create_or_delete(&self) -> bool {
-        matches!(self, Action::Create { .. } | Action::Delete { .. })
-    }
-}
-
-impl Action {
-    /// The object this action touches: the one rule (see `wasmloop_model::target`) that the
-    /// outcome conversion, admission and the executor all use.
-    pub fn target(&self) -> Result<Target, TargetError> {
-        match self {
-            Action::Create { object } => Target::of_object(object, Naming::NameOrGenerate),
-            Action::Apply { object } => Target::of_object(object, Naming::NameOnly("apply")),
-            Action::Delete { key, .. }
-            | Action::UpdateStatus { key, .. }
-            | Action::Event { regarding: key, .. }
-            | Action::Patch { key, .. } => Target::of_key(key),
-        }
     }
 }

@@ -38,7 +38,8 @@ fn admit(admission: &Admission, action: Action) -> Result<(), Error> {
     let grants = Grants::all().named("fuzz");
     let cache = CacheView::new();
     let ctx = Context { grants: &grants, cache: &cache, client: None, manager: "fuzz", budget: None };
-    futures::executor::block_on(admission.admit(ctx, vec![action])).map(|_| ())
+    let planned = crate::actions::Planned::new(action).expect("the fuzzer's actions are valid");
+    futures::executor::block_on(admission.admit(ctx, vec![planned])).map(|_| ())
 }
 
 // --- the oracle: the rules, read plainly -------------------------------------------------------

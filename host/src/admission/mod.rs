@@ -36,10 +36,9 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;
 
-use serde_json::Value;
 use wasmloop_model::{Target, TargetError, Verb};
 
-use crate::actions::{Action, Preconditions};
+use crate::actions::{Action, Planned, Preconditions};
 use crate::cache::CacheRead;
 use crate::grants::{self, Grants};
 use crate::kinds::{self, KindRef, KindResolver, ResolvedKind};
@@ -167,30 +166,34 @@ impl fmt::Debug for Admission {
     }
 }
 
-/// One admitted action: what it writes, derived once, for the executor to send as is.
+/// One admitted action: the planned action, the kind discovery resolved for it and what its
+/// write must carry, for the executor to send as is.
 #[derive(Clone, Debug)]
 pub struct AdmittedAction {
-    action: Action,
-    target: Target,
-    verb: Verb,
+    planned: Planned,
     kind: Option<ResolvedKind>,
     guard: Guard,
 }
 
 impl AdmittedAction {
+    /// The action, with its target and verb.
+    pub fn planned(&self) -> &Planned {
+        &self.planned
+    }
+
     /// The action as the plugin returned it.
     pub fn action(&self) -> &Action {
-        &self.action
+        self.planned.action()
     }
 
     /// The object it touches.
     pub fn target(&self) -> &Target {
-        &self.target
+        self.planned.target()
     }
 
     /// The grant it needed.
     pub fn verb(&self) -> Verb {
-        self.verb
+        self.planned.verb()
     }
 
     /// The kind as discovery resolved it (`None` offline).
@@ -201,7 +204,7 @@ impl AdmittedAction {
     /// The preconditions to send: the plugin's, plus the resourceVersion its result was
     /// checked on (admission made sure they agree).
     pub fn preconditions(&self) -> Preconditions {
-        let mut pre = match &self.action {
+        let mut pre = match self.action() {
             Action::Delete { preconditions, .. } | Action::Patch { preconditions, .. } => preconditions.clone(),
             _ => Preconditions::default(),
         };
@@ -213,7 +216,7 @@ impl AdmittedAction {
 
     /// The resourceVersion a server-side apply must carry (its result was checked on it).
     pub fn apply_resource_version(&self) -> Option<&str> {
-        match (&self.action, &self.guard) {
+        match (self.action(), &self.guard) {
             (Action::Apply { .. }, Guard::ResourceVersion(rv)) => Some(rv),
             _ => None,
         }
@@ -255,7 +258,7 @@ impl Admission {
     }
 
     /// Admit every action of an outcome, or none.
-    pub async fn admit(&self, ctx: Context<'_>, actions: Vec<Action>) -> Result<Admitted> {
+    pub async fn admit(&self, ctx: Context<'_>, actions: Vec<Planned>) -> Result<Admitted> {
         let mut admitted = Vec::with_capacity(actions.len());
         for (index, action) in actions.into_iter().enumerate() {
             admitted.push(self.admit_one(ctx, index, action).await?);
@@ -263,45 +266,42 @@ impl Admission {
         Ok(Admitted { actions: admitted })
     }
 
-    async fn admit_one(&self, ctx: Context<'_>, index: usize, action: Action) -> Result<AdmittedAction> {
-        let verb = action.verb();
+    async fn admit_one(&self, ctx: Context<'_>, index: usize, planned: Planned) -> Result<AdmittedAction> {
+        let (verb, target, action) = (planned.verb(), planned.target(), planned.action());
         let refuse = |target: String, reason: Reason| Error::Refused(Box::new(Refusal { index, verb, target, reason }));
-        let target = match action.target() {
-            Ok(target) => target,
-            Err(e) => return Err(refuse(describe_unchecked(&action), e.into())),
-        };
         let shown = target.to_string();
-        let kind = target.kind.clone();
-        let resolved = self.scopes.resolve(&kind).await.map_err(|e| refuse(shown.clone(), e.into()))?;
+        let kind = &target.kind;
+        let resolved = self.scopes.resolve(kind).await.map_err(|e| refuse(shown.clone(), e.into()))?;
         let namespaced = match &resolved {
             Some(r) => Some(r.namespaced),
-            None => self.scopes.namespaced(&kind).await.map_err(|e| refuse(shown.clone(), e.into()))?,
+            None => self.scopes.namespaced(kind).await.map_err(|e| refuse(shown.clone(), e.into()))?,
         };
         if let Some(namespaced) = namespaced {
             target.check_scope(namespaced).map_err(|e| refuse(shown.clone(), e.into()))?;
         }
-        ctx.grants.check_target(verb, &target).map_err(|e| refuse(shown.clone(), e.into()))?;
+        ctx.grants.check_target(verb, target).map_err(|e| refuse(shown.clone(), e.into()))?;
         if verb == Verb::Event {
             // An Event writes nothing of its subject: only who it is about is checked.
-            check_regarding(ctx.grants, &kind, &target).map_err(|e| refuse(shown.clone(), e))?;
-            return Ok(AdmittedAction { action, target, verb, kind: resolved, guard: Guard::None });
+            check_regarding(ctx.grants, kind, target).map_err(|e| refuse(shown.clone(), e))?;
+            return Ok(AdmittedAction { planned, kind: resolved, guard: Guard::None });
         }
-        self.protected.check_target(&target).map_err(|e| refuse(shown.clone(), e.into()))?;
+        self.protected.check_target(target).map_err(|e| refuse(shown.clone(), e.into()))?;
         let unverifiable = |why: String| Error::Unverifiable { index, verb, target: shown.clone(), why };
-        let stores = if rbac::is_rbac(&target) { self.protected.rbac_stores().await.map_err(unverifiable)? } else { None };
+        let stores = if rbac::is_rbac(target) { self.protected.rbac_stores().await.map_err(unverifiable)? } else { None };
         let failed = |e| match e {
             result::Error::Invalid(invalid) => refuse(shown.clone(), invalid.into()),
             result::Error::Unverifiable(why) => Error::Unverifiable { index, verb, target: shown.clone(), why },
             result::Error::Conflict(why) => Error::Conflict { index, verb, target: shown.clone(), why },
         };
-        let mut effect = result::effect(stores, &action, &target).map_err(failed)?;
-        self.protected.check_effect(stores, &target, &effect).map_err(|e| refuse(shown.clone(), e.into()))?;
-        if result::needs_dry_run(stores, &action, &target) {
-            effect = result::dry_run(ctx, &action, &target, resolved.as_ref(), effect.before).await.map_err(failed)?;
-            self.protected.check_effect(stores, &target, &effect).map_err(|e| refuse(shown.clone(), e.into()))?;
+        let mut effect = result::effect(stores, action, target).map_err(failed)?;
+        self.protected.check_effect(stores, target, &effect).map_err(|e| refuse(shown.clone(), e.into()))?;
+        if result::needs_dry_run(stores, action, target) {
+            effect = result::dry_run(ctx, action, target, resolved.as_ref(), effect.before).await.map_err(failed)?;
+            self.protected.check_effect(stores, target, &effect).map_err(|e| refuse(shown.clone(), e.into()))?;
         }
-        owners::check_added(&self.scopes, ctx, &target, &effect).await.map_err(|e| refuse(shown, e))?;
-        Ok(AdmittedAction { action, target, verb, kind: resolved, guard: effect.guard })
+        owners::check_added(&self.scopes, ctx, target, &effect).await.map_err(|e| refuse(shown, e))?;
+        let guard = effect.guard;
+        Ok(AdmittedAction { planned, kind: resolved, guard })
     }
 }
 
@@ -310,19 +310,5 @@ fn check_regarding(grants: &Grants, kind: &KindRef, target: &Target) -> Result<(
         Ok(())
     } else {
         Err(Reason::EventRegarding(format!("no read grant on {target}")))
-    }
-}
-
-/// A best-effort description of an action whose target is invalid.
-fn describe_unchecked(action: &Action) -> String {
-    match action {
-        Action::Create { object } | Action::Apply { object } => {
-            let s = |p: &str| object.pointer(p).and_then(Value::as_str).unwrap_or("?");
-            format!("{}/{} {}", s("/apiVersion"), s("/kind"), s("/metadata/name"))
-        }
-        Action::Delete { key, .. }
-        | Action::UpdateStatus { key, .. }
-        | Action::Event { regarding: key, .. }
-        | Action::Patch { key, .. } => key.to_string(),
     }
 }

@@ -165,12 +165,11 @@ fn no_such_object(key: &ObjectKey, view: &CacheView) -> String {
 
 /// Kinds the actions write or own through whose scope neither the built-in table nor a CRD
 /// given says: their namespace is taken as the action states it, where the host would know.
-fn unknown_scopes(actions: &[wasmloop::actions::Action], scopes: &BTreeMap<(String, String), bool>) -> Vec<String> {
+fn unknown_scopes(actions: &[wasmloop::actions::Planned], scopes: &BTreeMap<(String, String), bool>) -> Vec<String> {
     let mut unknown = BTreeSet::new();
     for action in actions {
-        let Ok(target) = action.target() else { continue };
-        let mut kinds = vec![target.kind];
-        let written = wasmloop::admission::result::written(action);
+        let mut kinds = vec![action.target().kind.clone()];
+        let written = wasmloop::admission::result::written(action.action());
         if let Some(body) = written.value()
             && let Some(refs) = body.pointer("/metadata/ownerReferences").and_then(Value::as_array)
         {
@@ -339,10 +338,11 @@ mod tests {
         let owner = fill_defaults(json!({"apiVersion": "example.com/v1", "kind": "Fleet", "metadata": {"name": "f1"}}));
         let view = CacheView::from_objects(vec![owner, fill_defaults(crd)]).unwrap();
         // A ConfigMap in team-a owned by the cluster-scoped Fleet f1, as the host admits it.
-        let child = Action::Create {
+        let child = wasmloop::actions::Planned::new(Action::Create {
             object: json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "namespace": "team-a",
                 "ownerReferences": [{"apiVersion": "example.com/v1", "kind": "Fleet", "name": "f1", "uid": "uid--f1"}]}}),
-        };
+        })
+        .unwrap();
         let grants = Grants::all().named("");
         let given = Admission::new(Scopes::Given(Arc::new(scopes.clone())), Protected::minimal());
         let ctx = wasmloop::admission::Context { grants: &grants, cache: &view, client: None, manager: "p", budget: None };

@@ -22,7 +22,7 @@ pub mod slow_start;
 
 /// The reconciler contract, re-exported where controllers are built.
 pub use crate::reconciler::{
-    FieldDecl, IndexDecl, Mapping, Outcome, Reason, ReconcileError, Reconciler, ReconcilerSpec, Request, WatchSpec,
+    Cause, FieldDecl, IndexDecl, Mapping, Outcome, Reason, ReconcileError, Reconciler, ReconcilerSpec, Request, Retry, WatchSpec,
 };
 pub use expectations::Expectations;
 pub use metrics::ControllerMetrics;
@@ -37,7 +37,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tracing::{Instrument, debug, info, info_span, warn};
 
-use crate::actions::{Action, EventType};
+use crate::actions::{Action, EventType, Planned};
 use crate::admission::{self, AdmittedAction};
 use crate::cache::{self, CacheRead, CacheView, IndexSpec, Selector};
 use crate::executor::{self, Executed, Executor};
@@ -562,19 +562,18 @@ impl Inner {
         let view: cache::SharedCache = current.view.clone();
         let result = tokio::task::spawn_blocking(move || reconciler.reconcile(&request, &view))
             .await
-            .unwrap_or_else(|e| Err(ReconcileError::Transient(format!("reconciler panicked: {e}"))));
+            .unwrap_or_else(|e| Err(ReconcileError::transient(Cause::Stopped(format!("reconciler panicked: {e}")))));
         // The actions returned, for the reconcile line (only when someone reads it).
         let returned = match &result {
             Ok(outcome) if tracing::enabled!(target: RECONCILE_LOG, tracing::Level::DEBUG) => Some(summarize(&outcome.actions)),
+            Err(e) if !e.actions.is_empty() && tracing::enabled!(target: RECONCILE_LOG, tracing::Level::DEBUG) => {
+                Some(summarize(&e.actions))
+            }
             _ => None,
         };
         let result = match result {
             Ok(outcome) => self.execute(key, &current, outcome).await,
-            Err(ReconcileError::Permanent(msg)) => {
-                self.report(key, "ReconcileFailed", &format!("{}: {msg}", self.name)).await;
-                Err(Failed::Permanent(msg))
-            }
-            Err(ReconcileError::Transient(msg)) => Err(Failed::Transient(msg)),
+            Err(error) => self.failed(key, &current, error).await,
         };
         self.metrics.worker_finished(&self.name, started.elapsed(), result_label(&result));
         if tracing::enabled!(target: RECONCILE_LOG, tracing::Level::DEBUG) {
@@ -611,6 +610,26 @@ impl Inner {
                 warn!(error = %msg, "reconcile failed permanently; not retried until the object changes");
                 self.queue.forget(key);
             }
+        }
+    }
+
+    /// A failed reconcile: its actions (contract 0.3: Events, status conditions) are admitted and
+    /// executed as an outcome's would be, then the error decides the retry. A permanent error
+    /// is also reported as a Warning Event.
+    async fn failed(&self, key: &ObjectKey, current: &Current, error: ReconcileError) -> Result<Option<Duration>, Failed> {
+        let mut message = error.cause.to_string();
+        if !error.actions.is_empty() {
+            let outcome = Outcome { actions: error.actions, requeue_after: None };
+            if let Err(Failed::Transient(m) | Failed::Permanent(m) | Failed::Conflict(m)) = self.execute(key, current, outcome).await {
+                message = format!("{message} (and the actions returned with the error failed: {m})");
+            }
+        }
+        match error.retry {
+            Retry::WhenChanged => {
+                self.report(key, "ReconcileFailed", &format!("{}: {message}", self.name)).await;
+                Err(Failed::Permanent(message))
+            }
+            Retry::Backoff => Err(Failed::Transient(message)),
         }
     }
 
@@ -663,7 +682,7 @@ impl Inner {
         let mut done = 0;
         let mut i = 0;
         while i < actions.len() {
-            let run = actions[i..].iter().take_while(|a| a.action().is_create_or_delete()).count();
+            let run = actions[i..].iter().take_while(|a| a.planned().is_create_or_delete()).count();
             let (end, mut batch) = if run == 0 { (i + 1, 1) } else { (i + run, self.slow_start.first_batch()) };
             while i < end {
                 let this = &actions[i..end.min(i + batch)];
@@ -798,15 +817,11 @@ pub const HOST_REPORTER: &str = "wasmloop";
 pub const RECONCILE_LOG: &str = "wasmloop::reconcile";
 
 /// `create v1/ConfigMap/team-a/welcome, event v1/Namespace/team-a`, or `no actions`.
-fn summarize(actions: &[Action]) -> String {
+fn summarize(actions: &[Planned]) -> String {
     if actions.is_empty() {
         return "no actions".into();
     }
-    let one = |a: &Action| match a.target() {
-        Ok(target) => format!("{} {target}", a.verb()),
-        Err(_) => format!("{} (no valid target)", a.verb()),
-    };
-    actions.iter().map(one).collect::<Vec<_>>().join(", ")
+    actions.iter().map(|a| format!("{} {}", a.verb(), a.target())).collect::<Vec<_>>().join(", ")
 }
 
 /// How a reconcile failed, as the controller handles it.

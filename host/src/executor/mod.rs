@@ -222,10 +222,7 @@ impl Executor {
             Action::Create { object: body } => self.create(&api, &object, body).await,
             Action::Apply { object: body } => self.apply(&api, manager, &object, body, admitted.apply_resource_version()).await,
             Action::Delete { .. } => self.delete(&api, &object, &pre).await,
-            Action::Patch { status, patch_type, body, .. } => {
-                let verb = if *status { Verb::UpdateStatus } else { Verb::Patch };
-                self.patch(&api, verb, &object, *status, *patch_type, body, &pre).await
-            }
+            Action::Patch { status, patch_type, body, .. } => self.patch(&api, verb, &object, *status, *patch_type, body, &pre).await,
             Action::UpdateStatus { status, .. } => self.update_status(&api, &object, status).await,
             Action::Event { .. } => unreachable!("recorded above"),
         }

@@ -26,7 +26,7 @@ use crate::plugin::Limits;
 use crate::plugin::bindings::types as wit;
 use crate::plugin::convert::{from_sdk_outcome, spec_from_sdk_metadata, to_sdk_request};
 use crate::plugin::meta::object_meta;
-use crate::reconciler::{Outcome, ReconcileError, Reconciler, ReconcilerSpec, Request};
+use crate::reconciler::{Cause, Outcome, ReconcileError, Reconciler, ReconcilerSpec, Request};
 
 /// Why a plugin crate cannot be run.
 #[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
@@ -100,10 +100,12 @@ impl<R: sdk::Reconciler + 'static> Reconciler for SdkReconciler<R> {
         let run = || embed::reconcile_with::<R>(backend, to_sdk_request(request));
         match catch_unwind(AssertUnwindSafe(run)) {
             Ok(Ok(outcome)) => from_sdk_outcome(outcome, &self.limits)
-                .map_err(|why| ReconcileError::Permanent(format!("plugin {name} returned an invalid outcome: {why}"))),
-            Ok(Err(e)) if e.is_transient() => Err(ReconcileError::Transient(e.message().to_owned())),
-            Ok(Err(e)) => Err(ReconcileError::Permanent(e.message().to_owned())),
-            Err(panic) => Err(ReconcileError::Transient(format!("plugin {name} panicked in reconcile: {}", panic_message(&*panic)))),
+                .map_err(|source| ReconcileError::permanent(Cause::InvalidOutcome { plugin: name.clone(), source })),
+            Ok(Err(e)) if e.is_transient() => Err(ReconcileError::reconciler_transient(e.message())),
+            Ok(Err(e)) => Err(ReconcileError::reconciler_permanent(e.message())),
+            Err(panic) => {
+                Err(ReconcileError::transient(Cause::Stopped(format!("plugin {name} panicked in reconcile: {}", panic_message(&*panic)))))
+            }
         }
     }
 }
@@ -255,9 +257,9 @@ mod tests {
     use wasmloop_sdk::{Metadata, kinds, meta};
 
     use super::*;
-    use crate::actions::{Action, EventType, Preconditions};
+    use crate::actions::{Action, EventType, Planned, Preconditions};
     use crate::cache::CacheView;
-    use crate::reconciler::{FieldDecl, Mapping, Reason};
+    use crate::reconciler::{FieldDecl, Mapping, Reason, Retry};
 
     /// A small ReplicaSet-like reconciler; the key's name picks what it does.
     struct Tiny;
@@ -379,12 +381,15 @@ mod tests {
         assert_eq!(
             out,
             Outcome {
-                actions: vec![
+                actions: [
                     Action::Delete { key: pod_key("b"), preconditions: Preconditions::default() },
                     Action::Create { object: child },
                     Action::UpdateStatus { key: rs_key.clone(), status: json!({"replicas": 2}) },
                     Action::Event { regarding: rs_key, event_type: EventType::Warning, reason: "Scaled".into(), message: "up".into() },
-                ],
+                ]
+                .into_iter()
+                .map(|a| Planned::new(a).unwrap())
+                .collect(),
                 // Whole milliseconds, as the contract carries it.
                 requeue_after: Some(Duration::from_millis(1500)),
             }
@@ -395,20 +400,22 @@ mod tests {
 
     #[test]
     fn errors_map_as_on_the_wasm_path() {
-        assert_eq!(run("transient"), Err(ReconcileError::Transient("try later".into())));
-        assert_eq!(run("permanent"), Err(ReconcileError::Permanent("bad spec".into())));
-        let Err(ReconcileError::Transient(m)) = run("ungranted") else { panic!("{:?}", run("ungranted")) };
+        // How it is retried, and the message.
+        let run = |what: &str| run(what).map_err(|e| (e.retry, e.to_string()));
+        assert_eq!(run("transient"), Err((Retry::Backoff, "try later".into())));
+        assert_eq!(run("permanent"), Err((Retry::WhenChanged, "bad spec".into())));
+        let Err((Retry::Backoff, m)) = run("ungranted") else { panic!("{:?}", run("ungranted")) };
         assert!(m.contains("cache read not granted") && m.contains("v1/Secret"), "{m}");
-        let Err(ReconcileError::Transient(m)) = run("panics") else { panic!() };
+        let Err((Retry::Backoff, m)) = run("panics") else { panic!() };
         assert_eq!(m, "plugin tiny panicked in reconcile: boom");
         // Refused by the SDK's builders, and by the host's checks of the outcome.
-        let Err(ReconcileError::Permanent(m)) = run("unnamed") else { panic!() };
+        let Err((Retry::WhenChanged, m)) = run("unnamed") else { panic!() };
         assert!(m.contains("neither metadata.name nor metadata.generateName"), "{m}");
-        let Err(ReconcileError::Permanent(m)) = run("bad-status") else { panic!() };
+        let Err((Retry::WhenChanged, m)) = run("bad-status") else { panic!() };
         assert_eq!(m, "plugin tiny returned an invalid outcome: action 0 (update-status): status must be a JSON object, got a number");
-        let Err(ReconcileError::Permanent(m)) = run("subresource") else { panic!() };
+        let Err((Retry::WhenChanged, m)) = run("subresource") else { panic!() };
         assert!(m.contains("action 0 (delete)") && m.contains("subresources are not action targets"), "{m}");
-        let Err(ReconcileError::Permanent(m)) = run("many") else { panic!() };
+        let Err((Retry::WhenChanged, m)) = run("many") else { panic!() };
         assert_eq!(m, "plugin tiny returned an invalid outcome: 3 actions, more than limits.maxActions 2");
         // The thread is left without a backend.
         assert_eq!(sdk::cache::get_raw(&kinds::POD, None, "a"), Err(sdk::cache::Error::NoHost));

@@ -8,14 +8,14 @@
 use std::time::Duration;
 
 use serde_json::Value;
-use wasmloop_model::{Naming, Target, json_type};
+use wasmloop_model::Verb;
 
 use super::bindings::types as wit;
 use super::limits::Limits;
-use crate::actions::{Action, EventType, PatchType, Preconditions};
+use crate::actions::{Action, EventType, OutcomeError, PatchType, PlanError, Planned, Preconditions, plan};
 use crate::cache::IndexSpec;
 use crate::kinds::{KindRef, ObjectKey};
-use crate::reconciler::{FieldDecl, IndexDecl, Mapping, Outcome, Reason, ReconcilerSpec, Request, WatchSpec};
+use crate::reconciler::{FieldDecl, IndexDecl, Mapping, Outcome, Reason, ReconcileError, ReconcilerSpec, Request, WatchSpec};
 use wasmloop_sdk as sdk;
 
 pub(crate) fn to_wit_key(k: &ObjectKey) -> wit::ObjectKey {
@@ -110,84 +110,85 @@ pub(crate) fn spec_from_metadata(m: wit::PluginMetadata) -> Result<ReconcilerSpe
     Ok(spec)
 }
 
-/// Parse an object action's JSON and check it ([`checked_object`]).
-fn object_json(i: usize, verb: &'static str, json: &str) -> Result<Value, String> {
-    let value: Value = serde_json::from_str(json).map_err(|e| format!("action {i} ({verb}): invalid JSON: {e}"))?;
-    checked_object(i, verb, value)
-}
-
-/// Check an object action's target with the one rule ([`wasmloop_model::Target`]): apiVersion,
-/// kind, metadata.name (or generateName for create).
-fn checked_object(i: usize, verb: &'static str, value: Value) -> Result<Value, String> {
-    let naming = if verb == "create" { Naming::NameOrGenerate } else { Naming::NameOnly(verb) };
-    Target::of_object(&value, naming).map_err(|e| format!("action {i} ({verb}): {e}"))?;
-    Ok(value)
-}
-
-fn checked_key(i: usize, verb: &str, k: wit::ObjectKey) -> Result<ObjectKey, String> {
-    let key = ObjectKey::new(KindRef::new(k.api_version, k.kind), k.namespace.as_deref().filter(|n| !n.is_empty()), k.name);
-    Target::of_key(&key).map_err(|e| format!("action {i} ({verb}): {e}"))?;
-    Ok(key)
-}
-
-fn check_count(actions: usize, limits: &Limits) -> Result<(), String> {
-    if actions > limits.max_actions as usize {
-        return Err(format!("{actions} actions, more than limits.maxActions {}", limits.max_actions));
+/// The verb a component's action means (for naming it in a refusal, before it is checked).
+fn wit_verb(a: &wit::Action) -> Verb {
+    match a {
+        wit::Action::Create(_) => Verb::Create,
+        wit::Action::Apply(_) => Verb::Apply,
+        wit::Action::Delete(_) => Verb::Delete,
+        wit::Action::UpdateStatus(_) | wit::Action::Patch(wit::Patch { status: true, .. }) => Verb::UpdateStatus,
+        wit::Action::Patch(_) => Verb::Patch,
+        wit::Action::Event(_) => Verb::Event,
     }
-    Ok(())
 }
 
-/// A status update's document must be a JSON object.
-fn checked_status(i: usize, status: Value) -> Result<Value, String> {
-    if !status.is_object() {
-        return Err(format!("action {i} (update-status): status must be a JSON object, got {}", json_type(&status)));
-    }
-    Ok(status)
+fn parse(what: &'static str, json: &str) -> Result<Value, PlanError> {
+    serde_json::from_str(json).map_err(|e| PlanError::Json { what, error: e.to_string() })
 }
 
-fn event(i: usize, regarding: wit::ObjectKey, event_type: EventType, reason: String, message: String) -> Result<Action, String> {
-    if reason.is_empty() {
-        return Err(format!("action {i} (event): reason is required"));
+fn from_wit_key(k: wit::ObjectKey) -> ObjectKey {
+    normalized(ObjectKey::new(KindRef::new(k.api_version, k.kind), k.namespace.as_deref(), k.name))
+}
+
+/// An empty namespace is no namespace (as the API server reads `metadata.namespace: ""`).
+fn normalized(mut key: ObjectKey) -> ObjectKey {
+    key.namespace = key.namespace.filter(|n| !n.is_empty());
+    key
+}
+
+fn from_wit_event_type(t: wit::EventType) -> EventType {
+    match t {
+        wit::EventType::Normal => EventType::Normal,
+        wit::EventType::Warning => EventType::Warning,
     }
-    Ok(Action::Event { regarding: checked_key(i, "event", regarding)?, event_type, reason, message })
+}
+
+/// A component's action in the host's terms (its JSON documents parsed).
+fn from_wit_action(a: wit::Action) -> Result<Action, PlanError> {
+    Ok(match a {
+        wit::Action::Create(json) => Action::Create { object: parse("", &json)? },
+        wit::Action::Apply(json) => Action::Apply { object: parse("", &json)? },
+        wit::Action::Delete(d) => Action::Delete { key: from_wit_key(d.key), preconditions: preconditions(d.preconditions) },
+        wit::Action::UpdateStatus(u) => Action::UpdateStatus { key: from_wit_key(u.key), status: parse("status ", &u.status)? },
+        wit::Action::Patch(p) => Action::Patch {
+            key: from_wit_key(p.key),
+            status: p.status,
+            patch_type: match p.patch_type {
+                wit::PatchType::Merge => PatchType::Merge,
+                wit::PatchType::Json => PatchType::Json,
+            },
+            body: parse("patch ", &p.body)?,
+            preconditions: preconditions(p.preconditions),
+        },
+        wit::Action::Event(e) => Action::Event {
+            regarding: from_wit_key(e.regarding),
+            event_type: from_wit_event_type(e.event_type),
+            reason: e.reason,
+            message: e.message,
+        },
+    })
+}
+
+/// Check a component's actions, naming the first bad one.
+pub(crate) fn to_planned(actions: Vec<wit::Action>, limits: &Limits) -> Result<Vec<Planned>, OutcomeError> {
+    plan(actions.into_iter().map(|a| (wit_verb(&a), from_wit_action(a))).collect(), limits.max_actions)
+}
+
+/// A component's own error.
+pub(crate) fn from_wit_error(e: wit::ReconcileError) -> ReconcileError {
+    match e {
+        wit::ReconcileError::Transient(m) => ReconcileError::reconciler_transient(m),
+        wit::ReconcileError::Permanent(m) => ReconcileError::reconciler_permanent(m),
+    }
 }
 
 /// Convert the guest's outcome, naming the first bad action.
-pub(crate) fn to_outcome(o: wit::Outcome, limits: &Limits) -> Result<Outcome, String> {
-    check_count(o.actions.len(), limits)?;
-    let mut actions = Vec::with_capacity(o.actions.len());
-    for (i, a) in o.actions.into_iter().enumerate() {
-        actions.push(match a {
-            wit::Action::Create(json) => Action::Create { object: object_json(i, "create", &json)? },
-            wit::Action::Apply(json) => Action::Apply { object: object_json(i, "apply", &json)? },
-            wit::Action::Delete(d) => {
-                Action::Delete { key: checked_key(i, "delete", d.key)?, preconditions: preconditions(d.preconditions) }
-            }
-            wit::Action::Patch(p) => patch(i, p)?,
-            wit::Action::UpdateStatus(u) => {
-                let key = checked_key(i, "update-status", u.key)?;
-                let status: Value =
-                    serde_json::from_str(&u.status).map_err(|e| format!("action {i} (update-status): invalid status JSON: {e}"))?;
-                Action::UpdateStatus { key, status: checked_status(i, status)? }
-            }
-            wit::Action::Event(e) => {
-                let event_type = match e.event_type {
-                    wit::EventType::Normal => EventType::Normal,
-                    wit::EventType::Warning => EventType::Warning,
-                };
-                event(i, e.regarding, event_type, e.reason, e.message)?
-            }
-        });
-    }
-    Ok(Outcome { actions, requeue_after: o.requeue_after_ms.map(Duration::from_millis) })
+pub(crate) fn to_outcome(o: wit::Outcome, limits: &Limits) -> Result<Outcome, OutcomeError> {
+    Ok(Outcome { actions: to_planned(o.actions, limits)?, requeue_after: o.requeue_after_ms.map(Duration::from_millis) })
 }
 
 fn from_sdk_kind(k: &sdk::KindRef) -> wit::KindRef {
     wit::KindRef { api_version: k.api_version.to_string(), kind: k.kind.to_string() }
-}
-
-fn from_sdk_key(k: sdk::ObjectKey) -> wit::ObjectKey {
-    wit::ObjectKey { api_version: k.kind.api_version.into_owned(), kind: k.kind.kind.into_owned(), namespace: k.namespace, name: k.name }
 }
 
 /// A natively run plugin's `R::metadata()`, checked as a component's `metadata()` is.
@@ -239,106 +240,49 @@ pub(crate) fn to_sdk_request(r: &Request) -> sdk::Request {
     }
 }
 
-/// Convert a natively run plugin's outcome with the checks [`to_outcome`] applies to a
-/// component's: the same actions are accepted, the same refused with the same message. The
-/// documents are already parsed (a component sends them as JSON text); the requeue is cut to
-/// whole milliseconds, as the contract carries it.
-pub(crate) fn from_sdk_outcome(o: sdk::Outcome, limits: &Limits) -> Result<Outcome, String> {
-    check_count(o.actions.len(), limits)?;
-    let mut actions = Vec::with_capacity(o.actions.len());
-    for (i, a) in o.actions.into_iter().enumerate() {
-        actions.push(match a {
-            sdk::Action::Create(object) => Action::Create { object: checked_object(i, "create", object)? },
-            sdk::Action::Apply(object) => Action::Apply { object: checked_object(i, "apply", object)? },
-            // The SDK's deletes carry no preconditions (the export glue sends empty ones).
-            sdk::Action::Delete(k) => {
-                Action::Delete { key: checked_key(i, "delete", from_sdk_key(k))?, preconditions: Preconditions::default() }
-            }
-            sdk::Action::Patch(p) => {
-                let patch_type = match p.patch_type {
-                    sdk::PatchType::Merge => wit::PatchType::Merge,
-                    sdk::PatchType::Json => wit::PatchType::Json,
-                };
-                let key = checked_key(i, if p.status { "update-status" } else { "patch" }, from_sdk_key(p.key))?;
-                let pre = wit::Preconditions { uid: p.preconditions.uid, resource_version: p.preconditions.resource_version };
-                checked_patch(i, key, p.status, patch_type, p.body, pre)?
-            }
-            sdk::Action::UpdateStatus { key, status } => {
-                Action::UpdateStatus { key: checked_key(i, "update-status", from_sdk_key(key))?, status: checked_status(i, status)? }
-            }
-            sdk::Action::Event(e) => {
-                let event_type = match e.event_type {
-                    sdk::EventType::Normal => EventType::Normal,
-                    sdk::EventType::Warning => EventType::Warning,
-                };
-                event(i, from_sdk_key(e.regarding), event_type, e.reason, e.message)?
-            }
-        });
+/// A natively run plugin's action in the host's terms.
+fn from_sdk_action(a: sdk::Action) -> (Verb, Result<Action, PlanError>) {
+    let pre = |p: sdk::Preconditions| preconditions(wit::Preconditions { uid: p.uid, resource_version: p.resource_version });
+    match a {
+        sdk::Action::Create(object) => (Verb::Create, Ok(Action::Create { object })),
+        sdk::Action::Apply(object) => (Verb::Apply, Ok(Action::Apply { object })),
+        sdk::Action::Delete(d) => (Verb::Delete, Ok(Action::Delete { key: normalized(d.key), preconditions: pre(d.preconditions) })),
+        sdk::Action::Patch(p) => {
+            let verb = if p.status { Verb::UpdateStatus } else { Verb::Patch };
+            let patch_type = match p.patch_type {
+                sdk::PatchType::Merge => PatchType::Merge,
+                sdk::PatchType::Json => PatchType::Json,
+            };
+            let action =
+                Action::Patch { key: normalized(p.key), status: p.status, patch_type, body: p.body, preconditions: pre(p.preconditions) };
+            (verb, Ok(action))
+        }
+        sdk::Action::UpdateStatus { key, status } => (Verb::UpdateStatus, Ok(Action::UpdateStatus { key: normalized(key), status })),
+        sdk::Action::Event(e) => {
+            let event_type = match e.event_type {
+                sdk::EventType::Normal => EventType::Normal,
+                sdk::EventType::Warning => EventType::Warning,
+            };
+            (Verb::Event, Ok(Action::Event { regarding: normalized(e.regarding), event_type, reason: e.reason, message: e.message }))
+        }
     }
+}
+
+/// Check a natively run plugin's actions as [`to_planned`] checks a component's: the same
+/// actions are accepted, the same refused with the same message.
+pub(crate) fn from_sdk_actions(actions: Vec<sdk::Action>, limits: &Limits) -> Result<Vec<Planned>, OutcomeError> {
+    plan(actions.into_iter().map(from_sdk_action).collect(), limits.max_actions)
+}
+
+/// Convert a natively run plugin's outcome ([`from_sdk_actions`]); the requeue is cut to whole
+/// milliseconds, as the contract carries it.
+pub(crate) fn from_sdk_outcome(o: sdk::Outcome, limits: &Limits) -> Result<Outcome, OutcomeError> {
     let requeue_after = o.requeue_after.map(|d| Duration::from_millis(u64::try_from(d.as_millis()).unwrap_or(u64::MAX)));
-    Ok(Outcome { actions, requeue_after })
+    Ok(Outcome { actions: from_sdk_actions(o.actions, limits)?, requeue_after })
 }
 
 fn preconditions(p: wit::Preconditions) -> Preconditions {
     Preconditions { uid: p.uid.filter(|s| !s.is_empty()), resource_version: p.resource_version.filter(|s| !s.is_empty()) }
-}
-
-/// Most segments of a JSON patch operation's path: as deep as a document the host parses
-/// (serde_json's nesting limit). Admission places each value at its path
-/// ([`Action::written`]), one level per segment, and a path of a million `/a` nested that deep:
-/// merging and dropping the result overflowed the stack and aborted the host (found while
-/// writing `fuzz_outcome`; `deep_json_patch_paths_are_refused`).
-pub(crate) const MAX_PATCH_PATH_SEGMENTS: usize = 128;
-
-/// A patch action: its document must be an object (merge) or a list of `add`, `remove`,
-/// `replace` and `test` operations (JSON patch; `move` and `copy` would write values admission
-/// cannot see) with paths of at most [`MAX_PATCH_PATH_SEGMENTS`] segments.
-fn patch(i: usize, p: wit::Patch) -> Result<Action, String> {
-    let verb = if p.status { "update-status" } else { "patch" };
-    let key = checked_key(i, verb, p.key)?;
-    let body: Value = serde_json::from_str(&p.body).map_err(|e| format!("action {i} ({verb}): invalid patch JSON: {e}"))?;
-    checked_patch(i, key, p.status, p.patch_type, body, p.preconditions)
-}
-
-/// A parsed patch action of a checked key, checked ([`patch`]).
-fn checked_patch(
-    i: usize,
-    key: ObjectKey,
-    status: bool,
-    patch_type: wit::PatchType,
-    body: Value,
-    pre: wit::Preconditions,
-) -> Result<Action, String> {
-    let verb = if status { "update-status" } else { "patch" };
-    let patch_type = match patch_type {
-        wit::PatchType::Merge => {
-            if !body.is_object() {
-                return Err(format!("action {i} ({verb}): a merge patch must be a JSON object, got {}", json_type(&body)));
-            }
-            PatchType::Merge
-        }
-        wit::PatchType::Json => {
-            let ops =
-                body.as_array().ok_or_else(|| format!("action {i} ({verb}): a JSON patch must be a list, got {}", json_type(&body)))?;
-            for (j, op) in ops.iter().enumerate() {
-                let name = op.get("op").and_then(Value::as_str).unwrap_or_default();
-                if !matches!(name, "add" | "remove" | "replace" | "test") {
-                    return Err(format!("action {i} ({verb}): operation {j}: op {name:?} is not one of add, remove, replace, test"));
-                }
-                let Some(path) = op.get("path").and_then(Value::as_str) else {
-                    return Err(format!("action {i} ({verb}): operation {j}: path must be a string"));
-                };
-                if path.matches('/').count() > MAX_PATCH_PATH_SEGMENTS {
-                    return Err(format!("action {i} ({verb}): operation {j}: path has more than {MAX_PATCH_PATH_SEGMENTS} segments"));
-                }
-                if name != "remove" && op.get("value").is_none() {
-                    return Err(format!("action {i} ({verb}): operation {j}: {name} needs a value"));
-                }
-            }
-            PatchType::Json
-        }
-    };
-    Ok(Action::Patch { key, status, patch_type, body, preconditions: preconditions(pre) })
 }
 
 #[cfg(test)]
@@ -377,9 +321,9 @@ mod tests {
         let o = to_outcome(good, &limits).unwrap();
         assert_eq!(o.actions.len(), 4);
         assert_eq!(o.requeue_after, Some(Duration::from_millis(1500)));
-        assert!(matches!(&o.actions[3], Action::Event { event_type: EventType::Warning, .. }));
+        assert!(matches!(o.actions[3].action(), Action::Event { event_type: EventType::Warning, .. }));
 
-        let bad = |a: wit::Action| to_outcome(wit::Outcome { actions: vec![a], requeue_after_ms: None }, &limits).unwrap_err();
+        let bad = |a: wit::Action| to_outcome(wit::Outcome { actions: vec![a], requeue_after_ms: None }, &limits).unwrap_err().to_string();
         let err = bad(wit::Action::Create("{not json".into()));
         assert!(err.starts_with("action 0 (create): invalid JSON: key must be a string"), "{err}");
         let err = bad(wit::Action::Apply(r#"{"apiVersion":"v1","kind":"Pod","metadata":{}}"#.into()));
@@ -396,7 +340,7 @@ mod tests {
         assert!(err.contains("subresources are not action targets"), "{err}");
 
         let many = wit::Outcome { actions: vec![delete(key("a")); 3], requeue_after_ms: None };
-        let err = to_outcome(many, &Limits { max_actions: 2, ..Limits::default() }).unwrap_err();
+        let err = to_outcome(many, &Limits { max_actions: 2, ..Limits::default() }).unwrap_err().to_string();
         assert_eq!(err, "3 actions, more than limits.maxActions 2");
     }
 
@@ -441,14 +385,14 @@ mod tests {
             o.push(a);
             let s = from_sdk_outcome(o, &limits).unwrap_err();
             assert_eq!(s, to_outcome(wit::Outcome { actions: vec![w], requeue_after_ms: None }, &limits).unwrap_err());
-            s
+            s.to_string()
         };
         let bad = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {}});
         assert_eq!(
             both(sdk::Action::Apply(bad.clone()), wit::Action::Apply(bad.to_string())),
             "action 0 (apply): the object has no metadata.name"
         );
-        let err = both(sdk::Action::Delete(sdk_key("p/status")), delete(key("p/status")));
+        let err = both(sdk::Action::Delete(sdk::Deletion::new(sdk_key("p/status"))), delete(key("p/status")));
         assert!(err.contains("subresources are not action targets"), "{err}");
         let status = sdk::Action::UpdateStatus { key: sdk_key("b"), status: json!([]) };
         both(status, wit::Action::UpdateStatus(wit::StatusUpdate { key: key("b"), status: "[]".into() }));
@@ -523,9 +467,9 @@ mod tests {
                 preconditions: wit::Preconditions { uid: Some("u".into()), resource_version: None },
             })
         };
-        let one = |a| to_outcome(wit::Outcome { actions: vec![a], requeue_after_ms: None }, &limits);
+        let one = |a| to_outcome(wit::Outcome { actions: vec![a], requeue_after_ms: None }, &limits).map_err(|e| e.to_string());
         let ok = one(patch(wit::PatchType::Json, r#"[{"op":"remove","path":"/metadata/ownerReferences/0"}]"#)).unwrap();
-        assert!(matches!(&ok.actions[0], Action::Patch { preconditions, .. } if preconditions.uid.as_deref() == Some("u")));
+        assert!(matches!(ok.actions[0].action(), Action::Patch { preconditions, .. } if preconditions.uid.as_deref() == Some("u")));
         assert_eq!(ok.actions[0].verb(), wasmloop_model::Verb::Patch);
         let err = one(patch(wit::PatchType::Json, r#"[{"op":"copy","from":"/a","path":"/b"}]"#)).unwrap_err();
         assert!(err.contains("operation 0: op \"copy\" is not one of add, remove, replace, test"), "{err}");

@@ -18,13 +18,13 @@ use wasmtime::{Store, Trap};
 
 use super::bindings::{self, ControllerPre, types as wit, v0_1};
 use super::compat;
-use super::convert::{spec_from_metadata, to_outcome, to_wit_request};
+use super::convert::{from_wit_error, spec_from_metadata, to_outcome, to_wit_request};
 use super::engine::{self, Compiled, PluginEngine};
 use super::host::{HostState, OutputRate};
 use super::limits::{self, Limits};
 use crate::cache::SharedCache;
 use crate::grants::{self, Grants};
-use crate::reconciler::{FieldDecl, Outcome, ReconcileError, Reconciler, ReconcilerSpec, Request};
+use crate::reconciler::{Cause, FieldDecl, Outcome, ReconcileError, Reconciler, ReconcilerSpec, Request};
 
 /// Why a plugin was not loaded.
 #[derive(Debug, thiserror::Error)]
@@ -344,18 +344,18 @@ impl WasmPlugin {
             None => {
                 let failure = Failure::Timeout(self.limits.timeout);
                 self.count_failure(&failure, false);
-                Err(ReconcileError::Transient(failure.describe(&self.name, "reconcile")))
+                Err(stopped(failure.describe(&self.name, "reconcile")))
             }
             Some((Err(e), store)) => {
                 let failure = Failure::classify(&e, store.data(), &self.limits);
                 self.count_failure(&failure, true);
-                Err(ReconcileError::Transient(failure.describe(&self.name, "instantiation")))
+                Err(stopped(failure.describe(&self.name, "instantiation")))
             }
             Some((Ok(result), store)) => match store.data().reads_exhausted {
                 // The host copied out all it allowed; whatever the guest made of it, the call failed.
                 Some(_) => {
                     bump(&c.errors);
-                    Err(ReconcileError::Transient(format!(
+                    Err(stopped(format!(
                         "plugin {} read more object JSON from the cache than its per-call budget ({}) allows; \
                          the reconcile failed (raise limits.readsPerCall, or read less: by index, by namespace)",
                         self.name,
@@ -376,29 +376,24 @@ impl WasmPlugin {
         state: &HostState,
     ) -> Result<Outcome, ReconcileError> {
         let c = &self.counters;
+        let invalid = |source| {
+            bump(&c.invalid_outcomes);
+            ReconcileError::permanent(Cause::InvalidOutcome { plugin: self.name.to_string(), source })
+        };
         match result {
-            Ok(Ok(outcome)) => match to_outcome(outcome, &self.limits) {
-                Ok(o) => {
-                    bump(&c.ok);
-                    Ok(o)
-                }
-                Err(why) => {
-                    bump(&c.invalid_outcomes);
-                    Err(ReconcileError::Permanent(format!("plugin {} returned an invalid outcome: {why}", self.name)))
-                }
-            },
-            Ok(Err(wit::ReconcileError::Transient(m))) => {
-                bump(&c.errors);
-                Err(ReconcileError::Transient(m))
+            Ok(Ok(outcome)) => {
+                let outcome = to_outcome(outcome, &self.limits).map_err(invalid)?;
+                bump(&c.ok);
+                Ok(outcome)
             }
-            Ok(Err(wit::ReconcileError::Permanent(m))) => {
+            Ok(Err(error)) => {
                 bump(&c.errors);
-                Err(ReconcileError::Permanent(m))
+                Err(from_wit_error(error))
             }
             Err(e) => {
                 let failure = Failure::classify(&e, state, &self.limits);
                 self.count_failure(&failure, false);
-                Err(ReconcileError::Transient(failure.describe(&self.name, "reconcile")))
+                Err(stopped(failure.describe(&self.name, "reconcile")))
             }
         }
     }
@@ -426,6 +421,11 @@ fn no_panic<R>(f: impl FnOnce() -> R) -> Result<R, String> {
     })
 }
 
+/// A call the sandbox stopped (or that failed around the guest): retried with backoff.
+fn stopped(why: impl Into<String>) -> ReconcileError {
+    ReconcileError::transient(Cause::Stopped(why.into()))
+}
+
 fn nanos(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
@@ -451,7 +451,7 @@ impl Reconciler for WasmPlugin {
             Ok(result) => result,
             Err(what) => {
                 bump(&self.counters.host_panics);
-                Err(ReconcileError::Transient(format!(
+                Err(stopped(format!(
                     "plugin {}: the host panicked while running reconcile (is it called on a blocking thread?): {what}",
                     self.name
                 )))
@@ -683,10 +683,10 @@ impl WasmPlugin {
     /// Contract 0.2 plugins only. For measurements, not for use.
     #[doc(hidden)]
     pub fn profile_reconcile(&self, request: &Request, cache: &SharedCache) -> Result<CallPhases, ReconcileError> {
-        let Pre::V0_2(pre) = &self.pre else { return Err(ReconcileError::Permanent("profile: contract 0.2 only".into())) };
+        let Pre::V0_2(pre) = &self.pre else { return Err(stopped("profile: contract 0.2 only")) };
         let t0 = Instant::now();
         let slots = self.engine.reconcile_slots().clone();
-        let slot = slots.try_acquire_owned().map_err(|e| ReconcileError::Transient(e.to_string()))?;
+        let slot = slots.try_acquire_owned().map_err(|e| stopped(e.to_string()))?;
         let t1 = Instant::now();
         let key = request.key.to_string();
         let mut state =
@@ -715,18 +715,18 @@ impl WasmPlugin {
         };
         let finished = within_deadline(self.limits.timeout, run);
         let t5 = Instant::now();
-        let Some((result, store, ta, tc)) = finished else { return Err(ReconcileError::Transient("profile: timed out".into())) };
-        let (result, tb) = result.map_err(|e| ReconcileError::Transient(format!("profile: instantiate: {e:#}")))?;
+        let Some((result, store, ta, tc)) = finished else { return Err(stopped("profile: timed out")) };
+        let (result, tb) = result.map_err(|e| stopped(format!("profile: instantiate: {e:#}")))?;
         let reads_exhausted = store.data().reads_exhausted.is_some();
         drop(store);
         drop(slot);
         let t6 = Instant::now();
         output.flush();
         let outcome = match result {
-            Ok(Ok(o)) if !reads_exhausted => to_outcome(o, &self.limits).map(drop).map_err(ReconcileError::Permanent),
-            Ok(Ok(_)) => Err(ReconcileError::Transient("profile: reads exhausted".into())),
-            Ok(Err(e)) => Err(ReconcileError::Transient(format!("profile: plugin error {e:?}"))),
-            Err(e) => Err(ReconcileError::Transient(format!("profile: trap {e:#}"))),
+            Ok(Ok(o)) if !reads_exhausted => to_outcome(o, &self.limits).map(drop).map_err(|e| stopped(e.to_string())),
+            Ok(Ok(_)) => Err(stopped("profile: reads exhausted")),
+            Ok(Err(e)) => Err(stopped(format!("profile: plugin error {e:?}"))),
+            Err(e) => Err(stopped(format!("profile: trap {e:#}"))),
         };
         let t7 = Instant::now();
         outcome?;
