@@ -25,7 +25,9 @@ use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use wasmloop::cache::{CachedObject, SharedCache};
-use wasmloop::controller::{Controller, ControllerConfig, ControllerMetrics, Outcome, ReconcileError, Reconciler, ReconcilerSpec, Request};
+use wasmloop::controller::{
+    Controller, ControllerConfig, ControllerMetrics, Outcome, ReconcileError, Reconciler, ReconcilerSpec, Request, Shared,
+};
 use wasmloop::executor::Executor;
 use wasmloop::grants::Grants;
 use wasmloop::informer::{InformerKey, InformerRegistry};
@@ -178,9 +180,8 @@ pub async fn run(args: Args) -> Result<Results> {
         probe.clone(),
         config,
         Arc::new(Grants::all()),
-        registry.clone(),
+        Shared::new(registry.clone(), ControllerMetrics::unregistered()),
         executor.clone(),
-        ControllerMetrics::unregistered(),
     )
     .await
     .context("starting the probe controller")?;
@@ -340,7 +341,7 @@ mod attack {
     use k8s_openapi::api::core::v1::ConfigMap;
     use kube::api::{Api, PostParams};
     use serde_json::{Value, json};
-    use wasmloop::controller::{Controller, ControllerMetrics};
+    use wasmloop::controller::{Controller, ControllerMetrics, Shared};
     use wasmloop::executor::Executor;
     use wasmloop::hotload::PluginManifest;
     use wasmloop::informer::InformerRegistry;
@@ -387,9 +388,8 @@ mod attack {
                 p.clone(),
                 manifest.controller.clone(),
                 p.grants().clone(),
-                registry.clone(),
+                Shared::new(registry.clone(), ControllerMetrics::unregistered()),
                 executor.clone(),
-                ControllerMetrics::unregistered(),
             )
             .await?;
             controllers.push(c);

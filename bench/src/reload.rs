@@ -21,7 +21,7 @@ use anyhow::{Context, Result, bail};
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 use tokio::sync::broadcast;
-use wasmloop::controller::ControllerMetrics;
+use wasmloop::controller::{ControllerMetrics, Shared};
 use wasmloop::executor::Executor;
 use wasmloop::hotload::source::PLUGIN_LABEL;
 use wasmloop::hotload::{LoadEvent, PluginManager, PluginManagerConfig, PluginMetrics, pack};
@@ -124,9 +124,8 @@ pub async fn run(args: Args) -> Result<Results> {
         };
         let manager = PluginManager::start(
             engine.clone(),
-            registry.clone(),
+            Shared::new(registry.clone(), ControllerMetrics::unregistered()),
             executor.clone(),
-            ControllerMetrics::unregistered(),
             PluginMetrics::unregistered(),
             config,
         )

@@ -14,12 +14,12 @@ use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, DynamicObject, ListParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::{Value, json};
-use wasmloop::controller::{Controller, ControllerConfig};
+use wasmloop::controller::{Controller, ControllerConfig, Shared};
 use wasmloop::executor::Executor;
 use wasmloop::hotload::PluginManifest;
 use wasmloop::plugin::{PluginEngine, WasmPlugin};
 
-use crate::{Host, eventually, plugin_path};
+use crate::{eventually, plugin_path};
 
 /// The label the hostile plugin's informer selects.
 pub const CASE_LABEL: &str = "wasmloop.dev/hostile-test";
@@ -87,10 +87,11 @@ pub async fn victims(targets: &[(Api<DynamicObject>, String)]) -> Result<BTreeMa
     Ok(out)
 }
 
-/// Load the hostile plugin with `manifest` and start its controller on `executor`, watching
+/// Load the hostile plugin with `manifest` and start its controller (`shared` parts, writing with
+/// `executor`), watching
 /// `namespace` (`None`: as the manifest says).
 pub async fn start_hostile(
-    host: &Host,
+    shared: Shared,
     executor: Executor,
     manifest: &str,
     namespace: Option<String>,
@@ -103,7 +104,6 @@ pub async fn start_hostile(
             .await??;
     let plugin = Arc::new(plugin);
     let config = ControllerConfig { namespace: namespace.or(m.controller.namespace.clone()), ..m.controller.clone() };
-    let controller =
-        Controller::start(plugin.clone(), config, plugin.grants().clone(), host.registry.clone(), executor, host.metrics.clone()).await?;
+    let controller = Controller::start(plugin.clone(), config, plugin.grants().clone(), shared, executor).await?;
     Ok((controller, plugin))
 }

@@ -165,6 +165,18 @@ impl Host {
         })
     }
 
+    /// What its controllers share, with the protected objects a host without a cluster identity
+    /// has (plugin ConfigMaps and labels) and no leader election.
+    pub fn shared(&self) -> wasmloop::controller::Shared {
+        wasmloop::controller::Shared::new(self.registry.clone(), self.metrics.clone())
+    }
+
+    /// What its controllers share, protecting `protected`.
+    pub fn shared_with(&self, protected: wasmloop::admission::Protected) -> wasmloop::controller::Shared {
+        let scopes = wasmloop::admission::Scopes::Discovery(self.registry.resolver().clone());
+        self.shared().with_admission(wasmloop::admission::Admission::new(scopes, protected))
+    }
+
     /// Start a controller for `reconciler` with all grants, scoped to `namespace`.
     pub async fn start(
         &self,
@@ -178,9 +190,8 @@ impl Host {
             reconciler,
             config,
             std::sync::Arc::new(wasmloop::grants::Grants::all()),
-            self.registry.clone(),
+            self.shared(),
             self.executor.clone(),
-            self.metrics.clone(),
         )
         .await?)
     }
@@ -316,15 +327,14 @@ pub async fn start_plugin(
         wasm.clone(),
         m.controller.clone(),
         wasm.grants().clone(),
-        host.registry.clone(),
+        host.shared(),
         host.executor.clone(),
-        host.metrics.clone(),
     )
     .await?;
     Ok((controller, wasm))
 }
 
-/// Admit `action` as a controller would (every grant, an empty cache, the executor's protected
+/// Admit `action` as a controller would (every grant, an empty cache, the minimal protected
 /// objects) and execute it with `executor` as controller `manager`. Panics if admission refuses
 /// it: for tests of the executor's own behaviour.
 pub async fn admit_and_execute(
@@ -337,6 +347,8 @@ pub async fn admit_and_execute(
     let ctx =
         wasmloop::admission::Context { grants: &grants, cache: &cache, client: Some(executor.writer().client()), manager, budget: None };
     let planned = wasmloop::actions::Planned::new(action).unwrap_or_else(|e| panic!("an invalid test action: {e}"));
-    let admitted = executor.admission().admit(ctx, vec![planned]).await.unwrap_or_else(|e| panic!("admission refused a test action: {e}"));
-    executor.execute(manager, &admitted.actions()[0], executor.fence()).await
+    let scopes = wasmloop::admission::Scopes::Discovery(wasmloop::kinds::KindResolver::new(executor.writer().client().clone()));
+    let admission = wasmloop::admission::Admission::new(scopes, wasmloop::admission::Protected::minimal());
+    let admitted = admission.admit(ctx, vec![planned]).await.unwrap_or_else(|e| panic!("admission refused a test action: {e}"));
+    executor.execute(manager, &admitted.actions()[0], &wasmloop::fence::Fence::open()).await
 }

@@ -621,7 +621,8 @@ async fn suite(mode: Mode, prefix: &str) -> Result<()> {
     plugin_cms.wait_synced(WAIT).await?;
     protected.watch_plugin_configmaps(plugin_cms.store().clone());
     let identity = (mode == Mode::Impersonating).then(|| Identity::of_plugin(&w.host_ns, "hostile", None));
-    let executor = host.executor.clone().with_protected(protected).acting_as(identity.as_ref())?;
+    let shared = host.shared_with(protected);
+    let executor = host.executor.acting_as(identity.as_ref())?;
 
     let team_manifest = format!(
         "name: hostile\nqueue: {{baseDelay: 50ms}}\ngrants:\n  - kinds: [\"v1/ConfigMap\"]\n    verbs: [read]\n    namespaces: [{team}]\n  - kinds: [\"*\"]\n    verbs: [create, apply, patch, delete, update-status, event]\n    namespaces: [{team}]\n  - kinds: [\"rbac.authorization.k8s.io/v1/ClusterRole\"]\n    verbs: [apply]\n",
@@ -629,8 +630,8 @@ async fn suite(mode: Mode, prefix: &str) -> Result<()> {
     );
     let all_manifest = "name: hostile\nqueue: {baseDelay: 50ms}\ngrants:\n  - kinds: [\"*\"]\n    verbs: [\"*\"]\n";
     // The team plugin runs cluster-wide, but its reads are granted in one namespace only.
-    let (team_ctl, _) = start_hostile(&host, executor.clone(), &team_manifest, None).await?;
-    let (all_ctl, _) = start_hostile(&host, executor.clone(), all_manifest, Some(w.all_ns.clone())).await?;
+    let (team_ctl, _) = start_hostile(shared.clone(), executor.clone(), &team_manifest, None).await?;
+    let (all_ctl, _) = start_hostile(shared.clone(), executor.clone(), all_manifest, Some(w.all_ns.clone())).await?;
 
     // Namespace-restricted reads scope the watches: no cluster-wide ConfigMap informer.
     let cm_kind = KindRef::new("v1", "ConfigMap");

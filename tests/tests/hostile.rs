@@ -51,9 +51,8 @@ async fn plugins_run_under_their_own_unique_name() -> Result<()> {
     let engine = tokio::task::spawn_blocking(PluginEngine::new).await??;
     let manager = PluginManager::start(
         engine,
-        host.registry.clone(),
+        host.shared(),
         host.executor.clone(),
-        host.metrics.clone(),
         PluginMetrics::unregistered(),
         PluginManagerConfig {
             shutdown_grace: Duration::from_secs(5),
@@ -153,7 +152,7 @@ async fn namespace_restricted_reads_work_under_namespace_rbac() -> Result<()> {
         team = team.name
     );
     // Cluster-wide controller, namespace-scoped grants: the informers follow the grants.
-    let (controller, _) = tokio::time::timeout(WAIT, start_hostile(&limited, limited.executor.clone(), &manifest, None))
+    let (controller, _) = tokio::time::timeout(WAIT, start_hostile(limited.shared(), limited.executor.clone(), &manifest, None))
         .await
         .context("the controller did not start under namespace RBAC")??;
     let child = json!([{"create": cm("child", Some("$NS"))}]);
@@ -181,7 +180,7 @@ async fn a_plugin_cannot_stall_or_flood_the_host() -> Result<()> {
          grants:\n  - kinds: [\"v1/ConfigMap\"]\n    verbs: [read, create, event]\n",
         ns.name
     );
-    let (controller, plugin) = start_hostile(&host, host.executor.clone(), &manifest, None).await?;
+    let (controller, plugin) = start_hostile(host.shared(), host.executor.clone(), &manifest, None).await?;
     let cms = Api::<ConfigMap>::namespaced(host.client.clone(), &ns.name);
     let pp = PostParams::default();
 
@@ -274,17 +273,7 @@ async fn the_loader_bounds_component_size_and_compile_time() -> Result<()> {
         let host = &host;
         async move {
             let engine = tokio::task::spawn_blocking(PluginEngine::new).await??;
-            anyhow::Ok(
-                PluginManager::start(
-                    engine,
-                    host.registry.clone(),
-                    host.executor.clone(),
-                    host.metrics.clone(),
-                    PluginMetrics::unregistered(),
-                    config,
-                )
-                .await?,
-            )
+            anyhow::Ok(PluginManager::start(engine, host.shared(), host.executor.clone(), PluginMetrics::unregistered(), config).await?)
         }
     };
     let grants = format!("namespace: {}\ngrants:\n  - kinds: [v1/ConfigMap]\n    verbs: [read, update-status]\n", ns.name);

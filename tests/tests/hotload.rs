@@ -61,9 +61,8 @@ async fn start_manager(host: &Host, ns: &str, precompiled: &std::path::Path) -> 
     let engine = tokio::task::spawn_blocking(PluginEngine::new).await??;
     Ok(PluginManager::start(
         engine,
-        host.registry.clone(),
+        host.shared(),
         host.executor.clone(),
-        host.metrics.clone(),
         PluginMetrics::unregistered(),
         PluginManagerConfig {
             precompiled_dir: Some(precompiled.to_path_buf()),

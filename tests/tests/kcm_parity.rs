@@ -685,15 +685,7 @@ impl PluginDriver {
     async fn start(&self, ns: &str) -> Result<Controller> {
         let m = PluginManifest::parse(&plugin_manifest(ns), "replicaset")?;
         let h = &self.host;
-        Ok(Controller::start(
-            self.wasm.clone(),
-            m.controller.clone(),
-            self.wasm.grants().clone(),
-            h.registry.clone(),
-            h.executor.clone(),
-            h.metrics.clone(),
-        )
-        .await?)
+        Ok(Controller::start(self.wasm.clone(), m.controller.clone(), self.wasm.grants().clone(), h.shared(), h.executor.clone()).await?)
     }
 }
 

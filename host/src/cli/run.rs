@@ -18,8 +18,8 @@ use parking_lot::Mutex;
 use prometheus_client::registry::Registry;
 use tokio::sync::watch;
 use tracing::{info, warn};
-use wasmloop::admission::{HostObjects, Protected};
-use wasmloop::controller::ControllerMetrics;
+use wasmloop::admission::{Admission, HostObjects, Protected, Scopes};
+use wasmloop::controller::{ControllerMetrics, Shared};
 use wasmloop::executor::Executor;
 use wasmloop::fence::Fence;
 use wasmloop::hotload::{PluginManager, PluginManagerConfig};
@@ -184,11 +184,12 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     info!(hosts = ?protected.hosts(), plugin_identity = ?args.plugin_identity, "the host's own objects are protected from every plugin");
     // With leader election, writes go out only while this replica's Lease is valid.
     let fence = if args.leader_elect { Fence::closed() } else { Fence::open() };
-    let executor =
-        Executor::new(resolver, Some(identity.clone())).with_connection(connection).with_protected(protected).with_fence(fence.clone());
+    let admission = Admission::new(Scopes::Discovery(resolver.clone()), protected);
+    let executor = Executor::new(resolver, Some(identity.clone())).with_connection(connection);
     let mut prom = Registry::default();
     requests.register(&mut prom);
     let metrics = ControllerMetrics::new(&mut prom);
+    let shared = Shared::new(registry.clone(), metrics).with_admission(admission).with_fence(fence.clone());
     let plugin_metrics = wasmloop::hotload::metrics::PluginMetrics::new(&mut prom);
     let leading = prometheus_client::metrics::gauge::Gauge::<i64>::default();
     prom.register(
@@ -237,9 +238,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         instance: Some(identity.clone()),
         ..PluginManagerConfig::new((!args.all_namespaces).then(|| args.plugin_namespace.clone()))
     };
-    let start_manager = || {
-        PluginManager::start(engine.clone(), registry.clone(), executor.clone(), metrics.clone(), plugin_metrics.clone(), config.clone())
-    };
+    let start_manager = || PluginManager::start(engine.clone(), shared.clone(), executor.clone(), plugin_metrics.clone(), config.clone());
 
     if !args.leader_elect {
         let manager = start_manager().await.context("starting the plugin manager")?;

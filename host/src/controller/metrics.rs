@@ -10,7 +10,43 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
+use wasmloop_model::Verb;
+
 use crate::queue::{QueueMetrics, QueueMetricsHandle};
+
+/// How one action ended: the `result` label of `wasmloop_actions_total`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ActionResult {
+    /// Sent and done (or already done).
+    Ok,
+    /// The API server refused it or did not answer.
+    Error,
+    /// Admission refused it (and with it the whole outcome).
+    Refused,
+    /// Admission could not judge it now: not sent, retried.
+    Unverifiable,
+    /// A precondition failed: the plugin's view was stale.
+    Conflict,
+    /// This replica may not write now (leader election, shard moved).
+    Fenced,
+    /// An Event over the Event budget: dropped.
+    Dropped,
+}
+
+impl ActionResult {
+    /// The label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ActionResult::Ok => "ok",
+            ActionResult::Error => "error",
+            ActionResult::Refused => "refused",
+            ActionResult::Unverifiable => "unverifiable",
+            ActionResult::Conflict => "conflict",
+            ActionResult::Fenced => "fenced",
+            ActionResult::Dropped => "dropped",
+        }
+    }
+}
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ControllerLabel {
@@ -84,8 +120,9 @@ impl ControllerMetrics {
         }
     }
 
-    pub(crate) fn action_executed(&self, controller: &str, verb: &str, result: &str) {
-        self.actions.get_or_create(&ActionLabels { controller: controller.into(), verb: verb.into(), result: result.into() }).inc();
+    pub(crate) fn action_executed(&self, controller: &str, verb: Verb, result: ActionResult) {
+        let labels = ActionLabels { controller: controller.into(), verb: verb.as_str().into(), result: result.as_str().into() };
+        self.actions.get_or_create(&labels).inc();
     }
 
     /// Reconciles of `controller` that ended with `result` (`success`, `requeue_after`, `error`,

@@ -40,7 +40,7 @@ use serde_json::{Value, json};
 use wasmloop_model::{Target, Verb};
 
 use crate::actions::{Action, EventType, PatchType, Preconditions};
-use crate::admission::{Admission, AdmittedAction, Protected, Scopes};
+use crate::admission::AdmittedAction;
 use crate::client::Connection;
 use crate::fence::Fence;
 use crate::identity::Identity;
@@ -135,8 +135,6 @@ pub struct Executor {
     instance: Option<String>,
     recorders: Arc<Mutex<HashMap<String, Recorder>>>,
     retry: ExponentialBuilder,
-    admission: Admission,
-    fence: Fence,
 }
 
 impl Executor {
@@ -148,9 +146,8 @@ impl Executor {
             .with_max_delay(Duration::from_secs(2))
             .with_max_times(4)
             .with_jitter();
-        let admission = Admission::new(Scopes::Discovery(resolver.clone()), Protected::minimal());
         let writer = Writer { client: resolver.client().clone(), identity: None };
-        Self { resolver, connection: None, writer, instance, recorders: Default::default(), retry, admission, fence: Fence::open() }
+        Self { resolver, connection: None, writer, instance, recorders: Default::default(), retry }
     }
 
     /// The same executor, able to act as other identities over `connection` ([`Self::acting_as`]).
@@ -180,28 +177,6 @@ impl Executor {
     /// Whose authority object writes carry.
     pub fn writer(&self) -> &Writer {
         &self.writer
-    }
-
-    /// The same executor, sending writes only while `fence` is open (leader election).
-    pub fn with_fence(mut self, fence: Fence) -> Self {
-        self.fence = fence;
-        self
-    }
-
-    /// The leader-election fence every write checks.
-    pub fn fence(&self) -> &Fence {
-        &self.fence
-    }
-
-    /// The same executor, admitting plugin outcomes with these protected objects.
-    pub fn with_protected(mut self, protected: Protected) -> Self {
-        self.admission = Admission::new(Scopes::Discovery(self.resolver.clone()), protected);
-        self
-    }
-
-    /// What plugin outcomes must pass before this executor runs them.
-    pub fn admission(&self) -> &Admission {
-        &self.admission
     }
 
     /// Execute one admitted action on behalf of controller `manager` (its field manager and

@@ -37,10 +37,10 @@ use super::source::{self, PAYLOAD_LABEL, PLUGIN_LABEL, PayloadRef};
 use super::status::{HOST_ANNOTATIONS, PluginStatus, State, StatusWriter, Written};
 use super::waiting::{NotLoaded, Pending, WaitPolicy, WaitReason, Waiting};
 use crate::cache::{CachedObject, Change, IndexedStore};
-use crate::controller::{Controller, ControllerConfig, ControllerMetrics, Reconciler};
+use crate::controller::{Controller, ControllerConfig, Reconciler, Shared};
 use crate::executor::Executor;
 use crate::identity::{self, Identity, PluginIdentity};
-use crate::informer::{self, InformerKey, InformerRegistry, Subscription};
+use crate::informer::{self, InformerKey, Subscription};
 use crate::kinds::{KindRef, ObjectKey};
 use crate::plugin::{ByteSize, Compiled, Origin, PluginEngine, PrecompiledCache, WasmPlugin};
 use crate::queue::{RateLimitConfig, WorkQueue};
@@ -170,9 +170,10 @@ struct Loaded {
 struct Inner {
     engine: PluginEngine,
     precompiled: Option<PrecompiledCache>,
-    registry: InformerRegistry,
+    /// What the plugins' controllers share (informers, admission, the fence, metrics).
+    shared: Shared,
+    /// The host's executor; each plugin's controller writes with one acting as the plugin.
     executor: Executor,
-    metrics: ControllerMetrics,
     plugin_metrics: PluginMetrics,
     config: PluginManagerConfig,
     store: Arc<IndexedStore>,
@@ -271,33 +272,31 @@ impl PluginManager {
     /// refused), so readiness can follow.
     pub async fn start(
         engine: PluginEngine,
-        registry: InformerRegistry,
+        shared: Shared,
         executor: Executor,
-        metrics: ControllerMetrics,
         plugin_metrics: PluginMetrics,
         config: PluginManagerConfig,
     ) -> Result<Self> {
         let precompiled = config.precompiled_dir.as_ref().map(PrecompiledCache::new).transpose()?;
         let key = InformerKey::new(configmap_kind(), config.namespace.clone(), Some(&format!("{PLUGIN_LABEL}=true")))
             .map_err(|e| informer::Error::Selector(InformerKey { kind: configmap_kind(), namespace: None, selector: None }, e))?;
-        let informer = registry.acquire(key).await?;
+        let informer = shared.registry.acquire(key).await?;
         let payload_key = InformerKey::new(configmap_kind(), config.namespace.clone(), Some(&format!("{PAYLOAD_LABEL}=true")))
             .map_err(|e| informer::Error::Selector(InformerKey { kind: configmap_kind(), namespace: None, selector: None }, e))?;
-        let payload_informer = registry.acquire(payload_key).await?;
-        let client = registry.resolver().client().clone();
+        let payload_informer = shared.registry.acquire(payload_key).await?;
+        let client = shared.registry.resolver().client().clone();
         // No plugin may write the ConfigMaps plugins are loaded from.
-        executor.admission().protected().watch_plugin_configmaps(informer.store().clone());
+        shared.admission.protected().watch_plugin_configmaps(informer.store().clone());
         let queue = WorkQueue::new("wasmloop-plugins", RateLimitConfig::default().build(), None);
         let (events, _) = broadcast::channel(64);
         let compile_workers = config.compile_workers.max(1);
-        let status = StatusWriter::new(client.clone(), config.instance.clone(), executor.fence().clone(), config.sharding.clone());
+        let status = StatusWriter::new(client.clone(), config.instance.clone(), shared.fence.clone(), config.sharding.clone());
         let waiting = Waiting::new(config.wait);
         let inner = Arc::new(Inner {
             engine,
             precompiled,
-            registry,
+            shared,
             executor,
-            metrics,
             plugin_metrics,
             config,
             store: informer.store().clone(),
@@ -712,7 +711,7 @@ impl Inner {
     /// re-created with another scope or versions would be addressed wrongly).
     fn forget_unserved(&self, reason: &WaitReason) {
         if let WaitReason::KindNotServed { kind, .. } = reason {
-            self.registry.resolver().forget(kind);
+            self.shared.registry.resolver().forget(kind);
         }
     }
 
@@ -800,7 +799,7 @@ impl Inner {
         }
         let namespace = key.namespace.as_deref().ok_or_else(|| NotLoaded::Refused("a plugin ConfigMap has a namespace".into()))?;
         let identity = Identity::of_plugin(namespace, plugin.name(), manifest.service_account.as_deref());
-        let resolver = self.registry.resolver();
+        let resolver = self.shared.registry.resolver();
         let mut reads = Vec::new();
         for kind in plugin.spec().kinds() {
             let discovery_failed = |error: String| WaitReason::DiscoveryFailed { kind: kind.clone(), error };
@@ -907,16 +906,7 @@ impl Inner {
     ) -> Result<Controller, NotLoaded> {
         let executor = self.executor.acting_as(identity).map_err(|e| NotLoaded::Refused(e.to_string()))?;
         let ownership = self.config.sharding.as_ref().map(|s| s.register(plugin.name(), config.shards));
-        let started = Controller::start_sharded(
-            plugin.clone(),
-            config.clone(),
-            grants,
-            self.registry.clone(),
-            executor,
-            self.metrics.clone(),
-            ownership,
-        )
-        .await;
+        let started = Controller::start_sharded(plugin.clone(), config.clone(), grants, self.shared.clone(), executor, ownership).await;
         if started.is_err()
             && let Some(sharding) = &self.config.sharding
         {

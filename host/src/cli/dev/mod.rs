@@ -26,8 +26,8 @@ use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use tokio::sync::broadcast;
 use tokio::time::Instant;
 use tracing::{info, warn};
-use wasmloop::admission::{HostObjects, Protected};
-use wasmloop::controller::ControllerMetrics;
+use wasmloop::admission::{Admission, HostObjects, Protected, Scopes};
+use wasmloop::controller::{ControllerMetrics, Shared};
 use wasmloop::executor::Executor;
 use wasmloop::hotload::source::{PAYLOAD_LABEL, PLUGIN_LABEL};
 use wasmloop::hotload::{LoadEvent, LoadOrigin, PluginManager, PluginManagerConfig, PluginManifest, PluginMetrics, pack};
@@ -135,14 +135,15 @@ impl<'a> Session<'a> {
         let resolver = KindResolver::new(client.clone());
         let registry = InformerRegistry::new(resolver.clone());
         let hosts = HostObjects { plugin_namespaces: vec![namespace.clone()], lease_namespace: None, service_account: None };
-        let executor = Executor::new(resolver, Some("wasmloop-dev".into())).with_protected(Protected::new(hosts, registry.clone()));
+        let admission = Admission::new(Scopes::Discovery(resolver.clone()), Protected::new(hosts, registry.clone()));
+        let executor = Executor::new(resolver, Some("wasmloop-dev".into()));
         let mut prom = prometheus_client::registry::Registry::default();
         let (metrics, plugin_metrics) = (ControllerMetrics::new(&mut prom), PluginMetrics::new(&mut prom));
+        let shared = Shared::new(registry, metrics).with_admission(admission);
         let engine = tokio::task::spawn_blocking(PluginEngine::new).await??;
         // Every version is new here: no precompiled cache on disk.
         let config = PluginManagerConfig { precompiled_dir: None, ..PluginManagerConfig::new(Some(namespace.clone())) };
-        let manager =
-            PluginManager::start(engine.clone(), registry, executor, metrics, plugin_metrics, config).await.context("starting the host")?;
+        let manager = PluginManager::start(engine.clone(), shared, executor, plugin_metrics, config).await.context("starting the host")?;
         let loads = manager.events();
         info!(target: DEV_LOG, "watching {} (package {}); plugin ConfigMaps in namespace {}", krate.dir.display(), krate.package, namespace);
         Ok(Self { krate, args, namespace, client, engine, manager, loads, reconciles, applied: None, payloads: Vec::new(), versions: 0 })

@@ -1,0 +1,340 @@
+//! The worker: takes a key from the queue, reconciles it on a blocking thread against the
+//! cache, hands the outcome to [`super::apply`], and settles the key — forgotten, requeued,
+//! retried with backoff or left until something changes — remembering per key why it was
+//! queued and its last error ([`KeyStates`]).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use tokio::time::Instant;
+use tracing::{Instrument, debug, info_span, warn};
+
+use super::apply::summarize;
+use super::expectations::Wait;
+use super::{Cause, Current, Inner, RECONCILE_LOG, ReconcileError};
+use crate::admission;
+use crate::cache;
+use crate::executor;
+use crate::kinds::ObjectKey;
+use crate::queue::{RateLimiter, TokenBucket, WorkQueue};
+use crate::reconciler::{Reason, Request};
+
+/// How a failed reconcile of a key is retried.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Handling {
+    /// With per-key backoff; the next request carries the error.
+    Backoff,
+    /// Not until the object (or something mapped to it) changes.
+    WhenChanged,
+    /// A precondition failed: the plugin's view was stale. Reconciled again, not an error.
+    Again,
+}
+
+/// Why a reconcile of a key failed.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum FailCause {
+    /// The reconciler failed: its own error, an invalid outcome, the sandbox.
+    #[error(transparent)]
+    Reconcile(Cause),
+    /// Admission refused an action of the outcome.
+    #[error("plugin {plugin}: {refusal}")]
+    Refused { plugin: String, refusal: Box<admission::Refusal> },
+    /// Admission could not judge an action now, or found the plugin's view stale.
+    #[error(transparent)]
+    Admission(admission::Error),
+    /// An action failed after `done` of the outcome's `total` were executed.
+    #[error("{source} ({done} of {total} actions of this outcome were executed)")]
+    Action { source: executor::Error, done: usize, total: usize },
+    /// The reconciler failed, and so did the actions it returned with its error.
+    #[error("{cause} (and the actions returned with the error failed: {actions})")]
+    WithActions { cause: Cause, actions: Box<FailCause> },
+}
+
+/// A failed reconcile: how it is retried and why.
+#[derive(Debug)]
+pub(super) struct Failed {
+    pub(super) handling: Handling,
+    pub(super) cause: FailCause,
+}
+
+impl Failed {
+    pub(super) fn new(handling: Handling, cause: FailCause) -> Self {
+        Self { handling, cause }
+    }
+
+    /// A failed action, with how far the outcome got (nothing is half-applied silently).
+    pub(super) fn action(source: executor::Error, done: usize, total: usize) -> Self {
+        let handling = if source.is_conflict() {
+            Handling::Again
+        } else if source.is_permanent() {
+            Handling::WhenChanged
+        } else {
+            Handling::Backoff
+        };
+        Self::new(handling, FailCause::Action { source, done, total })
+    }
+}
+
+/// The result of one reconcile of a key: a requeue asked for, or a failure.
+pub(super) type Settled = Result<Option<Duration>, Failed>;
+
+/// The `result` label of a reconcile in metrics and the reconcile line.
+pub(super) fn result_label(r: &Settled) -> &'static str {
+    match r {
+        Ok(Some(_)) => "requeue_after",
+        Ok(None) => "success",
+        Err(f) => match f.handling {
+            Handling::Backoff => "error",
+            Handling::WhenChanged => "permanent_error",
+            Handling::Again => "conflict",
+        },
+    }
+}
+
+/// What the worker remembers of each key between its reconciles: the first reason it was queued
+/// for since its last reconcile, and its last error while it keeps failing (the next request's
+/// `last_error`).
+#[derive(Default)]
+pub(super) struct KeyStates {
+    reasons: Mutex<HashMap<ObjectKey, Reason>>,
+    failures: Mutex<HashMap<ObjectKey, String>>,
+}
+
+impl KeyStates {
+    /// `key` was queued for `reason`: kept unless an earlier reason is pending.
+    pub(super) fn queued(&self, key: &ObjectKey, reason: Reason) {
+        self.reasons.lock().entry(key.clone()).or_insert(reason);
+    }
+
+    /// The request for `key`'s reconcile, taking its pending reason.
+    pub(super) fn request(&self, key: &ObjectKey) -> Request {
+        let reason = self.reasons.lock().remove(key).unwrap_or(Reason::Event);
+        Request { key: key.clone(), reason, last_error: self.failures.lock().get(key).cloned() }
+    }
+
+    /// `key` is no longer this replica's (its shard moved).
+    pub(super) fn drop_key(&self, key: &ObjectKey) {
+        self.reasons.lock().remove(key);
+    }
+
+    /// Settle `key` after a reconcile that ended in `result`: requeue, retry or forget it on
+    /// `queue`, and remember its last error.
+    pub(super) fn settle(&self, queue: &WorkQueue<ObjectKey>, requeues: &Requeues<'_>, key: &ObjectKey, result: &Settled) {
+        match result {
+            Ok(_) => drop(self.failures.lock().remove(key)),
+            Err(f) if f.handling != Handling::Again => drop(self.failures.lock().insert(key.clone(), f.cause.to_string())),
+            Err(_) => {}
+        }
+        match result {
+            Ok(requeue_after) => {
+                queue.forget(key);
+                if let Some(after) = requeue_after {
+                    self.queued(key, Reason::Requeue);
+                    queue.add_after(key.clone(), requeues.delay(*after));
+                }
+            }
+            Err(Failed { handling: Handling::Again, cause }) => {
+                debug!(error = %cause, "precondition failed; reconciling again");
+                self.queued(key, Reason::Event);
+                queue.add_rate_limited(key.clone());
+            }
+            Err(Failed { handling: Handling::Backoff, cause }) => {
+                let attempt = queue.num_requeues(key) + 1;
+                warn!(attempt, error = %cause, "reconcile failed; retrying with backoff");
+                self.queued(key, Reason::Retry(attempt));
+                queue.add_rate_limited(key.clone());
+            }
+            Err(Failed { handling: Handling::WhenChanged, cause }) => {
+                warn!(error = %cause, "reconcile failed permanently; not retried until the object changes");
+                queue.forget(key);
+            }
+        }
+    }
+}
+
+/// How long a `requeue_after` waits: at least the controller's floor and what the queue's
+/// overall bucket allows, so a plugin asking for 0 ms cannot spin.
+pub(super) struct Requeues<'a> {
+    pub(super) floor: Duration,
+    pub(super) bucket: &'a TokenBucket,
+}
+
+impl Requeues<'_> {
+    fn delay(&self, asked: Duration) -> Duration {
+        asked.max(self.floor).max(RateLimiter::<()>::when(self.bucket, &()))
+    }
+}
+
+impl Inner {
+    /// Take keys until the queue shuts down.
+    pub(super) async fn work(self: Arc<Self>) {
+        while let Some(key) = self.queue.get().await {
+            if let Some(ownership) = &self.ownership {
+                // Sharded: a key whose shard this replica no longer owns is dropped; the owner
+                // queued it from its own cache when it took the shard over.
+                if !ownership.owns(&key) {
+                    self.keys.drop_key(&key);
+                    self.queue.forget(&key);
+                    self.queue.done(&key);
+                    continue;
+                }
+                let _running = ownership.running(&key);
+                let span = info_span!("reconcile", controller = %self.name, key = %key);
+                self.process(&key).instrument(span).await;
+                self.queue.done(&key);
+                continue;
+            }
+            // A warm standby (leader election, Lease held elsewhere) holds one key per worker
+            // and starts on it the moment its writes may go out.
+            if !self.until_writable().await {
+                self.queue.done(&key);
+                break;
+            }
+            let span = info_span!("reconcile", controller = %self.name, key = %key);
+            self.process(&key).instrument(span).await;
+            self.queue.done(&key);
+        }
+    }
+
+    /// Wait until this replica may write; false if the controller stops first.
+    async fn until_writable(&self) -> bool {
+        let mut stopping = self.stopping.subscribe();
+        tokio::select! {
+            () = self.shared.fence.wait_open() => {}
+            _ = stopping.wait_for(|s| *s) => return false,
+        }
+        !*self.stopping.borrow()
+    }
+
+    /// Reconcile `key` once (unless it waits for the cache to show its writes) and settle it.
+    async fn process(&self, key: &ObjectKey) {
+        let Some(current) = self.current.read().clone() else { return };
+        if let Wait::Until(deadline) = self.expectations.check(key, current.view.as_ref()) {
+            // Parked: an event on an expected object (or the deadline) brings it back.
+            debug!(key = %key, "waiting for the cache to show this key's creates and deletes");
+            self.queue.add_after(key.clone(), deadline.saturating_duration_since(Instant::now()));
+            return;
+        }
+        let request = self.keys.request(key);
+        let started = Instant::now();
+        self.shared.metrics.worker_started(&self.name);
+        let reconciler = current.reconciler.clone();
+        let view: cache::SharedCache = current.view.clone();
+        let result = tokio::task::spawn_blocking(move || reconciler.reconcile(&request, &view))
+            .await
+            .unwrap_or_else(|e| Err(ReconcileError::transient(Cause::Stopped(format!("reconciler panicked: {e}")))));
+        // The actions returned, for the reconcile line (only when someone reads it).
+        let logging = tracing::enabled!(target: RECONCILE_LOG, tracing::Level::DEBUG);
+        let returned = match &result {
+            Ok(outcome) if logging => Some(summarize(&outcome.actions)),
+            Err(e) if logging && !e.actions.is_empty() => Some(summarize(&e.actions)),
+            _ => None,
+        };
+        let result = match result {
+            Ok(outcome) => self.execute(key, &current, outcome).await,
+            Err(error) => self.failed(key, &current, error).await,
+        };
+        self.shared.metrics.worker_finished(&self.name, started.elapsed(), result_label(&result));
+        if logging {
+            log_reconcile(key, &current, started.elapsed(), returned, &result);
+        }
+        let requeues = Requeues { floor: self.config.min_requeue_after, bucket: &self.requeues };
+        self.keys.settle(&self.queue, &requeues, key, &result);
+    }
+}
+
+/// One line per reconcile at [`RECONCILE_LOG`]: the key, the actions returned (or why there were
+/// none), the result, how long it took, and which build of the reconciler ran it.
+fn log_reconcile(key: &ObjectKey, current: &Current, took: Duration, returned: Option<String>, result: &Settled) {
+    let took_ms = (took.as_secs_f64() * 10_000.0).round() / 10.0;
+    let digest = current.reconciler.digest().unwrap_or("native");
+    let what = match (returned, result) {
+        (Some(actions), Ok(_)) => actions,
+        (Some(actions), Err(f)) => format!("{actions}: {}", f.cause),
+        (None, Err(f)) => format!("failed: {}", f.cause),
+        (None, Ok(_)) => "no actions".into(),
+    };
+    debug!(target: RECONCILE_LOG, result = result_label(result), took_ms, digest, "{key}: {what}");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kinds::KindRef;
+    use crate::queue::RateLimitConfig;
+
+    fn key(name: &str) -> ObjectKey {
+        KindRef::new("v1", "ConfigMap").key(Some("ns"), name)
+    }
+
+    fn failed(handling: Handling, message: &str) -> Settled {
+        Err(Failed::new(handling, FailCause::Reconcile(Cause::Reconciler(message.into()))))
+    }
+
+    fn queue() -> WorkQueue<ObjectKey> {
+        let limits = RateLimitConfig { base_delay: Duration::from_millis(5), ..RateLimitConfig::default() };
+        WorkQueue::new("test", limits.build(), None)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn failures_retry_with_backoff_and_carry_their_error() {
+        let (states, queue, bucket) = (KeyStates::default(), queue(), TokenBucket::new(10.0, 100));
+        let requeues = Requeues { floor: Duration::from_secs(1), bucket: &bucket };
+        let k = key("a");
+        states.queued(&k, Reason::Event);
+        let request = states.request(&k);
+        assert_eq!((request.reason, request.last_error), (Reason::Event, None));
+        // Two failures: the second retry waits twice as long, and carries the error.
+        for (attempt, wait) in [(1, 5), (2, 10)] {
+            states.settle(&queue, &requeues, &k, &failed(Handling::Backoff, "boom"));
+            tokio::time::sleep(Duration::from_millis(wait - 1)).await;
+            assert_eq!(queue.len(), 0, "attempt {attempt} is not due yet");
+            tokio::time::sleep(Duration::from_millis(1)).await;
+            let got = queue.get().await.unwrap();
+            let request = states.request(&got);
+            assert_eq!((request.reason, request.last_error.as_deref()), (Reason::Retry(attempt), Some("boom")));
+            queue.done(&got);
+        }
+        // A success forgets the error and the backoff.
+        states.settle(&queue, &requeues, &k, &Ok(None));
+        assert_eq!((queue.num_requeues(&k), states.request(&k).last_error), (0, None));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn requeues_wait_at_least_the_floor_and_permanent_errors_wait_for_a_change() {
+        let (states, queue, bucket) = (KeyStates::default(), queue(), TokenBucket::new(10.0, 100));
+        let requeues = Requeues { floor: Duration::from_secs(1), bucket: &bucket };
+        let k = key("b");
+        states.settle(&queue, &requeues, &k, &Ok(Some(Duration::ZERO)));
+        tokio::time::sleep(Duration::from_millis(999)).await;
+        assert_eq!(queue.len(), 0, "a 0 ms requeue waits the 1 s floor");
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        let got = queue.get().await.unwrap();
+        assert_eq!(states.request(&got).reason, Reason::Requeue);
+        queue.done(&got);
+        states.settle(&queue, &requeues, &k, &failed(Handling::WhenChanged, "bad spec"));
+        tokio::time::sleep(Duration::from_secs(3600)).await;
+        assert_eq!(queue.len(), 0, "a permanent error is not retried");
+        assert_eq!(states.request(&k).last_error.as_deref(), Some("bad spec"));
+        // A stale view is reconciled again, without becoming the last error.
+        states.settle(&queue, &requeues, &k, &Ok(None));
+        states.settle(&queue, &requeues, &k, &failed(Handling::Again, "conflict"));
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        let got = queue.get().await.unwrap();
+        let request = states.request(&got);
+        assert_eq!((request.reason, request.last_error), (Reason::Event, None));
+    }
+
+    #[test]
+    fn labels_and_messages() {
+        assert_eq!(result_label(&Ok(Some(Duration::ZERO))), "requeue_after");
+        assert_eq!(result_label(&failed(Handling::Again, "x")), "conflict");
+        let cause = FailCause::WithActions {
+            cause: Cause::Reconciler("quota".into()),
+            actions: Box::new(FailCause::Reconcile(Cause::Stopped("trap".into()))),
+        };
+        assert_eq!(cause.to_string(), "quota (and the actions returned with the error failed: trap)");
+    }
+}
