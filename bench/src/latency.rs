@@ -171,6 +171,7 @@ pub async fn run(args: Args) -> Result<Results> {
             watches: vec![],
             indexes: vec![],
             fields: vec![],
+            annotation_selector: None,
         },
         pending: pending.clone(),
         samples: Mutex::new(Vec::new()),

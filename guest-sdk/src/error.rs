@@ -2,6 +2,8 @@
 
 use std::fmt;
 
+use crate::outcome::Outcome;
+
 /// Whether the host retries a failed reconcile.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ErrorKind {
@@ -14,22 +16,25 @@ pub enum ErrorKind {
 /// A failed reconcile.
 ///
 /// `?` converts cache and JSON errors into transient errors; use [`Error::permanent`] for
-/// problems only a change to the object can fix (an invalid spec, say).
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// problems only a change to the object can fix (an invalid spec, say). An error can carry
+/// actions the host executes anyway ([`Error::with_actions`]): the Go pattern "record a Warning
+/// Event or a status condition, return the error, retry with backoff".
+#[derive(Clone, Debug, PartialEq)]
 pub struct Error {
     kind: ErrorKind,
     message: String,
+    actions: Option<Box<Outcome>>,
 }
 
 impl Error {
     /// An error worth retrying (a stale or incomplete cache, a conflict).
     pub fn transient(message: impl fmt::Display) -> Self {
-        Self { kind: ErrorKind::Transient, message: message.to_string() }
+        Self { kind: ErrorKind::Transient, message: message.to_string(), actions: None }
     }
 
     /// An error retrying will not fix; the key is reconciled again when its objects change.
     pub fn permanent(message: impl fmt::Display) -> Self {
-        Self { kind: ErrorKind::Permanent, message: message.to_string() }
+        Self { kind: ErrorKind::Permanent, message: message.to_string(), actions: None }
     }
 
     /// Transient or permanent.
@@ -45,6 +50,48 @@ impl Error {
     /// The message the host logs.
     pub fn message(&self) -> &str {
         &self.message
+    }
+
+    /// The same error, with actions for the host to execute anyway (contract 0.3): Events,
+    /// status or condition patches saying why. They are checked and admitted like an outcome's;
+    /// the error still decides the retry (backoff, `last_error`, the error metrics). Its
+    /// `requeue_after` is ignored: the error's retry applies.
+    ///
+    /// ```
+    /// use wasmloop_sdk::{Error, EventType, Outcome, kinds};
+    /// let foo = kinds::CONFIG_MAP.key(Some("shop"), "web");
+    /// let err = Error::transient("quota exceeded")
+    ///     .with_actions(Outcome::new().event_key(foo, EventType::Warning, "QuotaExceeded", "retrying"));
+    /// assert_eq!(err.actions().map(|o| o.actions.len()), Some(1));
+    /// ```
+    pub fn with_actions(mut self, outcome: Outcome) -> Self {
+        self.actions = Some(Box::new(outcome));
+        self
+    }
+
+    /// The actions to execute anyway, if any.
+    pub fn actions(&self) -> Option<&Outcome> {
+        self.actions.as_deref()
+    }
+
+    /// Take the actions to execute anyway.
+    pub fn take_actions(&mut self) -> Option<Outcome> {
+        self.actions.take().map(|b| *b)
+    }
+
+    /// The error without its actions, and the actions to send: none if it has none, or if they
+    /// are unusable (a builder refused an object), in which case the message says so. What the
+    /// export glue (and a host running the plugin natively) sends.
+    #[doc(hidden)]
+    pub fn into_parts(mut self) -> (Self, Vec<crate::Action>) {
+        match self.take_actions().map(Outcome::into_result) {
+            None => (self, Vec::new()),
+            Some(Ok(outcome)) => (self, outcome.actions),
+            Some(Err(bad)) => {
+                self.message = format!("{}; its actions were not sent: {}", self.message, bad.message);
+                (self, Vec::new())
+            }
+        }
     }
 
     /// Prefix the message with what was being done: `"{context}: {message}"`.

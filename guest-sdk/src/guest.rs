@@ -8,7 +8,7 @@ use crate::log::Level;
 use crate::object::{ObjectMeta, OwnerReference};
 use crate::outcome::{Action, EventType, Outcome};
 use crate::patch::{PatchType, Preconditions};
-use crate::types::{KindRef, Mapping, Metadata, ObjectKey, Reason, Request};
+use crate::types::{IndexValue, KindRef, Mapping, Metadata, ObjectKey, Reason, Request};
 use crate::{Error, Reconciler};
 
 #[doc(hidden)]
@@ -114,6 +114,23 @@ fn wit_key(key: ObjectKey) -> wit::ObjectKey {
     }
 }
 
+fn wit_mapping(m: Mapping) -> wit::Mapping {
+    match m {
+        Mapping::Owner => wit::Mapping::Owner,
+        Mapping::Label(l) => wit::Mapping::Label(l),
+        Mapping::SameName => wit::Mapping::SameName,
+        Mapping::Namespace => wit::Mapping::Namespace,
+        Mapping::Index { index, value } => wit::Mapping::Index(wit::IndexMapping {
+            index,
+            value: match value {
+                IndexValue::Name => wit::IndexValue::Name,
+                IndexValue::NamespacedName => wit::IndexValue::NamespacedName,
+                IndexValue::Field(path) => wit::IndexValue::Field(path),
+            },
+        }),
+    }
+}
+
 /// `Guest::metadata` for reconciler `R`.
 pub fn metadata<R: Reconciler>() -> wit::PluginMetadata {
     let m: Metadata = R::metadata();
@@ -123,18 +140,15 @@ pub fn metadata<R: Reconciler>() -> wit::PluginMetadata {
         version: m.version,
         reconciles,
         selector: m.selector,
+        annotation_selector: m.annotation_selector,
         watches: m
             .watches
             .into_iter()
             .map(|w| wit::Watch {
                 kind: wit_kind(&w.kind),
-                mapping: match w.mapping {
-                    Mapping::Owner => wit::Mapping::Owner,
-                    Mapping::Label(l) => wit::Mapping::Label(l),
-                    Mapping::SameName => wit::Mapping::SameName,
-                    Mapping::Namespace => wit::Mapping::Namespace,
-                },
+                mapping: wit_mapping(w.mapping),
                 selector: w.selector,
+                annotation_selector: w.annotation_selector,
             })
             .collect(),
         indexes: m.indexes.into_iter().map(|i| wit::Index { kind: wit_kind(&i.kind), name: i.name, path: i.path }).collect(),
@@ -143,7 +157,7 @@ pub fn metadata<R: Reconciler>() -> wit::PluginMetadata {
 }
 
 /// `Guest::reconcile` for reconciler `R`.
-pub fn reconcile<R: Reconciler>(request: wit::Request) -> Result<wit::Outcome, wit::ReconcileError> {
+pub fn reconcile<R: Reconciler>(request: wit::Request) -> Result<wit::Outcome, wit::Failure> {
     let k = request.key;
     let key = ObjectKey { kind: KindRef::new(k.api_version, k.kind), namespace: k.namespace, name: k.name };
     let reason = match request.reason {
@@ -155,11 +169,21 @@ pub fn reconcile<R: Reconciler>(request: wit::Request) -> Result<wit::Outcome, w
     let last_error = request.last_error;
     let outcome = R::reconcile(Request { key, reason, last_error }).and_then(Outcome::into_result).and_then(wit_outcome);
     outcome.map_err(|e| {
-        if e.is_transient() {
+        let (e, actions) = e.into_parts();
+        // Actions the builders accepted convert; a document that does not serialize is dropped
+        // with the rest, and the error says so.
+        let mut outcome = Outcome::new();
+        actions.into_iter().for_each(|a| outcome.push(a));
+        let (e, actions) = match wit_outcome(outcome) {
+            Ok(o) => (e, o.actions),
+            Err(bad) => (e.context(format!("its actions were not sent ({})", bad.message())), Vec::new()),
+        };
+        let error = if e.is_transient() {
             wit::ReconcileError::Transient(e.message().to_owned())
         } else {
             wit::ReconcileError::Permanent(e.message().to_owned())
-        }
+        };
+        wit::Failure { error, actions }
     })
 }
 

@@ -127,7 +127,7 @@ pub use error::{Error, ErrorKind, ResultExt};
 pub use outcome::{Action, Deletion, Event, EventType, Outcome};
 pub use patch::{Patch, PatchType, Preconditions};
 pub use serde_json;
-pub use types::{Field, Index, KindRef, Mapping, Metadata, ObjectKey, Reason, Request, Watch, kinds};
+pub use types::{Field, Index, IndexValue, KindRef, Mapping, Metadata, ObjectKey, Reason, Request, Watch, kinds};
 
 /// Reconcile logic, exported to the host with [`export_reconciler!`].
 ///
@@ -161,7 +161,7 @@ macro_rules! export_reconciler {
                     request: $crate::__private::bindings::wasmloop::controller::types::Request,
                 ) -> ::core::result::Result<
                     $crate::__private::bindings::wasmloop::controller::types::Outcome,
-                    $crate::__private::bindings::wasmloop::controller::types::ReconcileError,
+                    $crate::__private::bindings::wasmloop::controller::types::Failure,
                 > {
                     $crate::__private::reconcile::<$ty>(request)
                 }

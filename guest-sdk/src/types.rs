@@ -1,21 +1,7 @@
 //! Names of API types and objects, requests (the contract's vocabulary, from `wasmloop-model`),
 //! and the plugin's self-description.
 
-pub use wasmloop_model::{KindRef, ObjectKey, Reason, Request};
-
-/// How events on a watched kind turn into keys of the reconciled kind.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub enum Mapping {
-    /// Enqueue the object's controller owner (`ownerReferences[controller=true]`) if it is of
-    /// the reconciled kind.
-    Owner,
-    /// Enqueue the reconciled object named by this label's value, in the object's namespace.
-    Label(String),
-    /// Enqueue the reconciled object with the same namespace and name.
-    SameName,
-    /// Enqueue the reconciled object whose name is the object's namespace (Namespace ← ConfigMap).
-    Namespace,
-}
+pub use wasmloop_model::{IndexValue, KindRef, Mapping, ObjectKey, Reason, Request};
 
 /// A secondary kind the plugin watches (and so may read).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -26,17 +12,27 @@ pub struct Watch {
     pub mapping: Mapping,
     /// Label selector limiting which objects are watched and cached.
     pub selector: Option<String>,
+    /// Selector on annotations limiting which objects are cached and mapped (contract 0.3).
+    pub annotation_selector: Option<String>,
 }
 
 impl Watch {
     /// Watch every object of `kind`.
     pub fn new(kind: KindRef, mapping: Mapping) -> Self {
-        Self { kind, mapping, selector: None }
+        Self { kind, mapping, selector: None, annotation_selector: None }
     }
 
     /// Watch (and cache) only objects matching this label selector, e.g. `app=web,tier!=db`.
     pub fn selector(mut self, selector: impl Into<String>) -> Self {
         self.selector = Some(selector.into());
+        self
+    }
+
+    /// Cache (and map) only objects whose annotations match this selector, in label-selector
+    /// syntax: `example.com/managed=true`, `!example.com/skip`. The host filters objects as
+    /// they arrive (annotations cannot be selected by the API server).
+    pub fn annotation_selector(mut self, selector: impl Into<String>) -> Self {
+        self.annotation_selector = Some(selector.into());
         self
     }
 }
@@ -84,6 +80,8 @@ pub struct Metadata {
     pub reconciles: Option<KindRef>,
     /// Label selector for the reconciled kind, if only some objects matter.
     pub selector: Option<String>,
+    /// Annotation selector for the reconciled kind (contract 0.3).
+    pub annotation_selector: Option<String>,
     /// Secondary kinds and how their events map to reconciled keys.
     pub watches: Vec<Watch>,
     /// Extra indexes for [`crate::cache::by_index`].
@@ -100,6 +98,7 @@ impl Metadata {
             version: version.into(),
             reconciles: None,
             selector: None,
+            annotation_selector: None,
             watches: Vec::new(),
             indexes: Vec::new(),
             fields: Vec::new(),
@@ -116,6 +115,38 @@ impl Metadata {
     pub fn selector(mut self, selector: impl Into<String>) -> Self {
         self.selector = Some(selector.into());
         self
+    }
+
+    /// Reconcile (and cache) only objects of the reconciled kind whose annotations match this
+    /// selector (label-selector syntax, e.g. `example.com/managed=true`; contract 0.3).
+    pub fn annotation_selector(mut self, selector: impl Into<String>) -> Self {
+        self.annotation_selector = Some(selector.into());
+        self
+    }
+
+    /// Watch a related kind whose objects the reconciled objects *name* (not own): declare
+    /// index `index` on the reconciled kind over `path` (where a reconciled object names the
+    /// related one, e.g. `spec.deploymentName`), and enqueue, for an event on a related object,
+    /// every reconciled object whose index holds `value` of it (contract 0.3; controller-runtime's
+    /// `Watches` + `EnqueueRequestsFromMapFunc` over a field index, as one declaration).
+    ///
+    /// ```
+    /// use wasmloop_sdk::{kinds, IndexValue, KindRef, Metadata};
+    /// const FOO: KindRef = KindRef::from_static("samplecontroller.k8s.io/v1alpha1", "Foo");
+    /// // A Deployment's events reach the Foos whose spec.deploymentName is its name.
+    /// let m = Metadata::new("sample", "0.1.0")
+    ///     .reconciles(FOO)
+    ///     .named_by(kinds::DEPLOYMENT, "deployment", "spec.deploymentName", IndexValue::Name);
+    /// assert_eq!(m.indexes.len(), 1);
+    /// ```
+    ///
+    /// # Panics
+    ///
+    /// If called before [`Metadata::reconciles`] (the index is on the reconciled kind).
+    pub fn named_by(self, kind: KindRef, index: impl Into<String>, path: impl Into<String>, value: IndexValue) -> Self {
+        let index = index.into();
+        let primary = self.reconciled_kind().clone();
+        self.index(primary, index.clone(), path).watches(kind, Mapping::Index { index, value })
     }
 
     /// Watch a kind whose objects the plugin controls: an event on one enqueues its controller

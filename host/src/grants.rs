@@ -456,12 +456,18 @@ grants:
             version: "0.1.0".into(),
             reconciles: podset(),
             selector: None,
-            watches: vec![WatchSpec { kind: pod(), mapping: Mapping::Owner, selector: None }],
+            watches: vec![WatchSpec { kind: pod(), mapping: Mapping::Owner, selector: None, annotation_selector: None }],
             indexes: vec![],
             fields: vec![],
+            annotation_selector: None,
         };
         assert!(g.check_spec(&spec).is_ok());
-        spec.watches.push(WatchSpec { kind: KindRef::new("v1", "ConfigMap"), mapping: Mapping::SameName, selector: None });
+        spec.watches.push(WatchSpec {
+            kind: KindRef::new("v1", "ConfigMap"),
+            mapping: Mapping::SameName,
+            selector: None,
+            annotation_selector: None,
+        });
         let err = g.check_spec(&spec).unwrap_err().to_string();
         assert!(err.contains("declares reading v1/ConfigMap (watches) but has no read grant"), "{err}");
         assert!(err.contains(r#"{kinds: ["v1/ConfigMap"], verbs: [read]}"#), "{err}");

@@ -6,7 +6,7 @@ use crate::actions::{OutcomeError, Planned};
 use crate::cache::SharedCache;
 use crate::kinds::KindRef;
 
-pub use wasmloop_model::{Reason, Request};
+pub use wasmloop_model::{IndexValue, Mapping, Reason, Request};
 
 /// What a successful reconcile returns.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -39,7 +39,7 @@ pub enum Cause {
         plugin: String,
         /// The first thing wrong with it.
         #[source]
-        source: OutcomeError,
+        source: Box<OutcomeError>,
     },
     /// The sandbox stopped the call (a trap, the deadline, the memory cap, the read budget) or
     /// the reconciler panicked: the text says which.
@@ -95,25 +95,17 @@ impl ReconcileError {
     }
 }
 
-/// How events on a watched kind map to keys of the reconciled kind.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub enum Mapping {
-    /// The object's controller owner, if it is of the reconciled kind.
-    Owner,
-    /// The reconciled object named by this label's value, in the object's namespace.
-    Label(String),
-    /// The reconciled object with the same namespace and name.
-    SameName,
-    /// The reconciled object whose name is the object's namespace.
-    Namespace,
-}
-
 /// A secondary kind a controller watches.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct WatchSpec {
+    /// The watched kind.
     pub kind: KindRef,
+    /// How its events map to keys of the reconciled kind.
     pub mapping: Mapping,
+    /// A label selector: only matching objects are watched and cached.
     pub selector: Option<String>,
+    /// A selector on annotations (contract 0.3): only matching objects are cached and mapped.
+    pub annotation_selector: Option<String>,
 }
 
 /// A declared index: `labels.<key>` or a dotted field path.
@@ -135,10 +127,17 @@ pub struct FieldDecl {
 /// What a reconciler says about itself: what it reconciles, watches and indexes.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ReconcilerSpec {
+    /// The plugin's name (field manager, Event source, metrics label).
     pub name: String,
+    /// Its own version.
     pub version: String,
+    /// The kind whose keys it reconciles.
     pub reconciles: KindRef,
+    /// A label selector on the reconciled kind.
     pub selector: Option<String>,
+    /// A selector on the reconciled kind's annotations (contract 0.3).
+    pub annotation_selector: Option<String>,
+    /// Related kinds and how their events map to reconciled keys.
     pub watches: Vec<WatchSpec>,
     pub indexes: Vec<IndexDecl>,
     pub fields: Vec<FieldDecl>,

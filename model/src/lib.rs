@@ -3,6 +3,7 @@
 //!
 //! - [`kind`]: [`KindRef`] and [`ObjectKey`], printed and parsed in the one key syntax;
 //! - [`request`]: [`Request`] and [`Reason`];
+//! - [`mapping`]: how events on related objects map to keys of the reconciled kind;
 //! - [`verb`]: the one verb vocabulary of grants, actions, refusals and metrics;
 //! - [`name`]: DNS labels, subdomains and request-path segments;
 //! - [`target`]: what object an action touches (kind, scope, namespace, name or generateName),
@@ -21,6 +22,7 @@ pub mod field;
 mod fuzz;
 pub mod index_path;
 pub mod kind;
+pub mod mapping;
 pub mod name;
 pub mod request;
 pub mod selector;
@@ -28,6 +30,7 @@ pub mod target;
 pub mod verb;
 
 pub use kind::{InvalidApiVersion, InvalidKey, KindRef, ObjectKey};
+pub use mapping::{IndexValue, Mapping};
 pub use request::{Reason, Request};
 pub use target::{Naming, Target, TargetError, TargetName, json_type};
 pub use verb::{UnknownVerb, Verb};

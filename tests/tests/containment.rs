@@ -681,6 +681,7 @@ async fn suite(mode: Mode, prefix: &str) -> Result<()> {
     }
 
     legitimate_writes_go_through(&admin.client, &w, &mut failures).await?;
+    failures_carry_actions_through_admission(&admin.client, &w, &mut failures).await?;
     if mode == Mode::Impersonating {
         rbac_bounds_what_grants_allow(&admin.client, &host, &w, &mut failures).await?;
     }
@@ -792,6 +793,43 @@ async fn legitimate_writes_go_through(admin: &kube::Client, w: &World, failures:
             .map(|e| e.note.unwrap_or_default())
             .collect();
         failures.push(format!("legit RBAC patch and apply: {e:#}; Events: {about:?}"));
+    }
+    Ok(())
+}
+
+/// Contract 0.3: a failed reconcile's actions are admitted exactly like an outcome's. A
+/// permanent failure whose action writes in the host's namespace is refused (and reported), the
+/// write never happens; a transient failure's Event about its own object is recorded.
+async fn failures_carry_actions_through_admission(admin: &kube::Client, w: &World, failures: &mut Vec<String>) -> Result<()> {
+    let pp = PostParams::default();
+    let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "pwned-by-failure", "namespace": w.host_ns},
+                     "spec": {"containers": [{"name": "c", "image": "registry.invalid/x"}]}});
+    let refused = wasmloop_tests::hostile::data_configmap(
+        "fail-refused",
+        json!({"actions": json!([{"create": pod}]).to_string(), "fail": "permanent"}),
+    );
+    Api::<ConfigMap>::namespaced(admin.clone(), &w.all_ns).create(&pp, &refused).await?;
+    let message = refusal(admin, &w.all_ns, "fail-refused").await?;
+    if !message.contains("(host-namespace)") {
+        failures.push(format!("a failure's action into the host namespace: {message}"));
+    }
+    let said = json!([{"event": {"regarding": {"apiVersion": "v1", "kind": "ConfigMap", "namespace": "$NS", "name": "$NAME"},
+                                 "type": "Warning", "reason": "FailedButSaid", "message": "quota exceeded"}}]);
+    let legit = wasmloop_tests::hostile::data_configmap("fail-legit", json!({"actions": said.to_string(), "fail": "transient"}));
+    Api::<ConfigMap>::namespaced(admin.clone(), &w.team).create(&pp, &legit).await?;
+    let events = Api::<Event>::namespaced(admin.clone(), &w.team);
+    let recorded = eventually("the failed reconcile's Event", WAIT, || {
+        let events = events.clone();
+        async move {
+            let list = events.list(&ListParams::default()).await?;
+            Ok(list.items.into_iter().find(|e| {
+                e.reason.as_deref() == Some("FailedButSaid") && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("fail-legit")
+            }))
+        }
+    })
+    .await;
+    if let Err(e) = recorded {
+        failures.push(format!("a transient failure's Event: {e:#}"));
     }
     Ok(())
 }

@@ -54,6 +54,7 @@ impl Recorder {
                 watches,
                 indexes: vec![],
                 fields: vec![],
+                annotation_selector: None,
             },
             calls: Mutex::new(Vec::new()),
             fail_first: Mutex::new(Default::default()),
@@ -146,7 +147,7 @@ async fn two_controllers_on_pods_share_one_watch_and_release_it() -> Result<()> 
     let host = Host::new().await?;
     let ns = TestNamespace::create(&host.client, "shared").await?;
     let watches_before = host.requests.snapshot().watch;
-    let pods = || vec![WatchSpec { kind: KindRef::new("v1", "Pod"), mapping: Mapping::Owner, selector: None }];
+    let pods = || vec![WatchSpec { kind: KindRef::new("v1", "Pod"), mapping: Mapping::Owner, selector: None, annotation_selector: None }];
     let a = host.start(Recorder::new(cm_kind(), pods()), &ns.name, |_| {}).await?;
     let b = host.start(Recorder::new(KindRef::new("apps/v1", "ReplicaSet"), pods()), &ns.name, |_| {}).await?;
     let pod_informers: Vec<_> = host.registry.running().into_iter().filter(|k| k.kind.kind == "Pod").collect();

@@ -52,7 +52,7 @@ use crate::meta::Meta;
 use crate::native::{self, Backend};
 use crate::object;
 use crate::outcome::{Action, Deletion, Event, Outcome};
-use crate::types::{KindRef, Metadata, ObjectKey, Request};
+use crate::types::{KindRef, Mapping, Metadata, ObjectKey, Request};
 use crate::{Error, Reconciler};
 
 type Objects = BTreeMap<KindRef, BTreeMap<(Option<String>, String), Value>>;
@@ -76,7 +76,7 @@ impl FakeCache {
     /// A fake granting what `metadata` declares.
     pub fn new(metadata: Metadata) -> Self {
         metadata.reconciled_kind();
-        if let Some(s) = &metadata.selector {
+        for s in [&metadata.selector, &metadata.annotation_selector].into_iter().flatten() {
             selector::parse(s).unwrap_or_else(|e| panic!("reconciled kind: invalid selector {s:?}: {e}"));
         }
         for i in &metadata.indexes {
@@ -85,8 +85,18 @@ impl FakeCache {
             }
         }
         for w in &metadata.watches {
-            if let Some(s) = &w.selector {
+            for s in [&w.selector, &w.annotation_selector].into_iter().flatten() {
                 selector::parse(s).unwrap_or_else(|e| panic!("watch of {}: invalid selector {s:?}: {e}", w.kind));
+            }
+            // As the host refuses at load: an index mapping names an index of the reconciled kind.
+            if let Mapping::Index { index, value } = &w.mapping {
+                let primary = metadata.reconciled_kind();
+                assert!(
+                    metadata.indexes.iter().any(|i| &i.kind == primary && &i.name == index),
+                    "watch of {}: the index mapping names index {index:?}, which is not declared on {primary}",
+                    w.kind
+                );
+                value.check().unwrap_or_else(|e| panic!("watch of {}: the index mapping's field: {e}", w.kind));
             }
         }
         // As the host refuses at load: fields of kinds the plugin does not read, bad paths.
@@ -332,7 +342,17 @@ impl FakeCache {
     pub fn converge<R: Reconciler>(&self, key: &ObjectKey, max_rounds: usize) -> Result<Vec<Outcome>, String> {
         let mut done = Vec::new();
         for _ in 0..max_rounds {
-            let outcome = self.reconcile::<R>(key).map_err(|e| format!("reconcile of {key} failed: {e}"))?;
+            let outcome = match self.reconcile::<R>(key) {
+                Ok(outcome) => outcome,
+                Err(e) => {
+                    // As the host: a failure's actions are executed, then the error stands.
+                    let (e, actions) = e.into_parts();
+                    let mut failed = Outcome::new();
+                    actions.into_iter().for_each(|a| failed.push(a));
+                    self.execute(&failed);
+                    return Err(format!("reconcile of {key} failed: {e}"));
+                }
+            };
             if outcome.is_empty() {
                 return Ok(done);
             }
@@ -340,6 +360,63 @@ impl FakeCache {
             done.push(outcome);
         }
         Err(format!("{key} did not converge in {max_rounds} reconciles; last outcome: {:?}", done.last()))
+    }
+
+    /// The keys of the reconciled kind the host would queue for an event on `related` (an
+    /// object in this fake, of a watched kind), through each of the plugin's watches of its
+    /// kind and their mappings: owner, label, same name, namespace, and index (contract 0.3),
+    /// after the watch's selectors. Test that a change to an object a primary only *names*
+    /// reaches it: `assert_eq!(fake.mapped_keys(&deployment), vec![foo])`.
+    pub fn mapped_keys(&self, related: &ObjectKey) -> Vec<ObjectKey> {
+        let Some(obj) = self.get(related) else { return Vec::new() };
+        let m = &self.inner.metadata;
+        let primary = m.reconciled_kind().clone();
+        let primary_namespaced = self.inner.objects.borrow().get(&primary).and_then(|o| o.keys().next().map(|(ns, _)| ns.is_some()));
+        // Unknown (no primary stored yet): as the related object is.
+        let namespaced = primary_namespaced.unwrap_or(related.namespace.is_some());
+        let key = |ns: Option<&str>, name: &str| primary.key(if namespaced { ns } else { None }, name);
+        let mut keys: Vec<ObjectKey> = Vec::new();
+        for w in m.watches.iter().filter(|w| w.kind == related.kind) {
+            if !Selection::of(&w.selector, &w.annotation_selector).matches(&obj) {
+                continue;
+            }
+            let ns = related.ns();
+            let found: Vec<ObjectKey> = match &w.mapping {
+                Mapping::Owner => obj
+                    .pointer("/metadata/ownerReferences")
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                    .find(|r| r.get("controller").and_then(Value::as_bool) == Some(true))
+                    .filter(|r| {
+                        let field = |f: &str| r.get(f).and_then(Value::as_str).unwrap_or_default();
+                        field("kind") == primary.kind && KindRef::new(field("apiVersion"), "x").group() == primary.group()
+                    })
+                    .and_then(|r| r.get("name").and_then(Value::as_str))
+                    .map(|name| key(ns, name))
+                    .into_iter()
+                    .collect(),
+                Mapping::Label(label) => object::label(&obj, label).filter(|v| !v.is_empty()).map(|v| key(ns, v)).into_iter().collect(),
+                Mapping::SameName => vec![key(ns, &related.name)],
+                Mapping::Namespace => ns.map(|n| primary.key(None, n)).into_iter().collect(),
+                Mapping::Index { index, value } => {
+                    let (values, same_namespace) = value.lookup(ns, &related.name, || Some(obj.clone()));
+                    let path = m.indexes.iter().find(|i| i.kind == primary && &i.name == index).map(|i| i.path.as_str());
+                    self.objects(&primary)
+                        .iter()
+                        .filter(|p| !(same_namespace && namespaced && ns.is_some()) || object::namespace(p) == ns)
+                        .filter(|p| index_values(index, path, p).iter().any(|v| values.contains(v)))
+                        .filter_map(|p| object::key(p).ok())
+                        .collect()
+                }
+            };
+            for k in found {
+                if !keys.contains(&k) {
+                    keys.push(k);
+                }
+            }
+        }
+        keys
     }
 
     /// Messages logged through the SDK while this fake was installed.
@@ -386,26 +463,27 @@ impl FakeCache {
 impl Inner {
     /// Whether `kind` is readable, and the selectors limiting what of it is cached
     /// (`None`: everything is).
-    fn grant(&self, kind: &KindRef) -> Result<Option<Vec<selector::Selector>>, cache::Error> {
+    fn grant(&self, kind: &KindRef) -> Result<Option<Vec<Selection>>, cache::Error> {
         let m = &self.metadata;
         let mut selectors = Vec::new();
         let mut unrestricted = false;
         let mut declared = false;
-        let mut note = |sel: &Option<String>| {
+        let mut note = |labels: &Option<String>, annotations: &Option<String>| {
             declared = true;
-            match sel {
-                Some(s) => selectors.push(selector::parse(s).expect("selectors were checked in FakeCache::new")),
-                None => unrestricted = true,
+            if labels.is_none() && annotations.is_none() {
+                unrestricted = true;
+            } else {
+                selectors.push(Selection::of(labels, annotations));
             }
         };
         if m.reconciles.as_ref() == Some(kind) {
-            note(&m.selector);
+            note(&m.selector, &m.annotation_selector);
         }
         for w in m.watches.iter().filter(|w| &w.kind == kind) {
-            note(&w.selector);
+            note(&w.selector, &w.annotation_selector);
         }
         if m.indexes.iter().any(|i| &i.kind == kind) {
-            note(&None);
+            note(&None, &None);
         }
         if !declared {
             return Err(cache::Error::NotGranted(format!(
@@ -431,10 +509,30 @@ impl Inner {
     }
 }
 
-fn visible(selectors: Option<&[selector::Selector]>, obj: &Value) -> bool {
-    match selectors {
+fn visible(selections: Option<&[Selection]>, obj: &Value) -> bool {
+    match selections {
         None => true,
         Some(sels) => sels.iter().any(|s| s.matches(obj)),
+    }
+}
+
+/// What one informer of the host caches: a label selector (the API server's) and an annotation
+/// selector (the host's), both optional.
+struct Selection {
+    labels: Option<selector::Selector>,
+    annotations: Option<selector::Selector>,
+}
+
+impl Selection {
+    fn of(labels: &Option<String>, annotations: &Option<String>) -> Self {
+        let parse = |s: &Option<String>| s.as_deref().map(|s| selector::parse(s).expect("selectors were checked in FakeCache::new"));
+        Self { labels: parse(labels), annotations: parse(annotations) }
+    }
+
+    fn matches(&self, obj: &Value) -> bool {
+        let annotations = obj.pointer("/metadata/annotations");
+        let annotation = |k: &str| annotations.and_then(|a| a.get(k)).and_then(Value::as_str);
+        self.labels.as_ref().is_none_or(|s| s.matches(obj)) && self.annotations.as_ref().is_none_or(|s| s.matches_with(annotation))
     }
 }
 

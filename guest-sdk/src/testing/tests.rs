@@ -290,3 +290,96 @@ fn metadata_reads_give_metadata_and_declared_fields() {
         assert!(crate::meta::get(&crate::kinds::CONFIG_MAP, Some("ns"), "p").is_err());
     });
 }
+
+/// A custom resource that names a Deployment (`spec.deploymentName`) and a ConfigMap in any
+/// namespace (`spec.source`, `<namespace>/<name>`), and manages only annotated ConfigMaps.
+struct Namer;
+const FOO: KindRef = KindRef::from_static("example.com/v1", "Foo");
+impl Reconciler for Namer {
+    fn metadata() -> Metadata {
+        Metadata::new("namer", "0")
+            .reconciles(FOO)
+            .named_by(kinds::DEPLOYMENT, "deployment", "spec.deploymentName", crate::IndexValue::Name)
+            .named_by(kinds::CONFIG_MAP, "source", "spec.source", crate::IndexValue::NamespacedName)
+            .watch(Watch::new(kinds::SECRET, Mapping::SameName).annotation_selector("example.com/managed=true"))
+    }
+    fn reconcile(req: Request) -> Result<Outcome, Error> {
+        let foo: Value = cache::get_key(&req.key)?.ok_or_else(|| Error::permanent("gone"))?;
+        if object::label(&foo, "broken").is_some() {
+            let say = Outcome::new().event(&foo, crate::EventType::Warning, "Broken", "cannot work with this");
+            return Err(Error::transient("broken on purpose").with_actions(say));
+        }
+        Ok(Outcome::new())
+    }
+}
+
+const NAMER_FIXTURE: &str = r#"
+apiVersion: example.com/v1
+kind: Foo
+metadata: {name: f1, namespace: a, uid: f1}
+spec: {deploymentName: web, source: shared/cfg}
+---
+apiVersion: example.com/v1
+kind: Foo
+metadata: {name: f2, namespace: b, uid: f2}
+spec: {deploymentName: web, source: shared/cfg}
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web, namespace: a}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: cfg, namespace: shared}
+---
+apiVersion: v1
+kind: Secret
+metadata: {name: f1, namespace: a, annotations: {example.com/managed: "true"}}
+---
+apiVersion: v1
+kind: Secret
+metadata: {name: f2, namespace: b}
+"#;
+
+#[test]
+fn index_mappings_reach_the_primaries_that_name_an_object_as_the_host_maps_them() {
+    let fake = FakeCache::for_reconciler::<Namer>().with_yaml(NAMER_FIXTURE);
+    // By name: only the Foo in the Deployment's namespace.
+    assert_eq!(fake.mapped_keys(&kinds::DEPLOYMENT.key(Some("a"), "web")), vec![FOO.key(Some("a"), "f1")]);
+    // By namespace/name: Foos anywhere that name the ConfigMap.
+    let mut keys = fake.mapped_keys(&kinds::CONFIG_MAP.key(Some("shared"), "cfg"));
+    keys.sort();
+    assert_eq!(keys, vec![FOO.key(Some("a"), "f1"), FOO.key(Some("b"), "f2")]);
+    // An object no primary names maps to nothing; an unannotated Secret is not even cached.
+    fake.add_yaml("apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: db, namespace: a}");
+    assert!(fake.mapped_keys(&kinds::DEPLOYMENT.key(Some("a"), "db")).is_empty());
+    assert_eq!(fake.mapped_keys(&kinds::SECRET.key(Some("a"), "f1")), vec![FOO.key(Some("a"), "f1")]);
+    assert!(fake.mapped_keys(&kinds::SECRET.key(Some("b"), "f2")).is_empty());
+    fake.enter(|| {
+        let secrets: Vec<Value> = cache::list(&kinds::SECRET, None, None).unwrap();
+        assert_eq!(secrets.len(), 1, "the annotation selector limits what is cached");
+    });
+}
+
+#[test]
+fn a_failure_carries_its_actions_and_converge_executes_them() {
+    let fake = FakeCache::for_reconciler::<Namer>().with_yaml(NAMER_FIXTURE);
+    let mut broken = fake.get(&FOO.key(Some("a"), "f1")).unwrap();
+    broken["metadata"]["labels"] = json!({"broken": "yes"});
+    fake.add(broken);
+    let err = fake.reconcile::<Namer>(&FOO.key(Some("a"), "f1")).unwrap_err();
+    assert!(err.is_transient());
+    assert_eq!(err.actions().map(|o| o.actions.len()), Some(1));
+    let failed = fake.converge::<Namer>(&FOO.key(Some("a"), "f1"), 3).unwrap_err();
+    assert!(failed.contains("broken on purpose"), "{failed}");
+    assert_eq!(fake.events().iter().map(|e| e.reason.as_str()).collect::<Vec<_>>(), ["Broken"]);
+}
+
+#[test]
+#[should_panic(expected = "names index \"nope\", which is not declared on example.com/v1/Foo")]
+fn an_index_mapping_must_name_an_index_of_the_reconciled_kind() {
+    let m = Metadata::new("x", "0")
+        .reconciles(FOO)
+        .watches(kinds::DEPLOYMENT, Mapping::Index { index: "nope".into(), value: crate::IndexValue::Name });
+    let _ = FakeCache::new(m);
+}

@@ -186,9 +186,15 @@ mod tests {
             version: "0.1.0".into(),
             reconciles: KindRef::new("wasmloop.dev/v1alpha1", "PodSet"),
             selector: None,
-            watches: vec![WatchSpec { kind: KindRef::new("v1", "Pod"), mapping: Mapping::Owner, selector: None }],
+            watches: vec![WatchSpec {
+                kind: KindRef::new("v1", "Pod"),
+                mapping: Mapping::Owner,
+                selector: None,
+                annotation_selector: None,
+            }],
             indexes: vec![IndexDecl { kind: KindRef::new("v1", "Pod"), name: "node".into(), path: "spec.nodeName".into() }],
             fields: vec![],
+            annotation_selector: None,
         }
     }
 

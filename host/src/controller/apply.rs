@@ -28,7 +28,7 @@ impl Inner {
         if !error.actions.is_empty() {
             let outcome = Outcome { actions: error.actions, requeue_after: None };
             if let Err(f) = self.execute(key, current, outcome).await {
-                cause = FailCause::WithActions { cause: error.cause, actions: Box::new(f.cause) };
+                cause = FailCause::WithActions { cause: error.cause, actions: f.cause };
             }
         }
         match error.retry {
@@ -87,7 +87,7 @@ impl Inner {
         expected: &mut Vec<Expected>,
     ) -> Result<(), Failed> {
         let mut done = 0;
-        for run in runs(actions.iter().map(|a| a.planned())) {
+        for run in runs(actions.iter().map(AdmittedAction::planned)) {
             let batched = run.batched;
             let mut batch = if batched { self.slow_start.first_batch() } else { 1 };
             let mut i = run.actions.start;

@@ -1,17 +1,20 @@
 //! Turning cache changes into keys of the reconciled kind (`for`, `owns`, `watches`).
 
-use crate::cache::{CachedObject, Change};
-use crate::kinds::{KindRef, ObjectKey};
+use std::sync::Arc;
 
-use crate::reconciler::Mapping;
+use crate::cache::{CachedObject, Change, IndexedStore};
+use crate::kinds::{KindRef, ObjectKey};
+use crate::reconciler::{IndexValue, Mapping};
 
 /// Where a change on some kind should send the controller.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub(crate) struct KeyMapper {
     /// The reconciled kind.
     pub primary: KindRef,
     /// Whether the reconciled kind is namespaced.
     pub namespaced: bool,
+    /// The reconciled kind's stores, whose indexes [`Mapping::Index`] looks in.
+    pub stores: Vec<Arc<IndexedStore>>,
 }
 
 impl KeyMapper {
@@ -32,8 +35,10 @@ impl KeyMapper {
             Change::Added(o) | Change::Deleted(o) => keys.extend(self.map(mapping, o)),
             Change::Updated { old, new } => {
                 keys.extend(self.map(mapping, new));
-                if let Some(k) = self.map(mapping, old).filter(|k| !keys.contains(k)) {
-                    keys.push(k);
+                for k in self.map(mapping, old) {
+                    if !keys.contains(&k) {
+                        keys.push(k);
+                    }
                 }
             }
         }
@@ -49,16 +54,42 @@ impl KeyMapper {
         ObjectKey::new(self.primary.clone(), ns, name)
     }
 
-    fn map(&self, mapping: &Mapping, o: &CachedObject) -> Option<ObjectKey> {
+    fn map(&self, mapping: &Mapping, o: &CachedObject) -> Vec<ObjectKey> {
         match mapping {
-            Mapping::Owner => {
-                let owner = o.controller_owner()?;
-                same_group_kind(owner.api_version, owner.kind, &self.primary).then(|| self.key(o.namespace(), owner.name))
-            }
-            Mapping::Label(label) => o.label(label).filter(|v| !v.is_empty()).map(|v| self.key(o.namespace(), v)),
-            Mapping::SameName => Some(self.key(o.namespace(), o.name())),
-            Mapping::Namespace => o.namespace().map(|ns| ObjectKey::new(self.primary.clone(), None, ns)),
+            Mapping::Owner => o
+                .controller_owner()
+                .filter(|owner| same_group_kind(owner.api_version, owner.kind, &self.primary))
+                .map(|owner| self.key(o.namespace(), owner.name))
+                .into_iter()
+                .collect(),
+            Mapping::Label(label) => o.label(label).filter(|v| !v.is_empty()).map(|v| self.key(o.namespace(), v)).into_iter().collect(),
+            Mapping::SameName => vec![self.key(o.namespace(), o.name())],
+            Mapping::Namespace => o.namespace().map(|ns| ObjectKey::new(self.primary.clone(), None, ns)).into_iter().collect(),
+            Mapping::Index { index, value } => self.by_index(index, value, o),
         }
+    }
+
+    /// The reconciled objects whose index `index` holds `value` of `o`; limited to `o`'s
+    /// namespace when the value says so and both kinds are namespaced.
+    fn by_index(&self, index: &str, value: &IndexValue, o: &CachedObject) -> Vec<ObjectKey> {
+        let (values, same_namespace) = value.lookup(o.namespace(), o.name(), || Some(o.value()));
+        let same_namespace = same_namespace && self.namespaced && o.namespace().is_some();
+        let mut keys = Vec::new();
+        for v in &values {
+            for store in &self.stores {
+                // The index was declared on the reconciled kind at wiring: it exists.
+                for primary in store.by_index(index, v).unwrap_or_default() {
+                    if same_namespace && primary.namespace() != o.namespace() {
+                        continue;
+                    }
+                    let key = self.own_key(&primary);
+                    if !keys.contains(&key) {
+                        keys.push(key);
+                    }
+                }
+            }
+        }
+        keys
     }
 }
 
@@ -87,7 +118,42 @@ mod tests {
     }
 
     fn mapper() -> KeyMapper {
-        KeyMapper { primary: KindRef::new("apps/v1", "ReplicaSet"), namespaced: true }
+        KeyMapper { primary: KindRef::new("apps/v1", "ReplicaSet"), namespaced: true, stores: vec![] }
+    }
+
+    #[test]
+    fn index_mappings_find_every_primary_that_names_the_object() {
+        let foo = KindRef::new("example.com/v1", "Foo");
+        let store = Arc::new(IndexedStore::new(foo.clone()));
+        store.add_index("deployment", crate::cache::IndexSpec::parse("spec.deploymentName").unwrap()).unwrap();
+        store.add_index("source", crate::cache::IndexSpec::parse("spec.source").unwrap()).unwrap();
+        let f = |ns: &str, name: &str, dep: &str, source: &str| {
+            json!({"apiVersion": "example.com/v1", "kind": "Foo", "metadata": {"name": name, "namespace": ns, "uid": name},
+                   "spec": {"deploymentName": dep, "source": source}})
+        };
+        for v in
+            [f("a", "f1", "web", "shared/cfg"), f("a", "f2", "web", "a/cfg"), f("b", "f3", "web", "shared/cfg"), f("a", "f4", "db", "")]
+        {
+            store.apply(v).unwrap();
+        }
+        let m = KeyMapper { primary: foo.clone(), namespaced: true, stores: vec![store] };
+        let deployment =
+            obj(json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web", "namespace": "a", "uid": "d"}}));
+        let by_name = Mapping::Index { index: "deployment".into(), value: IndexValue::Name };
+        let mut keys: Vec<String> = m.for_watched(&by_name, &Change::Added(deployment)).iter().map(ToString::to_string).collect();
+        keys.sort();
+        assert_eq!(keys, ["example.com/v1/Foo/a/f1", "example.com/v1/Foo/a/f2"], "only Foos in the Deployment's namespace");
+        let cm = obj(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cfg", "namespace": "shared", "uid": "c"}}));
+        let by_ref = Mapping::Index { index: "source".into(), value: IndexValue::NamespacedName };
+        let mut keys: Vec<String> = m.for_watched(&by_ref, &Change::Added(cm)).iter().map(ToString::to_string).collect();
+        keys.sort();
+        assert_eq!(keys, ["example.com/v1/Foo/a/f1", "example.com/v1/Foo/b/f3"], "a namespace/name reference crosses namespaces");
+        let target = obj(
+            json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "a", "uid": "p"}, "spec": {"owner": "db"}}),
+        );
+        let by_field = Mapping::Index { index: "deployment".into(), value: IndexValue::Field("spec.owner".into()) };
+        let keys: Vec<String> = m.for_watched(&by_field, &Change::Added(target)).iter().map(ToString::to_string).collect();
+        assert_eq!(keys, ["example.com/v1/Foo/a/f4"]);
     }
 
     #[test]
@@ -116,7 +182,7 @@ mod tests {
 
     #[test]
     fn namespace_mapping_targets_cluster_scoped_primary() {
-        let m = KeyMapper { primary: KindRef::new("v1", "Namespace"), namespaced: false };
+        let m = KeyMapper { primary: KindRef::new("v1", "Namespace"), namespaced: false, stores: vec![] };
         let keys = m.for_watched(&Mapping::Namespace, &Change::Added(pod("p", None, json!({}))));
         assert_eq!(keys, vec![ObjectKey::new(KindRef::new("v1", "Namespace"), None, "ns")]);
         let keys = m.for_watched(&Mapping::SameName, &Change::Added(pod("p", None, json!({}))));

@@ -25,11 +25,20 @@ impl Inner {
         grants.check_spec(&spec).map_err(|source| Error::Grants { controller: self.name.clone(), source })?;
         let err = |source| Error::Informer { controller: self.name.clone(), source };
         let namespaced = self.shared.registry.resolver().resolve(&spec.reconciles).await.map_err(|e| err(e.into()))?.namespaced;
-        let mapper = KeyMapper { primary: spec.reconciles.clone(), namespaced };
-
         let mut view = CacheView::new();
         let mut subscriptions = Vec::new();
-        let primary = self.acquire(&grants, &spec.reconciles, spec.selector.as_deref()).await?;
+        let primary = self.acquire(&grants, &spec.reconciles, spec.selector.as_deref(), spec.annotation_selector.as_deref()).await?;
+        // The reconciled kind's own indexes first: index mappings look in them from the first event.
+        for idx in spec.indexes.iter().filter(|i| i.kind == spec.reconciles) {
+            let index_err =
+                |source| Error::Index { controller: self.name.clone(), kind: idx.kind.to_string(), index: idx.name.clone(), source };
+            let index = IndexSpec::parse(&idx.path).map_err(index_err)?;
+            for inf in &primary {
+                inf.store().add_index(&idx.name, index.clone()).map_err(index_err)?;
+            }
+        }
+        let stores = primary.iter().map(|i| i.store().clone()).collect();
+        let mapper = KeyMapper { primary: spec.reconciles.clone(), namespaced, stores };
         for inf in &primary {
             let me = Arc::downgrade(self);
             let m = mapper.clone();
@@ -44,7 +53,7 @@ impl Inner {
         }
         let mut informers = primary.clone();
         for watch in &spec.watches {
-            let watched = self.acquire(&grants, &watch.kind, watch.selector.as_deref()).await?;
+            let watched = self.acquire(&grants, &watch.kind, watch.selector.as_deref(), watch.annotation_selector.as_deref()).await?;
             // Every informer of a kind serves its reads (the view returns overlapping objects once).
             for inf in watched {
                 let me = Arc::downgrade(self);
@@ -62,7 +71,7 @@ impl Inner {
         for idx in &spec.indexes {
             if view.stores(&idx.kind).is_empty() {
                 // An index on a kind that is read but not watched for events.
-                for inf in self.acquire(&grants, &idx.kind, None).await? {
+                for inf in self.acquire(&grants, &idx.kind, None, None).await? {
                     view.insert(inf.store().clone());
                     let (me, kind) = (Arc::downgrade(self), idx.kind.clone());
                     subscriptions.push(inf.subscribe(Arc::new(move |change| {
@@ -96,14 +105,19 @@ impl Inner {
     /// Shared informers for `kind`: one per namespace the plugin may read it in (narrowed to
     /// the controller's namespace), so a plugin granted reads in some namespaces needs RBAC
     /// only there and never sees objects from elsewhere.
-    async fn acquire(&self, grants: &Grants, kind: &KindRef, selector: Option<&str>) -> Result<Vec<Arc<Informer>>> {
+    async fn acquire(
+        &self,
+        grants: &Grants,
+        kind: &KindRef,
+        selector: Option<&str>,
+        annotations: Option<&str>,
+    ) -> Result<Vec<Arc<Informer>>> {
         let err = |source| Error::Informer { controller: self.name.clone(), source };
         let mut informers = Vec::new();
         for namespace in self.read_namespaces(grants, kind).await? {
-            let key = InformerKey::new(kind.clone(), namespace.clone(), selector).map_err(|e| {
-                let key = InformerKey { kind: kind.clone(), namespace: namespace.clone(), selector: selector.map(str::to_owned) };
-                err(informer::Error::Selector(key, e))
-            })?;
+            let key = InformerKey::new(kind.clone(), namespace, selector)
+                .and_then(|k| k.with_annotations(annotations))
+                .map_err(|source| err(informer::Error::Selector { kind: kind.clone(), source }))?;
             informers.push(self.shared.registry.acquire(key).await.map_err(err)?);
         }
         Ok(informers)
@@ -301,9 +315,15 @@ mod tests {
             version: "1.0.0".into(),
             reconciles: KindRef::new("apps/v1", "ReplicaSet"),
             selector: None,
-            watches: vec![WatchSpec { kind: pod.clone(), mapping: Mapping::Owner, selector: Some("app=web".into()) }],
+            watches: vec![WatchSpec {
+                kind: pod.clone(),
+                mapping: Mapping::Owner,
+                selector: Some("app=web".into()),
+                annotation_selector: None,
+            }],
             indexes: vec![IndexDecl { kind: KindRef::new("v1", "Node"), name: "zone".into(), path: "labels.zone".into() }],
             fields: vec![],
+            annotation_selector: None,
         };
         let caching = Caching::of(&spec);
         let obj = |kind: &str, labels: Value| json!({"apiVersion": "v1", "kind": kind, "metadata": {"name": "x", "namespace": "ns", "labels": labels}});

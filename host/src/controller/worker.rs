@@ -56,12 +56,12 @@ pub(super) enum FailCause {
 #[derive(Debug)]
 pub(super) struct Failed {
     pub(super) handling: Handling,
-    pub(super) cause: FailCause,
+    pub(super) cause: Box<FailCause>,
 }
 
 impl Failed {
     pub(super) fn new(handling: Handling, cause: FailCause) -> Self {
-        Self { handling, cause }
+        Self { handling, cause: Box::new(cause) }
     }
 
     /// A failed action, with how far the outcome got (nothing is half-applied silently).

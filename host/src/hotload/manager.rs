@@ -279,10 +279,10 @@ impl PluginManager {
     ) -> Result<Self> {
         let precompiled = config.precompiled_dir.as_ref().map(PrecompiledCache::new).transpose()?;
         let key = InformerKey::new(configmap_kind(), config.namespace.clone(), Some(&format!("{PLUGIN_LABEL}=true")))
-            .map_err(|e| informer::Error::Selector(InformerKey { kind: configmap_kind(), namespace: None, selector: None }, e))?;
+            .map_err(|source| informer::Error::Selector { kind: configmap_kind(), source })?;
         let informer = shared.registry.acquire(key).await?;
         let payload_key = InformerKey::new(configmap_kind(), config.namespace.clone(), Some(&format!("{PAYLOAD_LABEL}=true")))
-            .map_err(|e| informer::Error::Selector(InformerKey { kind: configmap_kind(), namespace: None, selector: None }, e))?;
+            .map_err(|source| informer::Error::Selector { kind: configmap_kind(), source })?;
         let payload_informer = shared.registry.acquire(payload_key).await?;
         let client = shared.registry.resolver().client().clone();
         // No plugin may write the ConfigMaps plugins are loaded from.

@@ -88,11 +88,17 @@ mod tests {
             reconciles: KindRef::new("example.com/v1", "Thing"),
             selector: None,
             watches: vec![
-                WatchSpec { kind: KindRef::new("v1", "ConfigMap"), mapping: Mapping::Owner, selector: None },
-                WatchSpec { kind: KindRef::new("example.com/v1", "Thing"), mapping: Mapping::Owner, selector: None },
+                WatchSpec { kind: KindRef::new("v1", "ConfigMap"), mapping: Mapping::Owner, selector: None, annotation_selector: None },
+                WatchSpec {
+                    kind: KindRef::new("example.com/v1", "Thing"),
+                    mapping: Mapping::Owner,
+                    selector: None,
+                    annotation_selector: None,
+                },
             ],
             indexes: vec![IndexDecl { kind: KindRef::new("apps/v1", "Deployment"), name: "i".into(), path: "spec.replicas".into() }],
             fields: vec![],
+            annotation_selector: None,
         };
         let kinds: Vec<String> = kinds_of(&spec).iter().map(|(k, r)| format!("{k} {r}")).collect();
         assert_eq!(kinds, ["example.com/v1/Thing reconciles", "v1/ConfigMap watches", "apps/v1/Deployment indexes"]);

@@ -33,31 +33,54 @@ use crate::kinds::{self, KindRef, KindResolver};
 pub enum Error {
     #[error(transparent)]
     Kind(#[from] kinds::Error),
-    #[error("informer for {0}: {1}")]
-    Selector(InformerKey, #[source] cache::Error),
+    /// A selector of an informer for `kind` does not parse.
+    #[error("informer for {kind}: {source}")]
+    Selector {
+        /// The kind.
+        kind: KindRef,
+        /// The selector's error (it names the selector).
+        #[source]
+        source: cache::Error,
+    },
     #[error("informer for {key} did not sync within {timeout:?}; last error: {last_error}")]
     SyncTimeout { key: InformerKey, timeout: Duration, last_error: String },
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
-/// What an informer watches: a kind, optionally one namespace, optionally a label selector.
+/// What an informer watches: a kind, optionally one namespace, optionally a label selector
+/// (sent to the API server) and an annotation selector (applied here, as objects arrive).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct InformerKey {
+    /// The kind.
     pub kind: KindRef,
+    /// One namespace, or all.
     pub namespace: Option<String>,
     /// Canonical form of the label selector (so equal selectors share one informer).
     pub selector: Option<String>,
+    /// Canonical form of the annotation selector: objects whose annotations do not match are
+    /// not cached (and leave the cache, as deletions, when they stop matching).
+    pub annotations: Option<String>,
+}
+
+/// A selector's canonical form; an empty selector means "everything".
+fn canonical(selector: Option<&str>) -> cache::Result<Option<String>> {
+    match selector.map(str::trim).filter(|s| !s.is_empty()) {
+        Some(s) => Ok(Some(Selector::parse(s)?.to_string())),
+        None => Ok(None),
+    }
 }
 
 impl InformerKey {
-    /// A key whose selector is parsed and normalised; an empty selector means "everything".
+    /// A key whose label selector is parsed and normalised; an empty selector means "everything".
     pub fn new(kind: KindRef, namespace: Option<String>, selector: Option<&str>) -> cache::Result<Self> {
-        let selector = match selector.map(str::trim).filter(|s| !s.is_empty()) {
-            Some(s) => Some(Selector::parse(s)?.to_string()),
-            None => None,
-        };
-        Ok(Self { kind, namespace, selector })
+        Ok(Self { kind, namespace, selector: canonical(selector)?, annotations: None })
+    }
+
+    /// The same key, caching only objects whose annotations match `selector` (contract 0.3).
+    pub fn with_annotations(mut self, selector: Option<&str>) -> cache::Result<Self> {
+        self.annotations = canonical(selector)?;
+        Ok(self)
     }
 }
 
@@ -69,6 +92,9 @@ impl fmt::Display for InformerKey {
         }
         if let Some(sel) = &self.selector {
             write!(f, " [{sel}]")?;
+        }
+        if let Some(sel) = &self.annotations {
+            write!(f, " [annotations {sel}]")?;
         }
         Ok(())
     }
@@ -259,6 +285,9 @@ async fn run_watch(
     let stream = watcher(api, config).default_backoff().boxed();
     let mut stream = if delay.is_zero() { stream } else { delayed(stream, delay) };
     let mut buffer: Vec<serde_json::Value> = Vec::new();
+    // The key's annotation selector parsed when the key was made: it parses.
+    let annotations = key.annotations.as_deref().and_then(|s| Selector::parse(s).ok());
+    let selected = |v: &serde_json::Value| annotations.as_ref().is_none_or(|s| matches_annotations(s, v));
     while let Some(event) = stream.next().await {
         let event = match event {
             Ok(e) => e,
@@ -272,7 +301,8 @@ async fn run_watch(
         match event {
             watcher::Event::Init => buffer.clear(),
             watcher::Event::InitApply(obj) => match to_value(obj, &key.kind) {
-                Ok(v) => buffer.push(v),
+                Ok(v) if selected(&v) => buffer.push(v),
+                Ok(_) => {}
                 Err(e) => warn!(informer = %key, error = %e, "skipping object that does not serialise"),
             },
             watcher::Event::InitDone => {
@@ -285,12 +315,21 @@ async fn run_watch(
                     synced.send_replace(true);
                 }
             }
-            watcher::Event::Apply(obj) => {
-                match to_value(obj, &key.kind).map_err(|e| e.to_string()).and_then(|v| store.apply(v).map_err(|e| e.to_string())) {
+            watcher::Event::Apply(obj) => match to_value(obj, &key.kind) {
+                Ok(v) if selected(&v) => match store.apply(v) {
                     Ok(change) => handlers.dispatch(&change),
                     Err(e) => warn!(informer = %key, error = %e, "object not cached"),
+                },
+                // No longer selected (its annotations changed): it leaves the cache, as an object
+                // leaving a label selector does.
+                Ok(v) => {
+                    let meta = |f: &str| v.pointer(&format!("/metadata/{f}")).and_then(serde_json::Value::as_str);
+                    if let Some(change) = store.delete(meta("namespace"), meta("name").unwrap_or_default()) {
+                        handlers.dispatch(&change);
+                    }
                 }
-            }
+                Err(e) => warn!(informer = %key, error = %e, "object not cached"),
+            },
             watcher::Event::Delete(obj) => {
                 if let Some(change) = store.delete(obj.metadata.namespace.as_deref(), obj.metadata.name.as_deref().unwrap_or_default()) {
                     handlers.dispatch(&change);
@@ -298,6 +337,12 @@ async fn run_watch(
             }
         }
     }
+}
+
+/// Whether `selector` matches `object`'s annotations.
+fn matches_annotations(selector: &Selector, object: &serde_json::Value) -> bool {
+    let annotations = object.pointer("/metadata/annotations");
+    selector.matches_with(|k: &str| annotations.and_then(|a| a.get(k)).and_then(serde_json::Value::as_str))
 }
 
 /// `stream`'s items, each `delay` after it arrived (a forwarding task stamps them on arrival,

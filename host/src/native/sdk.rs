@@ -24,7 +24,7 @@ use crate::cache::{self, CachedObject, SharedCache};
 use crate::kinds::{KindRef, ObjectKey};
 use crate::plugin::Limits;
 use crate::plugin::bindings::types as wit;
-use crate::plugin::convert::{from_sdk_outcome, spec_from_sdk_metadata, to_sdk_request};
+use crate::plugin::convert::{from_sdk_actions, from_sdk_outcome, spec_from_sdk_metadata, to_sdk_request};
 use crate::plugin::meta::object_meta;
 use crate::reconciler::{Cause, Outcome, ReconcileError, Reconciler, ReconcilerSpec, Request};
 
@@ -100,9 +100,18 @@ impl<R: sdk::Reconciler + 'static> Reconciler for SdkReconciler<R> {
         let run = || embed::reconcile_with::<R>(backend, to_sdk_request(request));
         match catch_unwind(AssertUnwindSafe(run)) {
             Ok(Ok(outcome)) => from_sdk_outcome(outcome, &self.limits)
-                .map_err(|source| ReconcileError::permanent(Cause::InvalidOutcome { plugin: name.clone(), source })),
-            Ok(Err(e)) if e.is_transient() => Err(ReconcileError::reconciler_transient(e.message())),
-            Ok(Err(e)) => Err(ReconcileError::reconciler_permanent(e.message())),
+                .map_err(|source| ReconcileError::permanent(Cause::InvalidOutcome { plugin: name.clone(), source: Box::new(source) })),
+            Ok(Err(e)) => {
+                let (e, actions) = e.into_parts();
+                let error = if e.is_transient() {
+                    ReconcileError::reconciler_transient(e.message())
+                } else {
+                    ReconcileError::reconciler_permanent(e.message())
+                };
+                let actions = from_sdk_actions(actions, &self.limits)
+                    .map_err(|source| ReconcileError::permanent(Cause::InvalidOutcome { plugin: name.clone(), source: Box::new(source) }))?;
+                Err(error.with_actions(actions))
+            }
             Err(panic) => {
                 Err(ReconcileError::transient(Cause::Stopped(format!("plugin {name} panicked in reconcile: {}", panic_message(&*panic)))))
             }

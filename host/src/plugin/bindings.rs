@@ -1,8 +1,8 @@
 //! Host-side bindings generated from the contract's WIT (world `controller`).
 //!
-//! - the current contract, `wit/controller.wit` (0.2): the types the host speaks;
-//! - [`v0_1`], the previous one (`wit/compat/v0.1/`), still loaded: [`super::compat`] converts
-//!   between the two, so the rest of the host only sees 0.2 types.
+//! - the current contract, `wit/controller.wit` (0.3): the types the host speaks;
+//! - [`v0_2`] and [`v0_1`], the previous ones (`wit/compat/v0.2/`, `wit/compat/v0.1/`), still
+//!   loaded: [`super::compat`] converts their calls, so the rest of the host only sees 0.3 types.
 //!
 //! Each version's imports (`cache`, `log`) are linked under their own versioned names, so one
 //! linker serves plugins of both.
@@ -18,6 +18,20 @@ wasmtime::component::bindgen!({
 
 pub use self::wasmloop::controller::{cache, log, types};
 pub use exports::wasmloop::controller::plugin as guest;
+
+/// The 0.2 contract (`wasmloop:controller@0.2.0`).
+pub mod v0_2 {
+    wasmtime::component::bindgen!({
+        path: "../wit/compat/v0.2",
+        world: "controller",
+        exports: { default: async },
+    });
+
+    pub use self::wasmloop::controller::{cache, log, types};
+
+    /// The version of this contract.
+    pub const VERSION: &str = "0.2.0";
+}
 
 /// The 0.1 contract (`wasmloop:controller@0.1.0`).
 pub mod v0_1 {
@@ -36,8 +50,8 @@ pub mod v0_1 {
 /// The package the host speaks, e.g. `wasmloop:controller`.
 pub const PACKAGE: &str = "wasmloop:controller";
 /// The contract version the host was built against (the WIT package version).
-pub const VERSION: &str = "0.2.0";
+pub const VERSION: &str = "0.3.0";
 /// Every contract version the host loads, newest first.
-pub const SUPPORTED: &[&str] = &[VERSION, v0_1::VERSION];
+pub const SUPPORTED: &[&str] = &[VERSION, v0_2::VERSION, v0_1::VERSION];
 /// The exported interface a plugin must provide (without version).
 pub const PLUGIN_INTERFACE: &str = "wasmloop:controller/plugin";

@@ -15,7 +15,7 @@ use super::limits::Limits;
 use crate::actions::{Action, EventType, OutcomeError, PatchType, PlanError, Planned, Preconditions, plan};
 use crate::cache::IndexSpec;
 use crate::kinds::{KindRef, ObjectKey};
-use crate::reconciler::{FieldDecl, IndexDecl, Mapping, Outcome, Reason, ReconcileError, ReconcilerSpec, Request, WatchSpec};
+use crate::reconciler::{FieldDecl, IndexDecl, IndexValue, Mapping, Outcome, Reason, ReconcileError, ReconcilerSpec, Request, WatchSpec};
 use wasmloop_sdk as sdk;
 
 pub(crate) fn to_wit_key(k: &ObjectKey) -> wit::ObjectKey {
@@ -71,15 +71,12 @@ pub(crate) fn spec_from_metadata(m: wit::PluginMetadata) -> Result<ReconcilerSpe
         .into_iter()
         .enumerate()
         .map(|(i, w)| {
+            let at = format!("watches[{i}]");
             Ok(WatchSpec {
-                kind: checked_kind(w.kind, &format!("watches[{i}]"))?,
-                mapping: match w.mapping {
-                    wit::Mapping::Owner => Mapping::Owner,
-                    wit::Mapping::Label(l) => Mapping::Label(l),
-                    wit::Mapping::SameName => Mapping::SameName,
-                    wit::Mapping::Namespace => Mapping::Namespace,
-                },
-                selector: w.selector,
+                kind: checked_kind(w.kind, &at)?,
+                mapping: from_wit_mapping(w.mapping),
+                selector: checked_selector(w.selector, &at, "selector")?,
+                annotation_selector: checked_selector(w.annotation_selector, &at, "annotation-selector")?,
             })
         })
         .collect::<Result<Vec<_>, String>>()?;
@@ -94,7 +91,17 @@ pub(crate) fn spec_from_metadata(m: wit::PluginMetadata) -> Result<ReconcilerSpe
             Ok(IndexDecl { kind: checked_kind(x.kind, &format!("indexes[{i}]"))?, name: x.name, path: x.path })
         })
         .collect::<Result<Vec<_>, String>>()?;
-    let mut spec = ReconcilerSpec { name, version: m.version, reconciles, selector: m.selector, watches, indexes, fields: vec![] };
+    for (i, w) in watches.iter().enumerate() {
+        if let Mapping::Index { index, value } = &w.mapping {
+            if !indexes.iter().any(|x| x.kind == reconciles && x.name == *index) {
+                return Err(format!("watches[{i}]: the index mapping names index {index:?}, which is not declared on {reconciles}"));
+            }
+            value.check().map_err(|e| format!("watches[{i}]: the index mapping's field: {e}"))?;
+        }
+    }
+    let selector = checked_selector(m.selector, "reconciles", "selector")?;
+    let annotation_selector = checked_selector(m.annotation_selector, "reconciles", "annotation-selector")?;
+    let mut spec = ReconcilerSpec { name, version: m.version, reconciles, selector, annotation_selector, watches, indexes, fields: vec![] };
     if m.fields.len() > MAX_FIELDS {
         return Err(format!("{} fields declared, more than {MAX_FIELDS}", m.fields.len()));
     }
@@ -182,6 +189,48 @@ pub(crate) fn from_wit_error(e: wit::ReconcileError) -> ReconcileError {
     }
 }
 
+fn from_wit_mapping(m: wit::Mapping) -> Mapping {
+    match m {
+        wit::Mapping::Owner => Mapping::Owner,
+        wit::Mapping::Label(l) => Mapping::Label(l),
+        wit::Mapping::SameName => Mapping::SameName,
+        wit::Mapping::Namespace => Mapping::Namespace,
+        wit::Mapping::Index(i) => Mapping::Index {
+            index: i.index,
+            value: match i.value {
+                wit::IndexValue::Name => IndexValue::Name,
+                wit::IndexValue::NamespacedName => IndexValue::NamespacedName,
+                wit::IndexValue::Field(path) => IndexValue::Field(path),
+            },
+        },
+    }
+}
+
+fn to_wit_mapping(m: &Mapping) -> wit::Mapping {
+    match m {
+        Mapping::Owner => wit::Mapping::Owner,
+        Mapping::Label(l) => wit::Mapping::Label(l.clone()),
+        Mapping::SameName => wit::Mapping::SameName,
+        Mapping::Namespace => wit::Mapping::Namespace,
+        Mapping::Index { index, value } => wit::Mapping::Index(wit::IndexMapping {
+            index: index.clone(),
+            value: match value {
+                IndexValue::Name => wit::IndexValue::Name,
+                IndexValue::NamespacedName => wit::IndexValue::NamespacedName,
+                IndexValue::Field(path) => wit::IndexValue::Field(path.clone()),
+            },
+        }),
+    }
+}
+
+/// A selector (on labels or annotations) that parses, in its canonical form; an empty one is none.
+fn checked_selector(selector: Option<String>, at: &str, what: &str) -> Result<Option<String>, String> {
+    match selector.as_deref().map(str::trim).filter(|s| !s.is_empty()) {
+        None => Ok(None),
+        Some(s) => wasmloop_model::selector::Selector::parse(s).map(|p| Some(p.to_string())).map_err(|e| format!("{at}: {what}: {e}")),
+    }
+}
+
 /// Convert the guest's outcome, naming the first bad action.
 pub(crate) fn to_outcome(o: wit::Outcome, limits: &Limits) -> Result<Outcome, OutcomeError> {
     Ok(Outcome { actions: to_planned(o.actions, limits)?, requeue_after: o.requeue_after_ms.map(Duration::from_millis) })
@@ -201,13 +250,9 @@ pub(crate) fn spec_from_sdk_metadata(m: sdk::Metadata) -> Result<ReconcilerSpec,
             .iter()
             .map(|w| wit::Watch {
                 kind: from_sdk_kind(&w.kind),
-                mapping: match &w.mapping {
-                    sdk::Mapping::Owner => wit::Mapping::Owner,
-                    sdk::Mapping::Label(l) => wit::Mapping::Label(l.clone()),
-                    sdk::Mapping::SameName => wit::Mapping::SameName,
-                    sdk::Mapping::Namespace => wit::Mapping::Namespace,
-                },
+                mapping: to_wit_mapping(&w.mapping),
                 selector: w.selector.clone(),
+                annotation_selector: w.annotation_selector.clone(),
             })
             .collect(),
         indexes: m
@@ -219,6 +264,7 @@ pub(crate) fn spec_from_sdk_metadata(m: sdk::Metadata) -> Result<ReconcilerSpec,
         name: m.name,
         version: m.version,
         selector: m.selector,
+        annotation_selector: m.annotation_selector,
     })
 }
 
@@ -432,9 +478,10 @@ mod tests {
             version: "1.0.0".into(),
             reconciles,
             selector: None,
-            watches: vec![wit::Watch { kind: kind("v1", "Pod"), mapping: wit::Mapping::Owner, selector: None }],
+            watches: vec![wit::Watch { kind: kind("v1", "Pod"), mapping: wit::Mapping::Owner, selector: None, annotation_selector: None }],
             indexes: vec![],
             fields: vec![],
+            annotation_selector: None,
         };
         let spec = spec_from_metadata(meta("podset", kind("wasmloop.dev/v1alpha1", "PodSet"))).unwrap();
         assert_eq!(spec.reconciles, KindRef::new("wasmloop.dev/v1alpha1", "PodSet"));

@@ -24,7 +24,7 @@ use sha2::{Digest, Sha256};
 use wasmtime::component::{Component, HasSelf, Linker};
 use wasmtime::{Config, Enabled, Engine, InstanceAllocationStrategy, OptLevel, PoolingAllocationConfig};
 
-use super::bindings::{Controller, v0_1};
+use super::bindings::{Controller, v0_1, v0_2};
 use super::host::HostState;
 use super::limits::{self, EngineLimits};
 
@@ -93,7 +93,9 @@ impl PluginEngine {
         wasmtime_wasi::p2::add_to_linker_async(&mut linker).map_err(|e| Error::Engine(format!("WASI: {e:#}")))?;
         Controller::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |s| s)
             .map_err(|e| Error::Engine(format!("wasmloop imports: {e:#}")))?;
-        // Contract 0.1 plugins import the same interfaces under their 0.1 names.
+        // Contract 0.2 and 0.1 plugins import the same interfaces under their own versions.
+        v0_2::Controller::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |s| s)
+            .map_err(|e| Error::Engine(format!("wasmloop 0.2 imports: {e:#}")))?;
         v0_1::Controller::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |s| s)
             .map_err(|e| Error::Engine(format!("wasmloop 0.1 imports: {e:#}")))?;
         let ticker = Ticker::start(engine.clone(), limits.epoch_tick)?;

@@ -99,15 +99,35 @@ impl fmt::Display for Inspection {
         writeln!(f, "digest:     {}", self.digest)?;
         writeln!(f, "compiled:   in {} ms", self.compile_time.as_millis())?;
         if let Some(m) = &self.metadata {
-            writeln!(f, "reconciles: {}{}", m.reconciles, m.selector.as_ref().map(|s| format!(" (selector {s})")).unwrap_or_default())?;
+            let selectors = |labels: &Option<String>, annotations: &Option<String>| {
+                let mut out = String::new();
+                if let Some(s) = labels {
+                    out.push_str(&format!(", selector {s}"));
+                }
+                if let Some(s) = annotations {
+                    out.push_str(&format!(", annotation selector {s}"));
+                }
+                out
+            };
+            let primary = selectors(&m.selector, &m.annotation_selector);
+            let primary = primary.strip_prefix(", ").map(|s| format!(" ({s})")).unwrap_or_default();
+            writeln!(f, "reconciles: {}{primary}", m.reconciles)?;
             for w in &m.watches {
                 let mapping = match &w.mapping {
                     Mapping::Owner => "owner".to_string(),
                     Mapping::Label(l) => format!("label {l}"),
                     Mapping::SameName => "same-name".into(),
                     Mapping::Namespace => "namespace".into(),
+                    Mapping::Index { index, value } => format!(
+                        "index {index} by {}",
+                        match value {
+                            crate::reconciler::IndexValue::Name => "name".to_string(),
+                            crate::reconciler::IndexValue::NamespacedName => "namespace/name".to_string(),
+                            crate::reconciler::IndexValue::Field(p) => format!("field {p}"),
+                        }
+                    ),
                 };
-                let sel = w.selector.as_ref().map(|s| format!(", selector {s}")).unwrap_or_default();
+                let sel = selectors(&w.selector, &w.annotation_selector);
                 writeln!(f, "watches:    {} (via {mapping}{sel})", w.kind)?;
             }
             for i in &m.indexes {

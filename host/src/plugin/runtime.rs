@@ -16,9 +16,9 @@ use std::time::{Duration, Instant};
 use wasmtime::component::Component;
 use wasmtime::{Store, Trap};
 
-use super::bindings::{self, ControllerPre, types as wit, v0_1};
+use super::bindings::{self, ControllerPre, types as wit, v0_1, v0_2};
 use super::compat;
-use super::convert::{from_wit_error, spec_from_metadata, to_outcome, to_wit_request};
+use super::convert::{from_wit_error, spec_from_metadata, to_outcome, to_planned, to_wit_request};
 use super::engine::{self, Compiled, PluginEngine};
 use super::host::{HostState, OutputRate};
 use super::limits::{self, Limits};
@@ -370,15 +370,11 @@ impl WasmPlugin {
     }
 
     /// Turn what the guest returned (or how it failed) into the reconcile's result.
-    fn outcome(
-        &self,
-        result: wasmtime::Result<Result<wit::Outcome, wit::ReconcileError>>,
-        state: &HostState,
-    ) -> Result<Outcome, ReconcileError> {
+    fn outcome(&self, result: wasmtime::Result<Result<wit::Outcome, wit::Failure>>, state: &HostState) -> Result<Outcome, ReconcileError> {
         let c = &self.counters;
         let invalid = |source| {
             bump(&c.invalid_outcomes);
-            ReconcileError::permanent(Cause::InvalidOutcome { plugin: self.name.to_string(), source })
+            ReconcileError::permanent(Cause::InvalidOutcome { plugin: self.name.to_string(), source: Box::new(source) })
         };
         match result {
             Ok(Ok(outcome)) => {
@@ -386,9 +382,10 @@ impl WasmPlugin {
                 bump(&c.ok);
                 Ok(outcome)
             }
-            Ok(Err(error)) => {
+            Ok(Err(failure)) => {
+                let actions = to_planned(failure.actions, &self.limits).map_err(invalid)?;
                 bump(&c.errors);
-                Err(from_wit_error(error))
+                Err(from_wit_error(failure.error).with_actions(actions))
             }
             Err(e) => {
                 let failure = Failure::classify(&e, state, &self.limits);
@@ -479,7 +476,8 @@ fn new_store(
 
 /// A component linked for instantiation, under the contract version it was built against.
 enum Pre {
-    V0_2(ControllerPre<HostState>),
+    V0_3(ControllerPre<HostState>),
+    V0_2(v0_2::ControllerPre<HostState>),
     V0_1(v0_1::ControllerPre<HostState>),
 }
 
@@ -491,13 +489,16 @@ impl Pre {
         let pre = engine.linker().instantiate_pre(component).map_err(link)?;
         Ok(if compatible(contract_version, v0_1::VERSION) {
             Pre::V0_1(v0_1::ControllerPre::new(pre).map_err(link)?)
+        } else if compatible(contract_version, v0_2::VERSION) {
+            Pre::V0_2(v0_2::ControllerPre::new(pre).map_err(link)?)
         } else {
-            Pre::V0_2(ControllerPre::new(pre).map_err(link)?)
+            Pre::V0_3(ControllerPre::new(pre).map_err(link)?)
         })
     }
 
     fn component(&self) -> &Component {
         match self {
+            Pre::V0_3(p) => p.instance_pre().component(),
             Pre::V0_2(p) => p.instance_pre().component(),
             Pre::V0_1(p) => p.instance_pre().component(),
         }
@@ -506,22 +507,31 @@ impl Pre {
     /// Instantiate (outer error) and call `metadata()` (inner error: a trap).
     async fn metadata(&self, store: &mut Store<HostState>) -> Called<wit::PluginMetadata> {
         Ok(match self {
-            Pre::V0_2(pre) => pre.instantiate_async(&mut *store).await?.wasmloop_controller_plugin().call_metadata(store).await,
+            Pre::V0_3(pre) => pre.instantiate_async(&mut *store).await?.wasmloop_controller_plugin().call_metadata(store).await,
+            Pre::V0_2(pre) => {
+                let plugin = pre.instantiate_async(&mut *store).await?;
+                plugin.wasmloop_controller_plugin().call_metadata(store).await.map(compat::v0_2::metadata)
+            }
             Pre::V0_1(pre) => {
                 let plugin = pre.instantiate_async(&mut *store).await?;
-                plugin.wasmloop_controller_plugin().call_metadata(store).await.map(compat::metadata)
+                plugin.wasmloop_controller_plugin().call_metadata(store).await.map(compat::v0_1::metadata)
             }
         })
     }
 
     /// Instantiate (outer error) and call `reconcile()` (inner error: a trap).
-    async fn reconcile(&self, store: &mut Store<HostState>, request: &wit::Request) -> Called<Result<wit::Outcome, wit::ReconcileError>> {
+    async fn reconcile(&self, store: &mut Store<HostState>, request: &wit::Request) -> Called<Result<wit::Outcome, wit::Failure>> {
         Ok(match self {
-            Pre::V0_2(pre) => pre.instantiate_async(&mut *store).await?.wasmloop_controller_plugin().call_reconcile(store, request).await,
+            Pre::V0_3(pre) => pre.instantiate_async(&mut *store).await?.wasmloop_controller_plugin().call_reconcile(store, request).await,
+            Pre::V0_2(pre) => {
+                let plugin = pre.instantiate_async(&mut *store).await?;
+                let answer = plugin.wasmloop_controller_plugin().call_reconcile(store, &compat::v0_2::request(request)).await;
+                answer.map(|r| r.map(compat::v0_2::outcome).map_err(compat::v0_2::failure))
+            }
             Pre::V0_1(pre) => {
                 let plugin = pre.instantiate_async(&mut *store).await?;
-                let answer = plugin.wasmloop_controller_plugin().call_reconcile(store, &compat::request(request)).await;
-                answer.map(|r| r.map(compat::outcome).map_err(compat::error))
+                let answer = plugin.wasmloop_controller_plugin().call_reconcile(store, &compat::v0_1::request(request)).await;
+                answer.map(|r| r.map(compat::v0_1::outcome).map_err(compat::v0_1::failure))
             }
         })
     }
@@ -683,7 +693,7 @@ impl WasmPlugin {
     /// Contract 0.2 plugins only. For measurements, not for use.
     #[doc(hidden)]
     pub fn profile_reconcile(&self, request: &Request, cache: &SharedCache) -> Result<CallPhases, ReconcileError> {
-        let Pre::V0_2(pre) = &self.pre else { return Err(stopped("profile: contract 0.2 only")) };
+        let Pre::V0_3(pre) = &self.pre else { return Err(stopped("profile: contract 0.3 only")) };
         let t0 = Instant::now();
         let slots = self.engine.reconcile_slots().clone();
         let slot = slots.try_acquire_owned().map_err(|e| stopped(e.to_string()))?;
@@ -773,16 +783,17 @@ mod tests {
     fn export_names_are_checked() {
         assert_eq!(check_export_names(["wasmloop:controller/plugin@0.1.2"]).unwrap(), "0.1.2");
         assert_eq!(check_export_names(["wasmloop:controller/plugin@0.2.0"]).unwrap(), "0.2.0");
-        let err = check_export_names(["wasmloop:controller/plugin@0.3.0"]).unwrap_err().to_string();
+        assert_eq!(check_export_names(["wasmloop:controller/plugin@0.3.0"]).unwrap(), "0.3.0");
+        let err = check_export_names(["wasmloop:controller/plugin@0.4.0"]).unwrap_err().to_string();
         assert_eq!(
             err,
-            "the plugin targets wasmloop:controller@0.3.0 but this host speaks wasmloop:controller@0.2.0 \
-             (compatible: 0.2.x, 0.1.x); rebuild it against a matching SDK"
+            "the plugin targets wasmloop:controller@0.4.0 but this host speaks wasmloop:controller@0.3.0 \
+             (compatible: 0.3.x, 0.2.x, 0.1.x); rebuild it against a matching SDK"
         );
         let err = check_export_names(["wasmloop:controller/plugin"]).unwrap_err().to_string();
         assert!(err.contains("targets wasmloop:controller@(no version)"), "{err}");
         let err = check_export_names(["wasi:http/incoming-handler@0.2.0"]).unwrap_err().to_string();
-        assert!(err.contains("does not export wasmloop:controller/plugin@0.2.0 (it exports: wasi:http/incoming-handler@0.2.0)"), "{err}");
+        assert!(err.contains("does not export wasmloop:controller/plugin@0.3.0 (it exports: wasi:http/incoming-handler@0.2.0)"), "{err}");
         let err = check_export_names([]).unwrap_err().to_string();
         assert!(err.contains("it exports: nothing"), "{err}");
     }

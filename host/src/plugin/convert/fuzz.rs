@@ -1,6 +1,6 @@
 //! Fuzz harnesses of what a plugin returns: [`to_outcome`] (a component's outcome record and its
 //! JSON documents), [`from_sdk_outcome`] (a natively run plugin's), the contract 0.1 outcome
-//! through [`super::super::compat::outcome`], and [`spec_from_metadata`], run by
+//! through [`super::super::compat::v0_1::outcome`], and [`spec_from_metadata`], run by
 //! [`crate::fuzz::run`].
 
 use proptest::prelude::*;
@@ -184,7 +184,7 @@ fn check_refusal(err: &str) -> Result<(), TestCaseError> {
 /// `to_outcome` on random outcome records: never panics; a refusal names the bad action; an
 /// accepted outcome holds [`check_outcome`] and keeps the requeue. The same outcome in contract
 /// 0.1 terms (where it can be said: no patches, no delete preconditions) converts through
-/// [`compat::outcome`] to the same result.
+/// [`compat::v0_1::outcome`] to the same result.
 #[test]
 fn fuzz_outcome() {
     let outcome = (prop::collection::vec(wit_action(), 0..5), prop::option::of(any::<u64>()), 0u32..6);
@@ -200,7 +200,7 @@ fn fuzz_outcome() {
             Err(e) => check_refusal(&e.to_string())?,
         }
         if let Some(actions) = as_old {
-            let via_compat = to_outcome(compat::outcome(old::Outcome { actions, requeue_after_ms }), &limits);
+            let via_compat = to_outcome(compat::v0_1::outcome(old::Outcome { actions, requeue_after_ms }), &limits);
             prop_assert_eq!(&via_compat, &result);
         }
         Ok(result.is_ok())
@@ -310,7 +310,12 @@ fn fuzz_plugin_metadata() {
     ];
     let selector = || prop::option::of(pick(&["app=web", "a in (", ""]));
     let path = || mostly(&["status.phase", "labels.app", "metadata.annotations.a/b"], &["spec..x", "", "labels.", "a[0]"]);
-    let watch = (kind_ref(), mapping, selector()).prop_map(|(kind, mapping, selector)| wit::Watch { kind, mapping, selector });
+    let watch = (kind_ref(), mapping, selector()).prop_map(|(kind, mapping, selector)| wit::Watch {
+        kind,
+        mapping,
+        selector,
+        annotation_selector: None,
+    });
     let index = (kind_ref(), mostly(&["by-node"], &[""]), path()).prop_map(|(kind, name, path)| wit::Index { kind, name, path });
     let field = (kind_ref(), path()).prop_map(|(kind, path)| wit::Field { kind, path });
     let metadata = (
@@ -330,6 +335,7 @@ fn fuzz_plugin_metadata() {
             watches,
             indexes,
             fields,
+            annotation_selector: None,
         });
     crate::fuzz::run(file!(), "plugin-metadata", metadata, |m| match spec_from_metadata(m) {
         Ok(spec) => {

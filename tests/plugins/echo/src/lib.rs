@@ -5,7 +5,9 @@
 //! import and one through stdout.
 #![cfg(target_arch = "wasm32")]
 
-wit_bindgen::generate!({ path: "../../../wit", world: "controller" });
+// Built against contract 0.2 (wit/compat/v0.2): the host must keep loading 0.2 plugins, and
+// these fixtures prove it on every run.
+wit_bindgen::generate!({ path: "../../../wit/compat/v0.2", world: "controller" });
 
 use std::sync::atomic::{AtomicU32, Ordering};
 

@@ -35,6 +35,10 @@
 //! - `data.logLines`: log that many 1 KiB lines through the `log` import;
 //! - `data.pollables`: create that many WASI pollables and keep them (host resources).
 //!
+//! - `data.fail`: `transient` or `permanent`: return the actions with a failed reconcile
+//!   instead of an outcome (contract 0.3's `failure`), so the containment suite sees them
+//!   admitted exactly like an outcome's.
+//!
 //! A missing `data.actions` means no actions; an unparsable one, a malformed element or an
 //! unknown action key yields `permanent(<what was wrong>)`; a cache error yields `transient(..)`.
 #![cfg(target_arch = "wasm32")]
@@ -187,17 +191,30 @@ impl Guest for Plugin {
             version: "0.1.0".into(),
             reconciles: KindRef { api_version: "v1".into(), kind: "ConfigMap".into() },
             selector: Some("wasmloop.dev/hostile-test=true".into()),
+            annotation_selector: None,
             watches: vec![],
             indexes: vec![],
             fields: vec![],
         }
     }
 
-    fn reconcile(request: Request) -> Result<Outcome, ReconcileError> {
+    fn reconcile(request: Request) -> Result<Outcome, Failure> {
+        let failed = |error| Failure { error, actions: vec![] };
+        let (outcome, fail) = reconcile(request).map_err(failed)?;
+        match fail {
+            None => Ok(outcome),
+            Some(error) => Err(Failure { error, actions: outcome.actions }),
+        }
+    }
+}
+
+/// The outcome the ConfigMap asks for, and the error to return it with (`data.fail`), if any.
+fn reconcile(request: Request) -> Result<(Outcome, Option<ReconcileError>), ReconcileError> {
+    {
         let kind = KindRef { api_version: "v1".into(), kind: "ConfigMap".into() };
         let key = &request.key;
         let Some(json) = cache::get(&kind, key.namespace.as_deref(), &key.name).map_err(cache_error)? else {
-            return Ok(Outcome { actions: vec![], requeue_after_ms: None });
+            return Ok((Outcome { actions: vec![], requeue_after_ms: None }, None));
         };
         let object: Value = serde_json::from_str(&json).map_err(|e| permanent(format!("the ConfigMap is not valid JSON: {e}")))?;
         let number = |field: &str| -> Result<Option<u64>, ReconcileError> {
@@ -236,6 +253,12 @@ impl Guest for Plugin {
             return Err(permanent(format!("data.actions must be a JSON array, got {list}")));
         };
         let actions = elements.iter().enumerate().map(|(i, e)| action(i, e)).collect::<Result<Vec<_>, _>>()?;
-        Ok(Outcome { actions, requeue_after_ms })
+        let fail = match object.pointer("/data/fail").and_then(Value::as_str) {
+            None => None,
+            Some("transient") => Some(ReconcileError::Transient("hostile: failing with actions".into())),
+            Some("permanent") => Some(ReconcileError::Permanent("hostile: failing with actions".into())),
+            Some(other) => return Err(permanent(format!("data.fail must be transient or permanent, got {other}"))),
+        };
+        Ok((Outcome { actions, requeue_after_ms }, fail))
     }
 }

@@ -1,11 +1,11 @@
-//! Contract 0.1 plugins on a 0.2 host: their calls converted to and from 0.2 types, and the
-//! 0.1 imports served by the 0.2 ones.
+//! Contract 0.1 plugins: their calls converted to and from the current types, and the 0.1
+//! imports served by the current ones.
 //!
-//! 0.1 lacks `patch`, delete preconditions, `request.last-error`, declared fields and metadata
-//! reads; nothing a 0.1 plugin can say is lost in the conversion.
+//! 0.1 lacks `patch`, delete preconditions, `request.last-error`, declared fields, metadata
+//! reads and everything 0.3 added; nothing a 0.1 plugin can say is lost in the conversion.
 
-use super::bindings::{cache as wit_cache, log as wit_log, types as wit, v0_1};
-use super::host::HostState;
+use crate::plugin::bindings::{cache as wit_cache, log as wit_log, types as wit, v0_1};
+use crate::plugin::host::HostState;
 use v0_1::types as old;
 
 fn kind(k: old::KindRef) -> wit::KindRef {
@@ -16,7 +16,7 @@ fn key(k: old::ObjectKey) -> wit::ObjectKey {
     wit::ObjectKey { api_version: k.api_version, kind: k.kind, namespace: k.namespace, name: k.name }
 }
 
-/// A 0.2 request as a 0.1 plugin receives it (without `last-error`).
+/// A request as a 0.1 plugin receives it (without `last-error`).
 pub(crate) fn request(r: &wit::Request) -> old::Request {
     let k = &r.key;
     old::Request {
@@ -35,13 +35,14 @@ pub(crate) fn request(r: &wit::Request) -> old::Request {
     }
 }
 
-/// A 0.1 plugin's metadata (it declares no fields).
+/// A 0.1 plugin's metadata (it declares no fields and no annotation selectors).
 pub(crate) fn metadata(m: old::PluginMetadata) -> wit::PluginMetadata {
     wit::PluginMetadata {
         name: m.name,
         version: m.version,
         reconciles: kind(m.reconciles),
         selector: m.selector,
+        annotation_selector: None,
         watches: m
             .watches
             .into_iter()
@@ -54,6 +55,7 @@ pub(crate) fn metadata(m: old::PluginMetadata) -> wit::PluginMetadata {
                     old::Mapping::Namespace => wit::Mapping::Namespace,
                 },
                 selector: w.selector,
+                annotation_selector: None,
             })
             .collect(),
         indexes: m.indexes.into_iter().map(|i| wit::Index { kind: kind(i.kind), name: i.name, path: i.path }).collect(),
@@ -61,7 +63,7 @@ pub(crate) fn metadata(m: old::PluginMetadata) -> wit::PluginMetadata {
     }
 }
 
-/// A 0.1 outcome in 0.2 terms (deletes without preconditions).
+/// A 0.1 outcome in current terms (deletes without preconditions).
 pub(crate) fn outcome(o: old::Outcome) -> wit::Outcome {
     let no_preconditions = || wit::Preconditions { uid: None, resource_version: None };
     let actions = o
@@ -86,11 +88,13 @@ pub(crate) fn outcome(o: old::Outcome) -> wit::Outcome {
     wit::Outcome { actions, requeue_after_ms: o.requeue_after_ms }
 }
 
-pub(crate) fn error(e: old::ReconcileError) -> wit::ReconcileError {
-    match e {
+/// A 0.1 error as a failure without actions.
+pub(crate) fn failure(e: old::ReconcileError) -> wit::Failure {
+    let error = match e {
         old::ReconcileError::Transient(m) => wit::ReconcileError::Transient(m),
         old::ReconcileError::Permanent(m) => wit::ReconcileError::Permanent(m),
-    }
+    };
+    wit::Failure { error, actions: Vec::new() }
 }
 
 fn cache_error(e: wit_cache::CacheError) -> v0_1::cache::CacheError {
