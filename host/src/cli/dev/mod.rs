@@ -45,7 +45,8 @@ const FIRST_RECONCILE_WAIT: Duration = Duration::from_secs(10);
 
 #[derive(clap::Args, Debug)]
 pub struct DevArgs {
-    /// The plugin crate's directory.
+    /// The plugin's directory: a Rust crate, an npm package (TypeScript/JavaScript) or a Python
+    /// project, as `wasmloop new --lang` makes them.
     #[arg(default_value = ".")]
     dir: PathBuf,
     /// Kubeconfig to use (default: KUBECONFIG, then ~/.kube/config).
@@ -69,7 +70,7 @@ pub struct DevArgs {
     /// Without a manifest: a write to grant, `KIND=VERB[,VERB]` (as `wasmloop pack --allow`).
     #[arg(long = "allow", value_name = "KIND=VERBS")]
     allow: Vec<String>,
-    /// The cargo profile to build with.
+    /// The cargo profile to build with (Rust plugins).
     #[arg(long, default_value = "release")]
     profile: String,
     #[command(flatten)]
@@ -160,11 +161,14 @@ impl<'a> Session<'a> {
     /// Build and load now, then again on every save, until SIGINT/SIGTERM. A save during a
     /// build starts it again (the old build is killed); a save during a load is taken next.
     async fn run(mut self) -> anyhow::Result<()> {
-        let mut changes = Changes::watch(&self.krate.dir, &self.krate.target_dir)?;
+        let mut changes = Changes::watch(&self.krate.dir, &self.krate.outputs())?;
         let mut stop = std::pin::pin!(stop_signal());
         let mut trigger = Trigger { at: Instant::now(), what: "the start" };
         loop {
-            info!(target: DEV_LOG, "building ({} profile)", self.krate.profile);
+            match self.krate.toolchain {
+                cargo::Toolchain::Cargo => info!(target: DEV_LOG, "building ({} profile)", self.krate.profile),
+                other => info!(target: DEV_LOG, "building ({other:?})"),
+            }
             let built = tokio::select! {
                 built = self.krate.build() => built,
                 change = changes.next() => match change {
