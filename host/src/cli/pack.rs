@@ -58,7 +58,7 @@ pub struct PackArgs {
 }
 
 fn parse_part_size(s: &str) -> Result<usize, String> {
-    wasmloop::plugin::ByteSize::parse(s).map(|b| b.as_usize()).map_err(|e| e.to_string())
+    wasmloop::plugin::ByteSize::parse(s).map(wasmloop::plugin::ByteSize::as_usize).map_err(|e| e.to_string())
 }
 
 pub fn run(args: PackArgs) -> anyhow::Result<ExitCode> {

@@ -48,6 +48,11 @@ pub enum Error {
     UnknownLayer(u32),
     #[error("the component does not compile: {0:#}")]
     Compile(wasmtime::Error),
+    #[error(
+        "the component does not fit the host's instance pool: {0:#} (raise it with --max-core-instances-per-component / \
+         WASMLOOP_MAX_CORE_INSTANCES_PER_COMPONENT)"
+    )]
+    TooManyCoreInstances(wasmtime::Error),
     #[error("precompiled cache {dir}: {source}")]
     CacheDir { dir: PathBuf, source: std::io::Error },
 }
@@ -127,7 +132,14 @@ impl PluginEngine {
     /// Compile a component. **Blocking** (up to seconds): call it from `spawn_blocking`.
     pub fn compile(&self, bytes: &[u8]) -> Result<Component> {
         check_header(bytes)?;
-        Component::from_binary(&self.inner.engine, bytes).map_err(Error::Compile)
+        Component::from_binary(&self.inner.engine, bytes).map_err(|e| {
+            // wasmtime's words for a component over `max_core_instances_per_component`.
+            if format!("{e:#}").contains("core module instances, which exceeds the configured maximum") {
+                Error::TooManyCoreInstances(e)
+            } else {
+                Error::Compile(e)
+            }
+        })
     }
 
     /// Hex of a sha256 over the engine's compatibility hash (wasmtime version, target, config).

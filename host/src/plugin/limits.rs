@@ -363,7 +363,7 @@ impl LoadLimits {
     pub fn check_compile_time(&self, took: Duration) -> Result<()> {
         if took > self.compile_budget {
             return Err(Error::CompileOverBudget {
-                took: crate::duration::format(took),
+                took: crate::duration::format(Duration::from_millis(u64::try_from(took.as_millis()).unwrap_or(u64::MAX))),
                 budget: crate::duration::format(self.compile_budget),
             });
         }
@@ -387,7 +387,8 @@ mod tests {
         assert!(EngineLimits::default().max_core_instances_per_component >= 38);
         let err = l.check_size(40 << 20).unwrap_err().to_string();
         assert!(err.contains("41943040 bytes, over the host's 32Mi limit") && err.contains("--max-component-size"), "{err}");
-        let err = l.check_compile_time(Duration::from_secs(121)).unwrap_err().to_string();
+        let err = l.check_compile_time(Duration::from_millis(121_500) + Duration::from_nanos(7)).unwrap_err().to_string();
+        assert!(err.contains("took 2m1s"), "whole milliseconds: {err}");
         assert!(err.contains("longer than the 2m budget") || err.contains("longer than the 120s budget"), "{err}");
         assert!(err.contains("--compile-budget"), "{err}");
         let big = LoadLimits { max_component_size: ByteSize::mib(65), ..LoadLimits::default() };
