@@ -132,7 +132,7 @@ impl PluginCrate {
                 cargo(),
                 ["build", "--target", "wasm32-wasip2", "--message-format", "short", "--profile", &self.profile, "--manifest-path"]
                     .iter()
-                    .map(|s| s.to_string())
+                    .map(ToString::to_string)
                     .chain([self.manifest_path.display().to_string()])
                     .collect(),
             )],
@@ -151,7 +151,7 @@ impl PluginCrate {
                     .or_else(|| venv.exists().then(|| venv.display().to_string()))
                     .unwrap_or_else(|| "python3".into());
                 let args = ["-m", "wasmloop_sdk.build", "--src", "src", "--build-dir", "build", "-o"];
-                vec![(python, args.iter().map(|s| s.to_string()).chain([out]).collect())]
+                vec![(python, args.iter().map(ToString::to_string).chain([out]).collect())]
             }
         }
     }
