@@ -186,3 +186,128 @@ fn the_three_builds_declare_the_same_metadata() -> Result<()> {
     }
     Ok(())
 }
+
+/// End to end against the test control plane: each build in turn, loaded by a plugin manager
+/// from `wasmloop pack`'s ConfigMaps (the Python component split over several payloads), converges
+/// the same Namespaces: a ConfigMap per labelled Namespace with the profile and the count of its
+/// members, deleted when the label goes. Profiles carry the language so the three runs do not
+/// count each other's Namespaces; the ConfigMaps, read back with the language taken out, must be
+/// the same for the three.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_three_builds_converge_the_same_namespaces_against_the_api_server() -> Result<()> {
+    use std::time::Duration;
+
+    use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+    use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+    use wasmloop::hotload::{LoadEvent, PluginManager, PluginManagerConfig, PluginMetrics, pack};
+    use wasmloop::plugin::PluginEngine;
+    use wasmloop_tests::{Host, TestNamespace, apply_configmap, eventually, init_tracing};
+
+    const WAIT: Duration = Duration::from_secs(120);
+    init_tracing();
+    let host = Host::new().await?;
+    let manifest = std::fs::read_to_string(workspace_root().join("deploy/plugins/namespace-config.plugin.yaml"))?;
+    let namespaces = Api::<Namespace>::all(host.client.clone());
+    let mut seen: Option<(String, Value)> = None;
+    for (lang, wasm) in builds()? {
+        let plugins = TestNamespace::create(&host.client, &format!("poly-plugins-{lang}")).await?;
+        let precompiled = tempfile::tempdir()?;
+        let engine = tokio::task::spawn_blocking(PluginEngine::new).await??;
+        let manager = PluginManager::start(
+            engine,
+            host.registry.clone(),
+            host.executor.clone(),
+            host.metrics.clone(),
+            PluginMetrics::unregistered(),
+            PluginManagerConfig {
+                precompiled_dir: Some(precompiled.path().to_path_buf()),
+                shutdown_grace: Duration::from_secs(10),
+                ..PluginManagerConfig::new(Some(plugins.name.clone()))
+            },
+        )
+        .await?;
+        let mut events = manager.events();
+        let bytes = std::fs::read(&wasm)?;
+        let packed = pack::pack_referenced(pack::PackInput {
+            wasm: &bytes,
+            path: &wasm.display().to_string(),
+            manifest: manifest.clone(),
+            name: "namespace-config".into(),
+            namespace: Some(plugins.name.clone()),
+        })?;
+        for cm in packed.config_maps() {
+            apply_configmap(&host.client, &plugins.name, cm.clone()).await?;
+        }
+        let started = std::time::Instant::now();
+        tokio::time::timeout(WAIT, async {
+            loop {
+                match events.recv().await {
+                    Ok(LoadEvent::Loaded { .. }) => return Ok(()),
+                    Ok(LoadEvent::Rejected { error, .. }) => anyhow::bail!("{lang}: refused: {error}"),
+                    Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
+                    Err(e) => anyhow::bail!("{e}"),
+                }
+            }
+        })
+        .await
+        .with_context(|| format!("{lang}: waiting for the plugin to load"))??;
+        eprintln!(
+            "polyglot: {lang}: loaded from {} payload ConfigMap(s) in {:.1} s",
+            packed.payloads.len(),
+            started.elapsed().as_secs_f64()
+        );
+
+        // Three Namespaces: two of one profile, one of another.
+        let (gold, silver) = (format!("gold-{lang}"), format!("silver-{lang}"));
+        let names: Vec<String> = ["a", "b", "c"].iter().map(|s| format!("poly-{lang}-{s}")).collect();
+        for (name, profile) in names.iter().zip([&gold, &gold, &silver]) {
+            let ns: Namespace =
+                serde_json::from_value(serde_json::json!({"metadata": {"name": name, "labels": {"wasmloop.dev/config": profile}}}))?;
+            namespaces.create(&PostParams::default(), &ns).await?;
+        }
+        let read = |ns: String| {
+            let api = Api::<ConfigMap>::namespaced(host.client.clone(), &ns);
+            async move { Ok::<_, anyhow::Error>(api.get_opt("wasmloop-config").await?) }
+        };
+        let mut state = serde_json::Map::new();
+        for (i, name) in names.iter().enumerate() {
+            let want_count = if i < 2 { "2" } else { "1" };
+            let cm = eventually(&format!("{lang}: the ConfigMap in {name}"), WAIT, || {
+                let f = read(name.clone());
+                async move {
+                    Ok(f.await?
+                        .filter(|cm| cm.data.as_ref().and_then(|d| d.get("profile-namespaces")).map(String::as_str) == Some(want_count)))
+                }
+            })
+            .await?;
+            let data = serde_json::to_string(&cm.data)?.replace(&format!("-{lang}"), "");
+            let labels = serde_json::to_string(&cm.metadata.labels)?.replace(&format!("-{lang}"), "");
+            state.insert(format!("ns-{i}"), serde_json::json!({"data": data, "labels": labels}));
+        }
+        // The label goes: the ConfigMap goes.
+        namespaces
+            .patch(
+                &names[1],
+                &PatchParams::default(),
+                &Patch::Merge(serde_json::json!({"metadata": {"labels": {"wasmloop.dev/config": null}}})),
+            )
+            .await?;
+        eventually(&format!("{lang}: the ConfigMap in {} deleted", names[1]), WAIT, || {
+            let f = read(names[1].clone());
+            async move { Ok(f.await?.is_none().then_some(())) }
+        })
+        .await?;
+        let state = Value::Object(state);
+        match &seen {
+            None => seen = Some((lang.to_string(), state)),
+            Some((first, want)) => ensure!(*want == state, "{lang} converged otherwise than {first}:\n{state:#}\nvs\n{want:#}"),
+        }
+        eprintln!("polyglot: {lang}: converged {} Namespaces, label removal deleted its ConfigMap", names.len());
+        manager.shutdown().await;
+        for name in &names {
+            let _ = namespaces.delete(name, &DeleteParams::default()).await;
+        }
+        plugins.cleanup().await?;
+    }
+    Ok(())
+}
