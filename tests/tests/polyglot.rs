@@ -212,20 +212,29 @@ async fn the_three_builds_converge_the_same_namespaces_against_the_api_server() 
     for (lang, wasm) in builds()? {
         let plugins = TestNamespace::create(&host.client, &format!("poly-plugins-{lang}")).await?;
         let precompiled = tempfile::tempdir()?;
-        let engine = tokio::task::spawn_blocking(PluginEngine::new).await??;
-        let manager = PluginManager::start(
-            engine,
-            host.registry.clone(),
-            host.executor.clone(),
-            host.metrics.clone(),
-            PluginMetrics::unregistered(),
-            PluginManagerConfig {
-                precompiled_dir: Some(precompiled.path().to_path_buf()),
-                shutdown_grace: Duration::from_secs(10),
-                ..PluginManagerConfig::new(Some(plugins.name.clone()))
-            },
-        )
-        .await?;
+        let start = |host: &Host| {
+            let (registry, executor, metrics) = (host.registry.clone(), host.executor.clone(), host.metrics.clone());
+            let (precompiled, namespace) = (precompiled.path().to_path_buf(), plugins.name.clone());
+            async move {
+                let engine = tokio::task::spawn_blocking(PluginEngine::new).await??;
+                anyhow::Ok(
+                    PluginManager::start(
+                        engine,
+                        registry,
+                        executor,
+                        metrics,
+                        PluginMetrics::unregistered(),
+                        PluginManagerConfig {
+                            precompiled_dir: Some(precompiled),
+                            shutdown_grace: Duration::from_secs(10),
+                            ..PluginManagerConfig::new(Some(namespace))
+                        },
+                    )
+                    .await?,
+                )
+            }
+        };
+        let manager = start(&host).await?;
         let mut events = manager.events();
         let bytes = std::fs::read(&wasm)?;
         let packed = pack::pack_referenced(pack::PackInput {
@@ -303,6 +312,28 @@ async fn the_three_builds_converge_the_same_namespaces_against_the_api_server() 
             Some((first, want)) => ensure!(*want == state, "{lang} converged otherwise than {first}:\n{state:#}\nvs\n{want:#}"),
         }
         eprintln!("polyglot: {lang}: converged {} Namespaces, label removal deleted its ConfigMap", names.len());
+        // A restart (a new process: its own connection and informers) takes the component from
+        // the precompiled cache.
+        manager.shutdown().await;
+        let restarted = std::time::Instant::now();
+        let again = Host::new().await?;
+        let manager = start(&again).await?;
+        let c = Api::<ConfigMap>::namespaced(host.client.clone(), &plugins.name);
+        eventually(&format!("{lang}: Loaded again after the restart"), WAIT, || {
+            let (c, digest) = (c.clone(), packed.digest.clone());
+            async move {
+                let cm = c.get("namespace-config").await?;
+                let text = cm.metadata.annotations.unwrap_or_default().get("wasmloop.dev/status").cloned().unwrap_or_default();
+                let status: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
+                let from_cache = status["origin"] == "from the precompiled cache";
+                Ok((status["state"] == "Loaded" && status["digest"] == digest.as_str() && from_cache).then_some(()))
+            }
+        })
+        .await?;
+        eprintln!(
+            "polyglot: {lang}: restarted, loaded from the precompiled cache ({:.1} s to the status)",
+            restarted.elapsed().as_secs_f64()
+        );
         manager.shutdown().await;
         for name in &names {
             let _ = namespaces.delete(name, &DeleteParams::default()).await;
