@@ -2,7 +2,14 @@
 # Build the example plugins as WebAssembly components (wasm32-wasip2, profile `plugin`) and
 # print each one's path and size (raw, and zstd -19 when the zstd CLI is installed).
 #
-#   scripts/build-plugins.sh [PLUGIN...]     default: podset replicaset namespace-config
+#   scripts/build-plugins.sh [PLUGIN...]
+#       default: podset replicaset namespace-config namespace-config-ts namespace-config-py
+#
+# A plugin whose directory has a package.json is TypeScript/JavaScript (`npm run build` with the
+# SDK's wasmloop-js: QuickJS), one with a pyproject.toml and src/plugin.py is Python
+# (`python -m wasmloop_sdk.build`: componentize-py); both with the toolchains that
+# scripts/polyglot-env.sh installs. Their components go next to the Rust ones
+# (<target>/wasm32-wasip2/plugin/<name with _>.wasm).
 #
 # Honours CARGO_TARGET_DIR. Extra cargo flags go in CARGO_FLAGS (e.g. CARGO_FLAGS=--locked).
 set -euo pipefail
@@ -11,7 +18,11 @@ cd "$(dirname "$0")/.."
 TARGET=wasm32-wasip2
 PROFILE=plugin
 plugins=("$@")
-[ ${#plugins[@]} -gt 0 ] || plugins=(podset replicaset namespace-config)
+[ ${#plugins[@]} -gt 0 ] || plugins=(podset replicaset namespace-config namespace-config-ts namespace-config-py)
+rust=(); other=()
+for p in "${plugins[@]}"; do
+  if [ -f "plugins/$p/package.json" ] || [ -f "plugins/$p/pyproject.toml" ]; then other+=("$p"); else rust+=("$p"); fi
+done
 
 if ! rustup target list --installed 2>/dev/null | grep -qx "$TARGET"; then
   echo "build-plugins: adding the $TARGET target" >&2
@@ -22,7 +33,7 @@ fi
 # kube-controller-manager and native Rust are built for speed ("s") in a second invocation.
 speed=" replicaset "
 small=(); fast=()
-for p in "${plugins[@]}"; do
+for p in "${rust[@]}"; do
   if [[ $speed == *" $p "* ]]; then fast+=(-p "$p"); else small+=(-p "$p"); fi
 done
 # shellcheck disable=SC2086
@@ -32,6 +43,21 @@ done
 
 target_dir=${CARGO_TARGET_DIR:-$(cargo metadata --format-version 1 --no-deps | sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')}
 out_dir=$target_dir/$TARGET/$PROFILE
+mkdir -p "$out_dir"
+
+if [ ${#other[@]} -gt 0 ]; then
+  # shellcheck source=scripts/polyglot-env.sh
+  source scripts/polyglot-env.sh
+  polyglot_setup
+  for p in "${other[@]}"; do
+    wasm=$out_dir/${p//-/_}.wasm
+    if [ -f "plugins/$p/package.json" ]; then
+      (cd "plugins/$p" && { [ ! -f tsconfig.json ] || npx --no-install tsc -p .; } && node ../../sdk/js/bin/wasmloop-js.mjs build -o "$wasm") >&2
+    else
+      (cd "plugins/$p" && PYTHONPATH="$PWD/../../sdk/python" "$WASMLOOP_PY" -m wasmloop_sdk.build --src src -o "$wasm") >&2
+    fi
+  done
+fi
 
 have_zstd=0
 command -v zstd >/dev/null 2>&1 && have_zstd=1

@@ -2,7 +2,8 @@
 # Installs what building and testing wasmloop needs on a fresh machine (idempotent, quick when
 # everything is there): the wasm32-wasip2 and musl Rust targets, rustfmt and clippy, zstd, what
 # scripts/image.sh needs (umoci, musl-tools, binutils, jq), and the test control plane
-# (etcd + kube-apiserver/kube-controller-manager/kubectl v1.20.2, built once and cached).
+# (etcd + kube-apiserver/kube-controller-manager/kubectl v1.20.2, built once and cached), and the
+# JavaScript and Python SDKs' toolchains (scripts/polyglot-env.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if ! rustup target list --installed | grep -qx wasm32-wasip2; then
@@ -30,4 +31,10 @@ esac
 if [ -n "$musl" ] && ! rustup target list --installed | grep -qx "$musl"; then
   rustup target add "$musl"
 fi
+# The JavaScript/TypeScript and Python SDKs' toolchains (componentize-qjs, typescript,
+# componentize-py, pytest: pinned by sdk/js/package-lock.json and sdk/python/pyproject.toml),
+# cached under ~/.cache/wasmloop.
+# shellcheck source=scripts/polyglot-env.sh
+source ./scripts/polyglot-env.sh
+polyglot_setup
 ./scripts/control-plane.sh build

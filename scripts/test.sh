@@ -16,7 +16,16 @@ say "style gates: rustfmt, clippy"
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
 
-say "building plugins (wasm32-wasip2)"
+say "JavaScript/TypeScript and Python SDKs: unit tests, types"
+# shellcheck source=scripts/polyglot-env.sh
+source ./scripts/polyglot-env.sh
+(cd sdk/js && node --test test/ && npx --no-install tsc -p tsconfig.json)
+for dir in plugins/*/; do
+  if [ -f "$dir/package.json" ]; then (cd "$dir" && npm test); fi
+done
+PYTHONPATH="$PWD/sdk/python" "$WASMLOOP_PY" -m pytest -q sdk/python/tests plugins/*-py/tests
+
+say "building plugins (wasm32-wasip2, and the TypeScript and Python ports)"
 ./scripts/build-plugins.sh >/dev/null
 ./scripts/build-test-plugins.sh >/dev/null
 

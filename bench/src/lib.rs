@@ -16,6 +16,7 @@ pub mod kube_util;
 pub mod latency;
 pub mod memory;
 pub mod phases;
+pub mod polyglot;
 pub mod procfs;
 pub mod queue;
 pub mod reload;

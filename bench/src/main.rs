@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use serde::Serialize;
-use wasmloop_bench::{alloc, cache_memory, call_cost, convergence, devloop, latency, memory, queue, reload, report, scaleout};
+use wasmloop_bench::{alloc, cache_memory, call_cost, convergence, devloop, latency, memory, polyglot, queue, reload, report, scaleout};
 
 #[global_allocator]
 static ALLOC: alloc::Counting = alloc::Counting;
@@ -45,6 +45,9 @@ enum Command {
     ScaleOut(scaleout::Args),
     /// Section 7: the plugin author's inner loop, `wasmloop dev`: save → new version reconciling.
     DevLoop(devloop::Args),
+    /// Section 8: the same plugin from Rust, TypeScript and Python: sizes, compile, load from the
+    /// precompiled cache, per-reconcile CPU, marginal RSS per idle plugin (in-process, no cluster).
+    Polyglot(polyglot::Args),
     /// Write BENCHMARKS.md from a results directory.
     Report(report::Args),
 }
@@ -71,6 +74,7 @@ fn main() -> anyhow::Result<()> {
             }
         }
         Command::CallCost(args) => call_cost::main(args)?,
+        Command::Polyglot(args) => polyglot::main(args)?,
         Command::Convergence(args) => {
             let out = args.out.clone();
             write_json(&out, &rt()?.block_on(convergence::run(args))?)?;

@@ -157,7 +157,7 @@ pub async fn run(args: Args) -> Result<Results> {
                 namespace: Some(plugin_ns.clone()),
             })
             .context("packing the plugin (referenced)")?;
-            apply_configmap(&client, &plugin_ns, packed.payload.clone()).await?;
+            apply_configmap(&client, &plugin_ns, packed.payloads[0].clone()).await?;
             apply_configmap(&client, &plugin_ns, packed.plugin.clone()).await?;
             Some(packed)
         } else {

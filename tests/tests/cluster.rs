@@ -105,11 +105,12 @@ async fn kubectl_apply_k_deploy_creates_valid_objects() -> Result<()> {
     for name in ["podset", "replicaset", "namespace-config"] {
         let cm = cms.get(name).await?;
         assert_eq!(cm.metadata.labels.as_ref().and_then(|l| l.get("wasmloop.dev/plugin")).map(String::as_str), Some("true"), "{name}");
-        let payload = match wasmloop::hotload::source::payload_ref(&cm)? {
-            Some(r) => Some(cms.get(&r.name).await?),
-            None => None,
-        };
-        let src = wasmloop::hotload::source::decode_with(&cm, payload.as_ref()).with_context(|| format!("decoding ConfigMap {name}"))?;
+        let mut payloads = Vec::new();
+        for part in wasmloop::hotload::source::payload_ref(&cm)?.map(|r| r.parts).unwrap_or_default() {
+            payloads.push(cms.get(&part).await?);
+        }
+        let payloads: Vec<&ConfigMap> = payloads.iter().collect();
+        let src = wasmloop::hotload::source::decode_with(&cm, &payloads).with_context(|| format!("decoding ConfigMap {name}"))?;
         assert!(src.wasm.starts_with(b"\0asm"), "{name}: not wasm");
         let manifest = wasmloop::hotload::PluginManifest::parse(&src.manifest, name)?;
         assert_eq!(manifest.name, name);

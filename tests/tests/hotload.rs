@@ -348,9 +348,9 @@ async fn referenced_payloads_load_reload_on_manifest_changes_refuse_mismatches_a
 
     // 1. Pack both objects, apply them (payload first, as in the YAML stream): v1 loads.
     let p1 = pack_ref(&n, &v1, &manifest(&w))?;
-    let payload1 = p1.payload.metadata.name.clone().context("payload name")?;
+    let payload1 = p1.payloads[0].metadata.name.clone().context("payload name")?;
     assert!(payload1.starts_with("podset-wasm-") && payload1.len() == "podset-wasm-".len() + 12, "{payload1}");
-    apply_configmap(&client, &n, p1.payload.clone()).await?;
+    apply_configmap(&client, &n, p1.payloads[0].clone()).await?;
     apply_configmap(&client, &n, p1.plugin.clone()).await?;
     let (version, origin, _, digest) = next_loaded(&mut events, "v1 from its payload").await?;
     assert_eq!((version.as_str(), origin), ("0.1.0", LoadOrigin::Compiled));
@@ -465,7 +465,7 @@ async fn referenced_payloads_load_reload_on_manifest_changes_refuse_mismatches_a
     .await?;
 
     // 5. A payload that is not immutable: refused.
-    let mut mutable = p2.payload.clone();
+    let mut mutable = p2.payloads[0].clone();
     mutable.metadata.name = Some("podset-wasm-mutable".into());
     mutable.immutable = None;
     apply_configmap(&client, &n, mutable).await?;
@@ -478,7 +478,7 @@ async fn referenced_payloads_load_reload_on_manifest_changes_refuse_mismatches_a
     // 6. The plugin ConfigMap before its payload: waits for it (the same payload in another
     //    namespace is not looked at), loaded when the payload appears in its own namespace.
     let other = TestNamespace::create(&host.client, "hotload-ref-other").await?;
-    let mut elsewhere = p2.payload.clone();
+    let mut elsewhere = p2.payloads[0].clone();
     elsewhere.metadata.namespace = Some(other.name.clone());
     apply_configmap(&client, &other.name, elsewhere).await?;
     apply_configmap(&client, &n, p2.plugin.clone()).await?;
@@ -486,7 +486,7 @@ async fn referenced_payloads_load_reload_on_manifest_changes_refuse_mismatches_a
         LoadEvent::Waiting { reason, .. } => reason,
         other => bail!("expected the plugin ConfigMap to wait for its payload, got {other:?}"),
     };
-    assert!(reason.contains("not found") && reason.contains(p2.payload.metadata.name.as_deref().unwrap()), "{reason}");
+    assert!(reason.contains("not found") && reason.contains(p2.payloads[0].metadata.name.as_deref().unwrap()), "{reason}");
     // Reported once the wait lasted a second: Waiting, naming the payload, v2's declared digest,
     // and the version that still serves.
     let c = cms.clone();
@@ -501,7 +501,7 @@ async fn referenced_payloads_load_reload_on_manifest_changes_refuse_mismatches_a
     assert_eq!(status["reason"], "PayloadMissing", "{status}");
     assert_eq!(status["digest"], json!(p2.digest), "{status}");
     assert!(status["serving"].as_str().is_some_and(|s| s.contains("0.1.0")), "{status}");
-    apply_configmap(&client, &n, p2.payload.clone()).await?;
+    apply_configmap(&client, &n, p2.payloads[0].clone()).await?;
     let (version, origin, _, digest) = next_loaded(&mut events, "v2 once its payload appeared").await?;
     assert_eq!((version.as_str(), origin, digest.as_str()), ("0.2.0", LoadOrigin::Compiled, p2.digest.as_str()));
     sets.create(&PostParams::default(), &podset("ref-v2", 2)).await?;
@@ -524,6 +524,118 @@ async fn referenced_payloads_load_reload_on_manifest_changes_refuse_mismatches_a
     }
     manager.shutdown().await;
     other.cleanup().await?;
+    work.cleanup().await?;
+    ns.cleanup().await
+}
+
+/// A payload split over several immutable ConfigMaps (`wasmloop pack` does this for components
+/// whose compressed form is over one ConfigMap, such as a Python plugin's; small parts here, on
+/// the podset plugin, make the same shape quickly): it loads only once every part is there (a
+/// missing part is waited for, named); a part of another version is refused while the last good
+/// version keeps serving; the right part in its place loads the new version.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn split_payloads_load_whole_wait_for_missing_parts_and_refuse_foreign_ones() -> Result<()> {
+    use wasmloop::hotload::pack;
+    init_tracing();
+    let v1 = std::fs::read(plugin_path("podset")?)?;
+    let v2 = std::fs::read(plugin_path("podset_v2")?)?;
+    let host = Host::new().await?;
+    ensure_podset_crd(&host.client).await?;
+    let ns = TestNamespace::create(&host.client, "hotload-split").await?;
+    let work = TestNamespace::create(&host.client, "hotload-split-work").await?;
+    let precompiled = tempfile::tempdir()?;
+    let (client, n, w) = (host.client.clone(), ns.name.clone(), work.name.clone());
+    let (sets, pods, cms) =
+        (podsets(&client, &w), Api::<Pod>::namespaced(client.clone(), &w), Api::<ConfigMap>::namespaced(client.clone(), &n));
+    let manager = start_manager(&host, &n, precompiled.path()).await?;
+    let mut events = manager.events();
+    let split = |wasm: &[u8]| {
+        pack::pack_referenced_parts(
+            pack::PackInput { wasm, path: "podset.wasm", manifest: manifest(&w), name: "podset".into(), namespace: Some(n.clone()) },
+            32 << 10,
+        )
+    };
+
+    // 1. v1 in parts, the plugin ConfigMap first: it waits for the first part, then loads once
+    //    every part is there.
+    let p1 = split(&v1)?;
+    assert!(p1.payloads.len() >= 3, "{} parts", p1.payloads.len());
+    apply_configmap(&client, &n, p1.plugin.clone()).await?;
+    let first = p1.payloads[0].metadata.name.clone().context("part name")?;
+    match next_load(&mut events, "v1 without its parts").await? {
+        LoadEvent::Waiting { reason, .. } => assert!(reason.contains(&first), "{reason}"),
+        other => bail!("expected Waiting for {first}, got {other:?}"),
+    }
+    for part in &p1.payloads {
+        apply_configmap(&client, &n, part.clone()).await?;
+    }
+    let (version, _, _, digest) = loop {
+        match next_load(&mut events, "v1 once its parts are there").await? {
+            LoadEvent::Loaded { version, origin, took, digest, .. } => break (version, origin, took, digest),
+            LoadEvent::Waiting { .. } => continue,
+            other => bail!("expected v1 to load, got {other:?}"),
+        }
+    };
+    assert_eq!((version.as_str(), digest.as_str()), ("0.1.0", p1.digest.as_str()));
+    sets.create(&PostParams::default(), &podset("split-0", 2)).await?;
+    let p = pods.clone();
+    eventually("2 pods for split-0 from v1", WAIT, || {
+        let p = p.clone();
+        async move { Ok((pods_of(&p, "split-0").await?.len() == 2).then_some(())) }
+    })
+    .await?;
+
+    // 2. v2 with its second part missing: waits, naming that part; v1 keeps serving.
+    let p2 = split(&v2)?;
+    let missing = p2.payloads[1].metadata.name.clone().context("part name")?;
+    for (i, part) in p2.payloads.iter().enumerate() {
+        if i != 1 {
+            apply_configmap(&client, &n, part.clone()).await?;
+        }
+    }
+    apply_configmap(&client, &n, p2.plugin.clone()).await?;
+    let reason = loop {
+        match next_load(&mut events, "v2 without its second part").await? {
+            LoadEvent::Waiting { reason, .. } if reason.contains(&missing) => break reason,
+            LoadEvent::Waiting { .. } => continue,
+            other => bail!("expected Waiting for {missing}, got {other:?}"),
+        }
+    };
+    assert!(reason.contains("not found"), "{reason}");
+
+    // 3. A part of v1 under the missing part's name: refused, v1 keeps serving.
+    let mut foreign = p1.payloads[1].clone();
+    foreign.metadata.name = Some(missing.clone());
+    apply_configmap(&client, &n, foreign).await?;
+    let error = next_rejected(&mut events, "a part of another version").await?;
+    assert!(error.contains(&missing) && error.contains("is part of the component") && error.contains(&p1.digest), "{error}");
+    sets.patch("split-0", &PatchParams::default(), &Patch::Merge(json!({"spec": {"replicas": 3}}))).await?;
+    let p = pods.clone();
+    eventually("split-0 scaled by v1 while v2 is refused", WAIT, || {
+        let p = p.clone();
+        async move { Ok((pods_of(&p, "split-0").await?.len() == 3).then_some(())) }
+    })
+    .await?;
+
+    // 4. The right part in its place (immutable: deleted and created again): v2 loads.
+    cms.delete(&missing, &DeleteParams::default()).await?;
+    let c = cms.clone();
+    let gone = missing.clone();
+    eventually("the foreign part gone", WAIT, || {
+        let (c, gone) = (c.clone(), gone.clone());
+        async move { Ok(c.get_opt(&gone).await?.is_none().then_some(())) }
+    })
+    .await?;
+    apply_configmap(&client, &n, p2.payloads[1].clone()).await?;
+    let digest = loop {
+        match next_load(&mut events, "v2 once its part is right").await? {
+            LoadEvent::Loaded { digest, .. } => break digest,
+            LoadEvent::Waiting { .. } | LoadEvent::Rejected { .. } => continue,
+            other => bail!("expected v2 to load, got {other:?}"),
+        }
+    };
+    assert_eq!(digest, p2.digest);
+    manager.shutdown().await;
     work.cleanup().await?;
     ns.cleanup().await
 }

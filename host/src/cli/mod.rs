@@ -9,8 +9,11 @@ mod run;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use std::time::Duration;
+
 use anyhow::Context;
 use clap::{Parser, Subcommand, ValueEnum};
+use wasmloop::plugin::{ByteSize, EngineLimits, LoadLimits, PluginEngine, limits};
 
 #[derive(Parser, Debug)]
 #[command(name = "wasmloop", version, about = "A Kubernetes controller host that runs reconcile logic as sandboxed Wasm plugins")]
@@ -29,6 +32,8 @@ enum Command {
     Inspect {
         /// The plugin component (.wasm).
         plugin: PathBuf,
+        #[command(flatten)]
+        load: LoadArgs,
     },
     /// Create a plugin crate: a reconciler, a native test, fixtures and the admin's manifest.
     New(new::NewArgs),
@@ -38,6 +43,52 @@ enum Command {
     /// Print a plugin as ConfigMaps for `kubectl apply -f -`: an immutable payload (zstd-compressed
     /// wasm) and the plugin ConfigMap (manifest + reference by digest); `--inline`: one ConfigMap.
     Pack(pack::PackArgs),
+}
+
+/// What the host accepts of a plugin at load ([`wasmloop::plugin::LoadLimits`] and the engine's
+/// core instances per component): the same flags on `run`, `inspect`, `reconcile` and `dev`, so
+/// a plugin that loads offline loads in the host configured the same way.
+#[derive(clap::Args, Debug, Clone)]
+pub struct LoadArgs {
+    /// Largest plugin component (decompressed) the host compiles (at most 64Mi).
+    #[arg(long, env = "WASMLOOP_MAX_COMPONENT_SIZE", default_value_t = limits::DEFAULT_MAX_COMPONENT_SIZE, value_parser = parse_size)]
+    pub max_component_size: ByteSize,
+    /// Core Wasm instances one component may have (a componentize-py plugin has ~30).
+    #[arg(long, env = "WASMLOOP_MAX_CORE_INSTANCES_PER_COMPONENT", default_value_t = limits::DEFAULT_MAX_CORE_INSTANCES_PER_COMPONENT)]
+    pub max_core_instances_per_component: u32,
+    /// How long compiling and validating one plugin may take before it is refused (default 2m).
+    #[arg(long, env = "WASMLOOP_COMPILE_BUDGET", value_parser = parse_duration)]
+    pub compile_budget: Option<Duration>,
+}
+
+impl LoadArgs {
+    /// The load limits these flags set (checked).
+    pub fn load_limits(&self) -> anyhow::Result<LoadLimits> {
+        let l = LoadLimits {
+            max_component_size: self.max_component_size,
+            compile_budget: self.compile_budget.unwrap_or(limits::DEFAULT_COMPILE_BUDGET),
+        };
+        l.validate()?;
+        Ok(l)
+    }
+
+    /// The engine limits these flags set, the rest default.
+    pub fn engine_limits(&self) -> EngineLimits {
+        EngineLimits { max_core_instances_per_component: self.max_core_instances_per_component, ..EngineLimits::default() }
+    }
+
+    /// An engine sized by these flags. **Blocking** (creates the engine).
+    pub fn engine(&self) -> anyhow::Result<PluginEngine> {
+        Ok(PluginEngine::with_limits(self.engine_limits())?)
+    }
+}
+
+pub(crate) fn parse_size(s: &str) -> Result<ByteSize, String> {
+    ByteSize::parse(s).map_err(|e| e.to_string())
+}
+
+pub(crate) fn parse_duration(s: &str) -> Result<Duration, String> {
+    wasmloop::duration::parse(s).map_err(|e| e.to_string())
 }
 
 /// Log output format.
@@ -66,16 +117,55 @@ pub fn main(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Reconcile(args) => offline::run(args),
-        Command::Inspect { plugin } => {
+        Command::Inspect { plugin, load } => {
             init_tracing(LogFormat::Text);
             let bytes = std::fs::read(&plugin).with_context(|| format!("reading {}", plugin.display()))?;
-            let engine = wasmloop::plugin::PluginEngine::new()?;
+            let load_limits = load.load_limits()?;
+            load_limits.check_size(bytes.len()).with_context(|| format!("inspecting {}", plugin.display()))?;
+            let engine = load.engine()?;
             let inspection = wasmloop::plugin::inspect(&engine, &bytes).with_context(|| format!("inspecting {}", plugin.display()))?;
             print!("{inspection}");
+            if let Err(e) = load_limits.check_compile_time(inspection.compile_time) {
+                eprintln!("wasmloop inspect: WARNING: the host would refuse it: {e}");
+                return Ok(ExitCode::FAILURE);
+            }
             Ok(if inspection.compatible { ExitCode::SUCCESS } else { ExitCode::FAILURE })
         }
         Command::Pack(args) => pack::run(args),
         Command::New(args) => new::run(args).map(|()| ExitCode::SUCCESS),
         Command::Dev(args) => dev::run(args),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Parser, Debug)]
+    struct Probe {
+        #[command(flatten)]
+        load: LoadArgs,
+    }
+
+    #[test]
+    fn load_flags_default_to_the_limits_defaults() {
+        let p = Probe::try_parse_from(["probe"]).unwrap();
+        assert_eq!(p.load.load_limits().unwrap(), LoadLimits::default());
+        assert_eq!(p.load.engine_limits(), EngineLimits::default());
+        let p = Probe::try_parse_from([
+            "probe",
+            "--max-component-size",
+            "20Mi",
+            "--compile-budget",
+            "5s",
+            "--max-core-instances-per-component",
+            "40",
+        ])
+        .unwrap();
+        let l = p.load.load_limits().unwrap();
+        assert_eq!((l.max_component_size, l.compile_budget), (ByteSize::mib(20), Duration::from_secs(5)));
+        assert_eq!(p.load.engine_limits().max_core_instances_per_component, 40);
+        let p = Probe::try_parse_from(["probe", "--max-component-size", "100Mi"]).unwrap();
+        assert!(p.load.load_limits().is_err(), "over the hard cap");
     }
 }

@@ -21,7 +21,7 @@ use wasmloop::controller::{Reconciler, Request};
 use wasmloop::grants::Grants;
 use wasmloop::hotload::PluginManifest;
 use wasmloop::kinds::{KindRef, ObjectKey};
-use wasmloop::plugin::{Limits, PluginEngine, WasmPlugin};
+use wasmloop::plugin::{Limits, WasmPlugin};
 
 #[derive(clap::Args, Debug)]
 pub struct ReconcileArgs {
@@ -37,6 +37,8 @@ pub struct ReconcileArgs {
     /// Check the actions against this manifest's grants and limits (as the host would).
     #[arg(long)]
     manifest: Option<PathBuf>,
+    #[command(flatten)]
+    load: super::LoadArgs,
 }
 
 pub fn run(args: ReconcileArgs) -> anyhow::Result<ExitCode> {
@@ -60,8 +62,12 @@ pub fn run(args: ReconcileArgs) -> anyhow::Result<ExitCode> {
         None => (Limits::default(), Grants::all().named("")),
     };
     let bytes = std::fs::read(&args.plugin).with_context(|| format!("reading {}", args.plugin.display()))?;
-    let engine = PluginEngine::new()?;
+    let load_limits = args.load.load_limits()?;
+    load_limits.check_size(bytes.len()).with_context(|| format!("loading {}", args.plugin.display()))?;
+    let engine = args.load.engine()?;
+    let started = std::time::Instant::now();
     let plugin = WasmPlugin::load(&engine, &bytes, limits, grants.clone()).with_context(|| format!("loading {}", args.plugin.display()))?;
+    load_limits.check_compile_time(started.elapsed()).with_context(|| format!("loading {}", args.plugin.display()))?;
     let spec = plugin.spec().clone();
     let view = build_view(&spec, objects)?;
     if key.kind != spec.reconciles {

@@ -51,6 +51,14 @@ pub struct PackArgs {
     /// an immutable payload ConfigMap `<name>-wasm-<digest>` referenced from the plugin ConfigMap.
     #[arg(long)]
     inline: bool,
+    /// The most compressed bytes one payload ConfigMap holds; a larger component is split over
+    /// several (`<name>-wasm-<digest>-<i>-of-<n>`, read back together by the host).
+    #[arg(long, default_value_t = pack::DEFAULT_PART_BYTES, value_parser = parse_part_size)]
+    part_size: usize,
+}
+
+fn parse_part_size(s: &str) -> Result<usize, String> {
+    wasmloop::plugin::ByteSize::parse(s).map(wasmloop::plugin::ByteSize::as_usize).map_err(|e| e.to_string())
 }
 
 pub fn run(args: PackArgs) -> anyhow::Result<ExitCode> {
@@ -93,10 +101,14 @@ pub fn run(args: PackArgs) -> anyhow::Result<ExitCode> {
         let warning = pack::client_side_apply_warning(&[&packed.config_map]);
         (pack::to_yaml(&packed.config_map)?, packed.raw_bytes, packed.compressed_bytes, "inline".to_string(), warning)
     } else {
-        let packed = pack::pack_referenced(input)?;
-        let how = format!("payload ConfigMap {} ({})", packed.payload.metadata.name.as_deref().unwrap_or_default(), packed.digest);
-        let warning = pack::client_side_apply_warning(&[&packed.payload, &packed.plugin]);
-        (pack::to_yaml_stream(&[&packed.payload, &packed.plugin])?, packed.raw_bytes, packed.compressed_bytes, how, warning)
+        let packed = pack::pack_referenced_parts(input, args.part_size)?;
+        let names = packed.payload_names();
+        let how = match names.as_slice() {
+            [one] => format!("payload ConfigMap {one} ({})", packed.digest),
+            many => format!("payload split over {} ConfigMaps {} … {} ({})", many.len(), many[0], many[many.len() - 1], packed.digest),
+        };
+        let warning = pack::client_side_apply_warning(&packed.config_maps());
+        (pack::to_yaml_stream(&packed.config_maps())?, packed.raw_bytes, packed.compressed_bytes, how, warning)
     };
     eprintln!("wasmloop pack: {path} → {raw} bytes raw, {compressed} bytes zstd ({:.0}%), {how}", 100.0 * compressed as f64 / raw as f64);
     if let Some(warning) = warning {

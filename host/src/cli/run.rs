@@ -30,7 +30,7 @@ use wasmloop::plugin::{ByteSize, PluginEngine};
 use wasmloop::server::{self, Readiness};
 use wasmloop::shard::{ShardConfig, Sharding};
 
-use super::LogFormat;
+use super::{LogFormat, parse_duration, parse_size};
 
 #[derive(clap::Args, Debug)]
 pub struct RunArgs {
@@ -89,12 +89,8 @@ pub struct RunArgs {
     /// memory limit (cgroup), else no budget.
     #[arg(long, env = "WASMLOOP_PLUGIN_MEMORY_BUDGET", value_parser = parse_size)]
     plugin_memory_budget: Option<ByteSize>,
-    /// Largest plugin component (decompressed) the host compiles.
-    #[arg(long, env = "WASMLOOP_MAX_COMPONENT_SIZE", default_value = "16Mi", value_parser = parse_size)]
-    max_component_size: ByteSize,
-    /// How long compiling and validating one plugin may take before it is refused.
-    #[arg(long, env = "WASMLOOP_COMPILE_BUDGET", default_value = "60s", value_parser = parse_duration)]
-    compile_budget: Duration,
+    #[command(flatten)]
+    load: super::LoadArgs,
     /// How long running reconciles may take to finish on shutdown (e.g. 25s).
     #[arg(long, env = "WASMLOOP_SHUTDOWN_GRACE", default_value = "25s", value_parser = parse_duration)]
     shutdown_grace: Duration,
@@ -156,10 +152,6 @@ fn in_cluster_service_account() -> Option<(String, String)> {
     Some((parts.next()?.to_string(), parts.next()?.to_string()))
 }
 
-fn parse_size(s: &str) -> Result<ByteSize, String> {
-    ByteSize::parse(s).map_err(|e| e.to_string())
-}
-
 /// The memory limit of this container (cgroup v2 `memory.max`, else v1), if it has one.
 fn container_memory_limit() -> Option<ByteSize> {
     ["/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"].iter().find_map(|path| {
@@ -167,10 +159,6 @@ fn container_memory_limit() -> Option<ByteSize> {
         // "max" (v2) or a huge number (v1) means no limit.
         text.trim().parse::<u64>().ok().filter(|n| *n < 1 << 50).map(ByteSize)
     })
-}
-
-fn parse_duration(s: &str) -> Result<Duration, String> {
-    wasmloop::duration::parse(s).map_err(|e| e.to_string())
 }
 
 pub async fn run(args: RunArgs) -> anyhow::Result<()> {
@@ -211,7 +199,9 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         }
     };
     let prom = Arc::new(Mutex::new(prom));
-    let engine = tokio::task::spawn_blocking(PluginEngine::new).await??;
+    let load_limits = args.load.load_limits()?;
+    let engine_limits = args.load.engine_limits();
+    let engine = tokio::task::spawn_blocking(move || PluginEngine::with_limits(engine_limits)).await??;
 
     let (stop_tx, stop) = watch::channel(false);
     tokio::spawn(watch_signals(stop_tx));
@@ -231,8 +221,8 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         },
         shutdown_grace: args.shutdown_grace,
         memory_budget: args.plugin_memory_budget.or_else(container_memory_limit),
-        max_component_size: args.max_component_size,
-        compile_budget: args.compile_budget,
+        max_component_size: load_limits.max_component_size,
+        compile_budget: load_limits.compile_budget,
         sharding: sharding.clone(),
         plugin_identity: args.plugin_identity,
         instance: Some(identity.clone()),

@@ -18,7 +18,9 @@
 //! `wasmloop.dev/plugin-payload=true`, and are looked up in the plugin ConfigMap's own namespace
 //! only. An immutable payload, once verified against its digest, is known by its uid: a manifest
 //! change that keeps the digest reuses the loaded component (no read, decompress, hash or
-//! deserialise). A payload that appears after its plugin ConfigMap loads it then.
+//! deserialise). A payload that appears after its plugin ConfigMap loads it then. A payload split
+//! over several ConfigMaps is read only once every part is there, as one (a part that changes or
+//! goes away loads the plugin ConfigMap again).
 
 use std::collections::{BTreeSet, HashMap};
 use std::path::PathBuf;
@@ -42,7 +44,7 @@ use crate::executor::Executor;
 use crate::identity::{self, Identity, PluginIdentity};
 use crate::informer::{self, InformerKey, Subscription};
 use crate::kinds::{KindRef, ObjectKey};
-use crate::plugin::{ByteSize, Compiled, Origin, PluginEngine, PrecompiledCache, WasmPlugin};
+use crate::plugin::{ByteSize, Compiled, LoadLimits, Origin, PluginEngine, PrecompiledCache, WasmPlugin};
 use crate::queue::{RateLimitConfig, WorkQueue};
 
 /// Errors starting the manager (loading errors are reported on the ConfigMaps instead).
@@ -93,8 +95,8 @@ pub struct PluginManagerConfig {
 
 impl PluginManagerConfig {
     /// Plugins from `namespace` (`None`: every namespace) with the defaults: no precompiled
-    /// cache, 25 s shutdown grace, no memory budget, components up to 16 MiB, 1 compile at a
-    /// time within 60 s, 4 loaders, the default [`WaitPolicy`], rediscovery every 10 s, plugins
+    /// cache, 25 s shutdown grace, no memory budget, components up to [`LoadLimits`]'s default
+    /// size, 1 compile at a time within its default budget, 4 loaders, the default [`WaitPolicy`], rediscovery every 10 s, plugins
     /// writing with the host's identity (`wasmloop run` defaults to their own:
     /// [`PluginIdentity::Own`]).
     pub fn new(namespace: Option<String>) -> Self {
@@ -103,9 +105,9 @@ impl PluginManagerConfig {
             precompiled_dir: None,
             shutdown_grace: Duration::from_secs(25),
             memory_budget: None,
-            max_component_size: ByteSize::mib(16),
+            max_component_size: LoadLimits::default().max_component_size,
             compile_workers: 1,
-            compile_budget: Duration::from_secs(60),
+            compile_budget: LoadLimits::default().compile_budget,
             loaders: 4,
             sharding: None,
             plugin_identity: PluginIdentity::Host,
@@ -195,9 +197,11 @@ struct Inner {
     events: broadcast::Sender<LoadEvent>,
     /// Payload ConfigMaps (`wasmloop.dev/plugin-payload=true`) in the plugin namespace(s).
     payloads: Arc<IndexedStore>,
-    /// Which payload (namespace, name) each plugin ConfigMap references: loaded again when it changes.
-    refs: parking_lot::Mutex<HashMap<ObjectKey, PayloadName>>,
-    /// Immutable payloads already checked: (namespace, name) → (uid, sha256 of the component).
+    /// Which payloads (namespace, name; the parts of a split one) each plugin ConfigMap
+    /// references: loaded again when one changes.
+    refs: parking_lot::Mutex<HashMap<ObjectKey, Vec<PayloadName>>>,
+    /// Immutable payloads already checked: (namespace, name; a split one's part names joined by
+    /// commas) → (uid; a split one's part uids joined, sha256 of the component).
     verified: parking_lot::Mutex<HashMap<PayloadName, (String, String)>>,
     /// For a payload the informer has not delivered yet (read once, by name, with `list`), and
     /// for discovery.
@@ -387,9 +391,12 @@ impl Inner {
         let mut payload = payload_digest(&cm);
         let found = match &reference {
             Ok(Some(r)) => {
-                self.refs.lock().insert(key.clone(), (key.namespace.clone(), r.name.clone()));
-                let found = self.find_payload(key.namespace.as_deref(), &r.name).await;
-                payload = format!("{payload}|{}", found.state());
+                self.refs.lock().insert(key.clone(), r.parts.iter().map(|p| (key.namespace.clone(), p.clone())).collect());
+                let mut found = Vec::with_capacity(r.parts.len());
+                for part in &r.parts {
+                    found.push(self.find_payload(key.namespace.as_deref(), part).await);
+                }
+                payload = format!("{payload}|{}", found.iter().map(Found::state).collect::<Vec<_>>().join(","));
                 Some(found)
             }
             _ => {
@@ -397,7 +404,7 @@ impl Inner {
                 None
             }
         };
-        let payload_name = reference.as_ref().ok().and_then(Option::as_ref).map(|r| r.name.clone());
+        let payload_name = reference.as_ref().ok().and_then(Option::as_ref).map(PayloadRef::names);
         let declared = reference.as_ref().ok().and_then(Option::as_ref).map(|r| r.digest.clone());
         let serving = self.loaded.lock().await.get(key).filter(|l| l.payload == payload).map(|l| l.plugin.clone());
         if let Some(plugin) = serving {
@@ -554,8 +561,13 @@ impl Inner {
         if let Change::Deleted(_) = change {
             self.verified.lock().remove(&(namespace.clone(), name.clone()));
         }
-        let waiting: Vec<ObjectKey> =
-            self.refs.lock().iter().filter(|(_, (ns, n))| *ns == namespace && *n == name).map(|(k, _)| k.clone()).collect();
+        let waiting: Vec<ObjectKey> = self
+            .refs
+            .lock()
+            .iter()
+            .filter(|(_, parts)| parts.iter().any(|(ns, n)| *ns == namespace && *n == name))
+            .map(|(k, _)| k.clone())
+            .collect();
         for key in waiting {
             self.queue.add(key);
         }
@@ -583,31 +595,37 @@ impl Inner {
         }
     }
 
-    /// The component for `reference`: the loaded one if this immutable payload was verified
-    /// before with that digest, else the payload's bytes, decompressed and checked.
-    async fn resolve(&self, namespace: Option<&str>, reference: &PayloadRef, found: Found) -> Result<Input, NotLoaded> {
-        let key = (namespace.map(str::to_string), reference.name.clone());
-        let (uid, immutable) = match &found {
-            Found::Missing => {
-                let namespace = namespace.unwrap_or_default().to_string();
-                return Err(WaitReason::PayloadMissing { namespace, name: reference.name.clone() }.into());
-            }
-            Found::Cached(o) => (o.uid().to_string(), cached_immutable(o)),
-            Found::Fetched(cm) => {
-                if !source::is_payload(cm) {
+    /// The component for `reference`: the loaded one if these immutable payload ConfigMaps (one,
+    /// or the parts of a split payload, as `found` in the reference's order) were verified
+    /// before with that digest, else their bytes, joined, decompressed and checked.
+    async fn resolve(&self, namespace: Option<&str>, reference: &PayloadRef, found: Vec<Found>) -> Result<Input, NotLoaded> {
+        let key = (namespace.map(str::to_string), reference.names());
+        let mut uids = Vec::with_capacity(found.len());
+        for (part, found) in reference.parts.iter().zip(&found) {
+            let (uid, immutable) = match found {
+                Found::Missing => {
                     let namespace = namespace.unwrap_or_default().to_string();
-                    return Err(source::Error::PayloadNotLabelled { namespace, name: reference.name.clone() }.to_string().into());
+                    return Err(WaitReason::PayloadMissing { namespace, name: part.clone() }.into());
                 }
-                (cm.metadata.uid.clone().unwrap_or_default(), cm.immutable == Some(true))
+                Found::Cached(o) => (o.uid().to_string(), cached_immutable(o)),
+                Found::Fetched(cm) => {
+                    if !source::is_payload(cm) {
+                        let namespace = namespace.unwrap_or_default().to_string();
+                        return Err(source::Error::PayloadNotLabelled { namespace, name: part.clone() }.to_string().into());
+                    }
+                    (cm.metadata.uid.clone().unwrap_or_default(), cm.immutable == Some(true))
+                }
+            };
+            if !immutable {
+                return Err(source::Error::PayloadNotImmutable { name: part.clone() }.to_string().into());
             }
-        };
-        if !immutable {
-            return Err(source::Error::PayloadNotImmutable { name: reference.name.clone() }.to_string().into());
+            uids.push(uid);
         }
+        let uid = if uids.iter().any(String::is_empty) { String::new() } else { uids.join(",") };
         let known = self.verified.lock().get(&key).filter(|(u, _)| !uid.is_empty() && *u == uid).map(|(_, d)| d.clone());
         if let Some(actual) = known {
             if actual != reference.digest {
-                let e = source::Error::DigestMismatch { name: reference.name.clone(), declared: reference.digest.clone(), actual };
+                let e = source::Error::DigestMismatch { name: reference.names(), declared: reference.digest.clone(), actual };
                 return Err(e.to_string().into());
             }
             let loaded = self.loaded.lock().await.values().find(|l| l.plugin.digest() == reference.digest).map(|l| l.plugin.clone());
@@ -621,12 +639,15 @@ impl Inner {
                 }));
             }
         }
-        let cm = match found {
-            Found::Cached(o) => o.parse::<ConfigMap>().map_err(|e| e.to_string())?,
-            Found::Fetched(cm) => *cm,
-            Found::Missing => unreachable!("handled above"),
-        };
-        match source::decode_payload(&cm, reference) {
+        let mut cms = Vec::with_capacity(found.len());
+        for found in found {
+            cms.push(match found {
+                Found::Cached(o) => o.parse::<ConfigMap>().map_err(|e| e.to_string())?,
+                Found::Fetched(cm) => *cm,
+                Found::Missing => unreachable!("handled above"),
+            });
+        }
+        match source::decode_payload(&cms.iter().collect::<Vec<_>>(), reference) {
             Ok((wasm, _, _)) => {
                 self.verified.lock().insert(key, (uid, reference.digest.clone()));
                 Ok(Input::Wasm(wasm))
@@ -650,7 +671,7 @@ impl Inner {
         key: &ObjectKey,
         cm: &ConfigMap,
         reference: source::Result<Option<PayloadRef>>,
-        found: Option<Found>,
+        found: Option<Vec<Found>>,
         payload: &str,
     ) -> Result<(Arc<WasmPlugin>, LoadOrigin), NotLoaded> {
         let pending = self.waiting.pending(key, payload);
@@ -666,10 +687,8 @@ impl Inner {
             Some(Input::Reuse(compiled)) => compiled.size,
             None => 0,
         };
-        if size > self.config.max_component_size.as_usize() {
-            let limit = self.config.max_component_size;
-            return Err(format!("the component is {size} bytes, over the host's {limit} limit for one plugin").into());
-        }
+        let load_limits = LoadLimits { max_component_size: self.config.max_component_size, compile_budget: self.config.compile_budget };
+        load_limits.check_size(size).map_err(|e| e.to_string())?;
         let claim = Claim { name: manifest.name.clone(), memory: manifest.limits.memory.bytes() * manifest.controller.workers as u64 };
         let previous = self.claim(key, claim)?;
         let installed = async {
@@ -786,7 +805,11 @@ impl Inner {
                     format!("loading panicked: {e}")
                 }
             })?,
-            Err(_) => Err(format!("compiling and validating took longer than the {} budget; refused", crate::duration::format(budget))),
+            Err(_) => Err(format!(
+                "compiling and validating took longer than the {} budget; refused (raise it with --compile-budget / \
+                 WASMLOOP_COMPILE_BUDGET)",
+                crate::duration::format(budget)
+            )),
         }
     }
 

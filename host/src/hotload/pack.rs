@@ -3,7 +3,11 @@
 //! [`pack_referenced`] (the default) makes two: an immutable payload ConfigMap
 //! `<plugin>-wasm-<12 hex of the sha256>` with the zstd-compressed component, and the small plugin
 //! ConfigMap with the manifest and `plugin.wasm.ref` + `plugin.wasm.digest`, so that changing the
-//! manifest rewrites only the small one. [`pack`] makes the older single inline ConfigMap.
+//! manifest rewrites only the small one. A component whose compressed form does not fit one
+//! ConfigMap is split over several immutable payload ConfigMaps `<plugin>-wasm-<12 hex>-<i>-of-<n>`
+//! (consecutive slices of one zstd stream, each at most [`DEFAULT_PART_BYTES`]), all listed in
+//! `plugin.wasm.ref`, with one digest over the whole component (see [`source`]).
+//! [`pack`] makes the older single inline ConfigMap.
 
 use std::collections::BTreeMap;
 
@@ -11,7 +15,10 @@ use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::ObjectMeta;
 
-use super::source::{self, DIGEST_KEY, Encoding, MANIFEST_KEY, PAYLOAD_LABEL, PAYLOAD_PLUGIN_LABEL, PLUGIN_LABEL, REF_KEY};
+use super::source::{
+    self, DIGEST_KEY, Encoding, MANIFEST_KEY, MAX_PARTS, MAX_PLUGIN_BYTES, PART_ANNOTATION, PART_DIGEST_ANNOTATION, PAYLOAD_LABEL,
+    PAYLOAD_PLUGIN_LABEL, PLUGIN_LABEL, REF_KEY,
+};
 
 /// The API server's limit on a ConfigMap's data (etcd takes a little more, this is what counts).
 pub const CONFIGMAP_LIMIT: usize = 1 << 20;
@@ -25,6 +32,10 @@ pub const ANNOTATIONS_LIMIT: usize = 256 << 10;
 /// is close (what the host and other tools annotate counts too).
 pub const ANNOTATIONS_MARGIN: usize = 64 << 10;
 
+/// The compressed bytes one payload part holds at most: under the ConfigMap limit with room for
+/// its metadata.
+pub const DEFAULT_PART_BYTES: usize = CONFIGMAP_LIMIT - (64 << 10);
+
 /// Errors packing a plugin.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -33,7 +44,8 @@ pub enum Error {
     #[error(
         "the ConfigMap would be {size} bytes, {over} bytes over the {CONFIGMAP_LIMIT}-byte limit; build with the \
          size-optimised profile (`--profile plugin`: opt-level \"s\", LTO, strip), drop heavy dependencies \
-         (e.g. the SDK's `k8s` feature), or split the plugin"
+         (e.g. the SDK's `k8s` feature), or pack without --inline (the referenced form splits a large component \
+         over several payload ConfigMaps)"
     )]
     TooLarge { size: usize, over: usize },
     #[error("compressing: {0}")]
@@ -42,6 +54,15 @@ pub enum Error {
     Yaml(String),
     #[error("the plugin name {0:?} is too long for its payload ConfigMap's name (<name>-wasm-<12 hex>, at most 253 characters)")]
     NameTooLong(String),
+    #[error(
+        "the component compresses to {compressed} bytes: {parts} parts of at most {part_bytes} bytes, more than the \
+         {MAX_PARTS} a payload may be split over"
+    )]
+    TooManyParts { compressed: usize, parts: usize, part_bytes: usize },
+    #[error("the component is {size} bytes, over the {MAX_PLUGIN_BYTES} bytes any host accepts")]
+    ComponentTooLarge { size: usize },
+    #[error("the part size must be between 1 KiB and {CONFIGMAP_LIMIT} bytes (got {0})")]
+    BadPartSize(usize),
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -90,17 +111,30 @@ pub fn pack(input: PackInput<'_>) -> Result<Packed> {
     Ok(Packed { config_map, raw_bytes: input.wasm.len(), compressed_bytes })
 }
 
-/// The two ConfigMaps of the referenced form and the sizes.
+/// The ConfigMaps of the referenced form and the sizes.
 #[derive(Debug)]
 pub struct PackedRef {
-    /// Immutable, labelled `wasmloop.dev/plugin-payload=true`: the compressed component.
-    pub payload: ConfigMap,
-    /// Labelled `wasmloop.dev/plugin=true`: the manifest and the reference to `payload`.
+    /// Immutable, labelled `wasmloop.dev/plugin-payload=true`: the compressed component, in one
+    /// ConfigMap or split over several (in order). Apply them before [`Self::plugin`].
+    pub payloads: Vec<ConfigMap>,
+    /// Labelled `wasmloop.dev/plugin=true`: the manifest and the reference to `payloads`.
     pub plugin: ConfigMap,
     pub raw_bytes: usize,
     pub compressed_bytes: usize,
     /// `sha256:<hex>` of the component (decompressed), as in `data.plugin.wasm.digest`.
     pub digest: String,
+}
+
+impl PackedRef {
+    /// Every ConfigMap in the order to apply them: the payloads, then the plugin ConfigMap.
+    pub fn config_maps(&self) -> Vec<&ConfigMap> {
+        self.payloads.iter().chain(std::iter::once(&self.plugin)).collect()
+    }
+
+    /// The payload ConfigMaps' names, as listed in `data.plugin.wasm.ref`.
+    pub fn payload_names(&self) -> Vec<String> {
+        self.payloads.iter().filter_map(|p| p.metadata.name.clone()).collect()
+    }
 }
 
 /// The payload ConfigMap's name for plugin `name` and component digest `sha256:<hex>`.
@@ -109,37 +143,64 @@ pub fn payload_name(name: &str, digest: &str) -> String {
     format!("{name}-wasm-{}", &hex[..hex.len().min(12)])
 }
 
-/// Compress (zstd, level 19) into an immutable payload ConfigMap, and make the plugin ConfigMap
-/// that references it by name and digest. Fails if the payload exceeds the limit.
+/// Compress (zstd, level 19) into immutable payload ConfigMaps (one, or as many parts of at most
+/// [`DEFAULT_PART_BYTES`] as it takes), and make the plugin ConfigMap that references them by
+/// name and digest.
 pub fn pack_referenced(input: PackInput<'_>) -> Result<PackedRef> {
+    pack_referenced_parts(input, DEFAULT_PART_BYTES)
+}
+
+/// [`pack_referenced`] with parts of at most `part_bytes` compressed bytes each.
+pub fn pack_referenced_parts(input: PackInput<'_>, part_bytes: usize) -> Result<PackedRef> {
     if !input.wasm.starts_with(b"\0asm") {
         return Err(Error::NotWasm { path: input.path.to_string() });
     }
+    if !(1024..=CONFIGMAP_LIMIT).contains(&part_bytes) {
+        return Err(Error::BadPartSize(part_bytes));
+    }
+    if input.wasm.len() > MAX_PLUGIN_BYTES {
+        return Err(Error::ComponentTooLarge { size: input.wasm.len() });
+    }
     let digest = source::sha256(&[input.wasm]);
-    let payload_name = payload_name(&input.name, &digest);
-    if payload_name.len() > 253 {
+    let base = payload_name(&input.name, &digest);
+    let compressed = zstd::encode_all(input.wasm, 19).map_err(Error::Compress)?;
+    let compressed_bytes = compressed.len();
+    // One part keeps the single payload's name and form exactly.
+    let chunk = part_bytes.saturating_sub(Encoding::Zstd.key().len()).max(1);
+    let count = compressed.len().div_ceil(chunk).max(1);
+    if count > MAX_PARTS {
+        return Err(Error::TooManyParts { compressed: compressed_bytes, parts: count, part_bytes });
+    }
+    let name_of = |i: usize| if count == 1 { base.clone() } else { format!("{base}-{}-of-{count}", i + 1) };
+    if name_of(count - 1).len() > 253 {
         return Err(Error::NameTooLong(input.name));
     }
-    let compressed = zstd::encode_all(input.wasm, 19).map_err(Error::Compress)?;
-    let size = compressed.len() + Encoding::Zstd.key().len();
-    if size > CONFIGMAP_LIMIT {
-        return Err(Error::TooLarge { size, over: size - CONFIGMAP_LIMIT });
-    }
-    let compressed_bytes = compressed.len();
-    let payload = ConfigMap {
-        metadata: ObjectMeta {
-            name: Some(payload_name.clone()),
-            namespace: input.namespace.clone(),
-            labels: Some(BTreeMap::from([
-                (PAYLOAD_LABEL.to_string(), "true".to_string()),
-                (PAYLOAD_PLUGIN_LABEL.to_string(), input.name.clone()),
-            ])),
+    let slices: Vec<&[u8]> = if count == 1 { vec![compressed.as_slice()] } else { compressed.chunks(chunk).collect() };
+    let payloads: Vec<ConfigMap> = slices
+        .into_iter()
+        .enumerate()
+        .map(|(i, bytes)| ConfigMap {
+            metadata: ObjectMeta {
+                name: Some(name_of(i)),
+                namespace: input.namespace.clone(),
+                labels: Some(BTreeMap::from([
+                    (PAYLOAD_LABEL.to_string(), "true".to_string()),
+                    (PAYLOAD_PLUGIN_LABEL.to_string(), input.name.clone()),
+                ])),
+                annotations: (count > 1).then(|| {
+                    BTreeMap::from([
+                        (PART_ANNOTATION.to_string(), format!("{}/{count}", i + 1)),
+                        (PART_DIGEST_ANNOTATION.to_string(), digest.clone()),
+                    ])
+                }),
+                ..Default::default()
+            },
+            immutable: Some(true),
+            binary_data: Some(BTreeMap::from([(Encoding::Zstd.key().to_string(), ByteString(bytes.to_vec()))])),
             ..Default::default()
-        },
-        immutable: Some(true),
-        binary_data: Some(BTreeMap::from([(Encoding::Zstd.key().to_string(), ByteString(compressed))])),
-        ..Default::default()
-    };
+        })
+        .collect();
+    let names: Vec<String> = payloads.iter().filter_map(|p| p.metadata.name.clone()).collect();
     let plugin = ConfigMap {
         metadata: ObjectMeta {
             name: Some(input.name),
@@ -149,12 +210,12 @@ pub fn pack_referenced(input: PackInput<'_>) -> Result<PackedRef> {
         },
         data: Some(BTreeMap::from([
             (MANIFEST_KEY.to_string(), input.manifest),
-            (REF_KEY.to_string(), payload_name),
+            (REF_KEY.to_string(), names.join(",")),
             (DIGEST_KEY.to_string(), digest.clone()),
         ])),
         ..Default::default()
     };
-    Ok(PackedRef { payload, plugin, raw_bytes: input.wasm.len(), compressed_bytes, digest })
+    Ok(PackedRef { payloads, plugin, raw_bytes: input.wasm.len(), compressed_bytes, digest })
 }
 
 /// What to tell the author about applying `cms` with client-side `kubectl apply`: `None` if each
@@ -255,7 +316,7 @@ mod tests {
             ..Default::default()
         };
         let small = pack_referenced(input(&[b"\0asm".as_slice(), &[7u8; 5000]].concat())).unwrap();
-        assert_eq!(client_side_apply_warning(&[&small.payload, &small.plugin]), None);
+        assert_eq!(client_side_apply_warning(&small.config_maps()), None);
         // base64 makes 3 bytes 4: 150 KiB of zstd is about 200 KiB of JSON, close to the limit.
         let close = client_side_apply_warning(&[&with_bytes(150 << 10), &small.plugin]).unwrap();
         assert!(close.contains("p-wasm-0123456789ab") && close.contains("prefer `kubectl apply --server-side`"), "{close}");
@@ -274,9 +335,11 @@ mod tests {
         let wasm = [b"\0asm".as_slice(), &[7u8; 5000]].concat();
         let packed = pack_referenced(input(&wasm)).unwrap();
         let hex = packed.digest.strip_prefix("sha256:").unwrap();
-        assert_eq!(packed.payload.metadata.name.as_deref(), Some(format!("p-wasm-{}", &hex[..12]).as_str()));
-        assert_eq!(packed.payload.immutable, Some(true));
-        let yaml = to_yaml_stream(&[&packed.payload, &packed.plugin]).unwrap();
+        assert_eq!(packed.payloads.len(), 1);
+        assert_eq!(packed.payloads[0].metadata.name.as_deref(), Some(format!("p-wasm-{}", &hex[..12]).as_str()));
+        assert_eq!(packed.payloads[0].immutable, Some(true));
+        assert_eq!(packed.payloads[0].metadata.annotations, None, "one part: the single payload's form");
+        let yaml = to_yaml_stream(&packed.config_maps()).unwrap();
         let docs: Vec<&str> = yaml.split("---\n").filter(|d| !d.trim().is_empty()).collect();
         assert_eq!(docs.len(), 2, "{yaml}");
         let payload: ConfigMap = serde_saphyr::from_str(docs[0]).unwrap();
@@ -291,10 +354,57 @@ mod tests {
         let data = plugin.data.clone().unwrap();
         assert_eq!(data.get(REF_KEY), payload.metadata.name.as_ref());
         assert_eq!(data.get(DIGEST_KEY), Some(&packed.digest));
-        let src = source::decode_with(&plugin, Some(&payload)).unwrap();
+        let src = source::decode_with(&plugin, &[&payload]).unwrap();
         assert_eq!(src.wasm, wasm);
         assert_eq!(src.manifest, "name: p\n");
         assert_eq!(src.wasm_digest, packed.digest);
+    }
+
+    /// Bytes zstd cannot shrink: a simple xorshift stream.
+    fn incompressible(n: usize) -> Vec<u8> {
+        let mut x: u64 = 0x9E3779B97F4A7C15;
+        let mut wasm = b"\0asm".to_vec();
+        wasm.extend((0..n).map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        }));
+        wasm
+    }
+
+    #[test]
+    fn large_components_are_split_over_parts_that_decode_together() {
+        let wasm = incompressible(2_500_000);
+        let packed = pack_referenced(input(&wasm)).unwrap();
+        assert_eq!(packed.payloads.len(), 3, "2.5 MB of incompressible bytes in parts of {DEFAULT_PART_BYTES}");
+        let hex = &packed.digest["sha256:".len()..];
+        let names = packed.payload_names();
+        assert_eq!(names[0], format!("p-wasm-{}-1-of-3", &hex[..12]));
+        for (i, p) in packed.payloads.iter().enumerate() {
+            assert_eq!(p.immutable, Some(true));
+            let data: usize = p.binary_data.as_ref().unwrap().values().map(|b| b.0.len()).sum();
+            assert!(data <= DEFAULT_PART_BYTES, "part {i}: {data} bytes");
+            let annotations = p.metadata.annotations.clone().unwrap();
+            assert_eq!(annotations.get(PART_ANNOTATION), Some(&format!("{}/3", i + 1)));
+            assert_eq!(annotations.get(PART_DIGEST_ANNOTATION), Some(&packed.digest));
+        }
+        assert_eq!(packed.plugin.data.as_ref().unwrap().get(REF_KEY), Some(&names.join(",")));
+        // Through YAML, as kubectl would apply them.
+        let yaml = to_yaml_stream(&packed.config_maps()).unwrap();
+        let docs: Vec<ConfigMap> = serde_saphyr::from_multiple(&yaml).unwrap();
+        assert_eq!(docs.len(), 4);
+        let parts: Vec<&ConfigMap> = docs[..3].iter().collect();
+        let src = source::decode_with(&docs[3], &parts).unwrap();
+        assert_eq!(src.wasm, wasm);
+        assert_eq!(src.wasm_digest, packed.digest);
+        // A part missing refuses the whole.
+        assert!(matches!(source::decode_with(&docs[3], &parts[..2]), Err(source::Error::PayloadMissing { .. })));
+        // Smaller parts on request; too many is refused.
+        assert_eq!(pack_referenced_parts(input(&wasm), 256 << 10).unwrap().payloads.len(), 10);
+        let err = pack_referenced_parts(input(&wasm), 1024).unwrap_err();
+        assert!(matches!(err, Error::TooManyParts { .. }), "{err}");
+        assert!(matches!(pack_referenced_parts(input(&wasm), 10), Err(Error::BadPartSize(10))));
     }
 
     #[test]

@@ -7,6 +7,13 @@
 //!   payload ConfigMap is `immutable: true`, labelled `wasmloop.dev/plugin-payload=true` (not
 //!   `wasmloop.dev/plugin`) and holds the wasm in `binaryData` as below. A manifest change is a
 //!   small write; the payload is read, decompressed and hashed only when its digest is new.
+//!   A payload too large for one ConfigMap (1 MiB) is **split**: `data.plugin.wasm.ref` then lists
+//!   the payload ConfigMaps in order, separated by commas (`p-wasm-0123456789ab-1-of-3,…`); each
+//!   is labelled and immutable as above and holds one consecutive slice of the same compressed
+//!   stream under the same `binaryData` key, annotated `wasmloop.dev/plugin-part: "<i>/<n>"` and
+//!   `wasmloop.dev/plugin-wasm-digest`. The digest covers the whole decompressed component: the
+//!   parts are read together, and a missing, foreign or altered part refuses the version as a
+//!   whole (the last good version keeps serving).
 //! - **inline** (the older form, still accepted): `binaryData` of the plugin ConfigMap itself holds
 //!   `plugin.wasm`, `plugin.wasm.zst` or `plugin.wasm.gz`.
 
@@ -29,8 +36,15 @@ pub const PAYLOAD_PLUGIN_LABEL: &str = "wasmloop.dev/plugin-name";
 pub const REF_KEY: &str = "plugin.wasm.ref";
 /// The key in a plugin ConfigMap's `data` with `sha256:<hex>` of the decompressed component.
 pub const DIGEST_KEY: &str = "plugin.wasm.digest";
-/// Largest plugin accepted after decompression.
-pub const MAX_PLUGIN_BYTES: usize = 32 << 20;
+/// Annotation on each part of a split payload: `<i>/<n>`, its place among the parts (from 1).
+pub const PART_ANNOTATION: &str = "wasmloop.dev/plugin-part";
+/// Annotation on each part of a split payload: the digest of the whole component it is part of.
+pub const PART_DIGEST_ANNOTATION: &str = "wasmloop.dev/plugin-wasm-digest";
+/// Most ConfigMaps one payload may be split over.
+pub const MAX_PARTS: usize = 64;
+/// Largest plugin accepted after decompression, whatever `--max-component-size` says (the
+/// bound on a compression bomb): [`crate::plugin::limits::MAX_COMPONENT_SIZE_CAP`].
+pub const MAX_PLUGIN_BYTES: usize = crate::plugin::limits::MAX_COMPONENT_SIZE_CAP.bytes() as usize;
 
 /// How the wasm bytes are stored.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -79,6 +93,8 @@ pub enum Error {
     DigestMismatch { name: String, declared: String, actual: String },
     #[error("payload ConfigMap {name}: {source}")]
     InPayload { name: String, source: Box<Error> },
+    #[error("payload part {name} does not belong to this plugin version: {reason}")]
+    WrongPart { name: String, reason: String },
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -97,17 +113,26 @@ pub struct PluginSource {
     pub wasm_digest: String,
     /// `sha256:<hex>` of wasm bytes and manifest together: what a reload compares.
     pub digest: String,
-    /// The payload ConfigMap the wasm came from (referenced form), `None` if inline.
+    /// The payload ConfigMap(s) the wasm came from (referenced form; parts joined by commas),
+    /// `None` if inline.
     pub payload: Option<String>,
 }
 
 /// A plugin ConfigMap's reference to its payload: `data.plugin.wasm.ref` + `data.plugin.wasm.digest`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PayloadRef {
-    /// Name of the payload ConfigMap, in the plugin ConfigMap's namespace.
-    pub name: String,
-    /// `sha256:<64 lowercase hex>` of the decompressed component.
+    /// Names of the payload ConfigMaps, in the plugin ConfigMap's namespace: one, or the parts
+    /// of a split payload in order.
+    pub parts: Vec<String>,
+    /// `sha256:<64 lowercase hex>` of the decompressed component (all parts together).
     pub digest: String,
+}
+
+impl PayloadRef {
+    /// The part names as written in `data.plugin.wasm.ref` (joined by commas).
+    pub fn names(&self) -> String {
+        self.parts.join(",")
+    }
 }
 
 /// The manifest, `data.plugin.yaml`.
@@ -129,16 +154,24 @@ pub fn payload_ref(cm: &ConfigMap) -> Result<Option<PayloadRef>> {
     if let Some((_, key)) = Encoding::ALL.iter().find(|(_, k)| cm.binary_data.as_ref().is_some_and(|b| b.contains_key(*k))) {
         return Err(Error::BothForms(key));
     }
-    if let Err(e) = wasmloop_model::name::dns_subdomain(name) {
+    let parts: Vec<String> = name.split(',').map(|p| p.trim().to_string()).collect();
+    if let Some((bad, e)) = parts.iter().find_map(|p| wasmloop_model::name::dns_subdomain(p).err().map(|e| (p, e))) {
         return Err(Error::BadRef(format!(
-            "data.{REF_KEY} {name:?} is not a ConfigMap name: it {e}; it names a ConfigMap in the plugin's own namespace"
+            "data.{REF_KEY} {bad:?} is not a ConfigMap name: it {e}; it names a ConfigMap in the plugin's own namespace \
+             (the parts of a split payload: names separated by commas)"
         )));
+    }
+    if parts.len() > MAX_PARTS {
+        return Err(Error::BadRef(format!("data.{REF_KEY} lists {} parts, more than the {MAX_PARTS} a payload may have", parts.len())));
+    }
+    if let Some(dup) = parts.iter().enumerate().find(|(i, p)| parts[..*i].contains(p)).map(|(_, p)| p) {
+        return Err(Error::BadRef(format!("data.{REF_KEY} lists the part {dup:?} twice")));
     }
     let hex = digest.strip_prefix("sha256:").unwrap_or_default();
     if hex.len() != 64 || !hex.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)) {
         return Err(Error::BadRef(format!("data.{DIGEST_KEY} {digest:?} is not sha256:<64 lowercase hex digits>")));
     }
-    Ok(Some(PayloadRef { name: name.to_string(), digest: digest.to_string() }))
+    Ok(Some(PayloadRef { parts, digest: digest.to_string() }))
 }
 
 /// True if `cm` is marked as a payload (`wasmloop.dev/plugin-payload=true`).
@@ -146,38 +179,98 @@ pub fn is_payload(cm: &ConfigMap) -> bool {
     cm.metadata.labels.as_ref().and_then(|l| l.get(PAYLOAD_LABEL)).is_some_and(|v| v == "true")
 }
 
-/// The component of `payload` for `reference`: checks it is labelled and immutable, finds its one
-/// `binaryData` entry, decompresses it (bounded) and checks the digest.
-pub fn decode_payload(payload: &ConfigMap, reference: &PayloadRef) -> Result<(Vec<u8>, Encoding, usize)> {
-    let name = reference.name.clone();
-    if !is_payload(payload) {
-        let namespace = payload.metadata.namespace.clone().unwrap_or_default();
-        return Err(Error::PayloadNotLabelled { namespace, name });
+/// The component of `parts` (the payload ConfigMaps `reference` names, in its order) for
+/// `reference`: checks each is labelled and immutable (and, for a split payload, that its part
+/// annotations place it here), finds their `binaryData` entries (one key, the same in every
+/// part), joins and decompresses them (bounded) and checks the digest of the whole.
+pub fn decode_payload(parts: &[&ConfigMap], reference: &PayloadRef) -> Result<(Vec<u8>, Encoding, usize)> {
+    let names = reference.names();
+    if parts.len() != reference.parts.len() {
+        let name = reference.parts.get(parts.len()).cloned().unwrap_or_else(|| names.clone());
+        let namespace = parts.first().and_then(|p| p.metadata.namespace.clone()).unwrap_or_default();
+        return Err(Error::PayloadMissing { namespace, name });
     }
-    if payload.immutable != Some(true) {
-        return Err(Error::PayloadNotImmutable { name });
+    let split = parts.len() > 1;
+    let mut stream = Vec::new();
+    let mut first: Option<(Encoding, &'static str)> = None;
+    for (i, (payload, name)) in parts.iter().zip(&reference.parts).enumerate() {
+        let name = name.clone();
+        if !is_payload(payload) {
+            let namespace = payload.metadata.namespace.clone().unwrap_or_default();
+            return Err(Error::PayloadNotLabelled { namespace, name });
+        }
+        if payload.immutable != Some(true) {
+            return Err(Error::PayloadNotImmutable { name });
+        }
+        if split {
+            check_part(payload, &name, i, parts.len(), &reference.digest)?;
+        }
+        let (encoding, key, bytes) = find_binary(payload).map_err(|e| Error::InPayload { name: name.clone(), source: Box::new(e) })?;
+        match first {
+            None => first = Some((encoding, key)),
+            Some((_, k)) if k != key => {
+                return Err(Error::WrongPart { name, reason: format!("it holds binaryData.{key}, the first part binaryData.{k}") });
+            }
+            Some(_) => {}
+        }
+        stream.extend_from_slice(bytes);
     }
-    let (encoding, key, bytes) = find_binary(payload).map_err(|e| Error::InPayload { name: name.clone(), source: Box::new(e) })?;
-    let wasm = decompress(encoding, key, bytes).map_err(|e| Error::InPayload { name: name.clone(), source: Box::new(e) })?;
+    let (encoding, key) = first.ok_or_else(|| Error::BadRef(format!("data.{REF_KEY} names no payload")))?;
+    let wasm = decompress(encoding, key, &stream).map_err(|e| Error::InPayload { name: names.clone(), source: Box::new(e) })?;
     let actual = sha256(&[&wasm]);
     if actual != reference.digest {
-        return Err(Error::DigestMismatch { name, declared: reference.digest.clone(), actual });
+        return Err(Error::DigestMismatch { name: names, declared: reference.digest.clone(), actual });
     }
-    Ok((wasm, encoding, bytes.len()))
+    Ok((wasm, encoding, stream.len()))
 }
 
-/// Decode a plugin ConfigMap of either form; `payload` is the referenced ConfigMap (looked up by
-/// the caller in the plugin ConfigMap's namespace), ignored for the inline form.
-pub fn decode_with(cm: &ConfigMap, payload: Option<&ConfigMap>) -> Result<PluginSource> {
+/// A part of a split payload must say it is part `index + 1` of `count` of `digest`.
+fn check_part(payload: &ConfigMap, name: &str, index: usize, count: usize, digest: &str) -> Result<()> {
+    let annotation = |key: &str| payload.metadata.annotations.as_ref().and_then(|a| a.get(key)).map(String::as_str);
+    let wrong = |reason: String| Err(Error::WrongPart { name: name.to_string(), reason });
+    let want = format!("{}/{count}", index + 1);
+    match annotation(PART_ANNOTATION) {
+        Some(place) if place == want => {}
+        Some(place) => return wrong(format!("it is annotated {PART_ANNOTATION}={place:?}, but is listed as part {want}")),
+        None => return wrong(format!("it has no {PART_ANNOTATION} annotation (a part of a split payload says which it is)")),
+    }
+    match annotation(PART_DIGEST_ANNOTATION) {
+        Some(d) if d == digest => Ok(()),
+        Some(d) => wrong(format!("it is part of the component {d}, not {digest}")),
+        None => wrong(format!("it has no {PART_DIGEST_ANNOTATION} annotation")),
+    }
+}
+
+/// Decode a plugin ConfigMap of either form; `payloads` are the ConfigMaps its reference names
+/// (looked up by the caller in the plugin ConfigMap's namespace; matched by name, or the only
+/// one for a one-part reference), ignored for the inline form. A part not among them is
+/// [`Error::PayloadMissing`].
+pub fn decode_with(cm: &ConfigMap, payloads: &[&ConfigMap]) -> Result<PluginSource> {
     let Some(reference) = payload_ref(cm)? else { return decode(cm) };
     let manifest = manifest(cm)?.to_string();
-    let Some(payload) = payload else {
-        let namespace = cm.metadata.namespace.clone().unwrap_or_default();
-        return Err(Error::PayloadMissing { namespace, name: reference.name });
+    let parts: Vec<&ConfigMap> = match (reference.parts.as_slice(), payloads) {
+        ([_], [only]) => vec![*only],
+        _ => reference
+            .parts
+            .iter()
+            .map_while(|part| payloads.iter().find(|p| p.metadata.name.as_deref() == Some(part.as_str())).copied())
+            .collect(),
     };
-    let (wasm, encoding, stored_bytes) = decode_payload(payload, &reference)?;
+    if parts.len() != reference.parts.len() {
+        let namespace = cm.metadata.namespace.clone().unwrap_or_default();
+        return Err(Error::PayloadMissing { namespace, name: reference.parts[parts.len()].clone() });
+    }
+    let (wasm, encoding, stored_bytes) = decode_payload(&parts, &reference)?;
     let digest = sha256(&[&wasm, manifest.as_bytes()]);
-    Ok(PluginSource { wasm, manifest, encoding, stored_bytes, wasm_digest: reference.digest, digest, payload: Some(reference.name) })
+    Ok(PluginSource {
+        wasm,
+        manifest,
+        encoding,
+        stored_bytes,
+        wasm_digest: reference.digest.clone(),
+        digest,
+        payload: Some(reference.names()),
+    })
 }
 
 /// The one payload entry of `binaryData`.
@@ -200,7 +293,7 @@ fn find_binary(cm: &ConfigMap) -> Result<(Encoding, &'static str, &[u8])> {
 pub fn decode(cm: &ConfigMap) -> Result<PluginSource> {
     if let Some(reference) = payload_ref(cm)? {
         let namespace = cm.metadata.namespace.clone().unwrap_or_default();
-        return Err(Error::PayloadMissing { namespace, name: reference.name });
+        return Err(Error::PayloadMissing { namespace, name: reference.parts[0].clone() });
     }
     let (encoding, key, bytes) = find_binary(cm)?;
     let wasm = decompress(encoding, key, bytes)?;
@@ -331,8 +424,8 @@ mod tests {
         let digest = sha256(&[WASM]);
         let plugin = referencing("x-wasm-0123456789ab", &digest);
         let r = payload_ref(&plugin).unwrap().unwrap();
-        assert_eq!(r, PayloadRef { name: "x-wasm-0123456789ab".into(), digest: digest.clone() });
-        let src = decode_with(&plugin, Some(&payload(WASM, Some(true), true))).unwrap();
+        assert_eq!(r, PayloadRef { parts: vec!["x-wasm-0123456789ab".into()], digest: digest.clone() });
+        let src = decode_with(&plugin, &[&payload(WASM, Some(true), true)]).unwrap();
         assert_eq!(src.wasm, WASM);
         assert_eq!(src.wasm_digest, digest);
         assert_eq!(src.payload.as_deref(), Some("x-wasm-0123456789ab"));
@@ -369,19 +462,99 @@ mod tests {
         assert!(matches!(decode(&referencing("x", &digest)), Err(Error::PayloadMissing { .. })));
     }
 
+    /// A split payload of `wasm`: `n` parts of its zstd stream, named `x-wasm-…-<i>-of-<n>`,
+    /// annotated with their place and `digest`.
+    fn split(wasm: &[u8], n: usize, digest: &str) -> Vec<ConfigMap> {
+        let z = zstd::encode_all(wasm, 3).unwrap();
+        let size = z.len().div_ceil(n);
+        z.chunks(size)
+            .enumerate()
+            .map(|(i, chunk)| {
+                let mut cm = payload(b"", Some(true), true);
+                cm.binary_data = Some(BTreeMap::from([("plugin.wasm.zst".to_string(), ByteString(chunk.to_vec()))]));
+                cm.metadata.name = Some(format!("x-wasm-0123456789ab-{}-of-{n}", i + 1));
+                cm.metadata.annotations = Some(BTreeMap::from([
+                    (PART_ANNOTATION.to_string(), format!("{}/{n}", i + 1)),
+                    (PART_DIGEST_ANNOTATION.to_string(), digest.to_string()),
+                ]));
+                cm
+            })
+            .collect()
+    }
+
+    #[test]
+    fn split_payloads_decode_only_whole_and_in_order() {
+        // Incompressible enough to give several non-empty parts.
+        let wasm: Vec<u8> =
+            b"\0asm\x0d\0\x01\0".iter().copied().chain((0..60_000u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)).collect();
+        let digest = sha256(&[&wasm]);
+        let parts = split(&wasm, 3, &digest);
+        let names: Vec<String> = parts.iter().map(|p| p.metadata.name.clone().unwrap()).collect();
+        let plugin = referencing(&names.join(", "), &digest);
+        let r = payload_ref(&plugin).unwrap().unwrap();
+        assert_eq!(r.parts, names);
+        let refs: Vec<&ConfigMap> = parts.iter().collect();
+        let src = decode_with(&plugin, &refs).unwrap();
+        assert_eq!(src.wasm, wasm);
+        assert_eq!(src.payload.as_deref(), Some(names.join(",").as_str()));
+        // Given in any order, found by name.
+        let src = decode_with(&plugin, &[refs[2], refs[0], refs[1]]).unwrap();
+        assert_eq!(src.wasm, wasm);
+
+        // A missing part is named (and waited for by the host).
+        let err = decode_with(&plugin, &[refs[0], refs[2]]).unwrap_err();
+        assert_eq!(err, Error::PayloadMissing { namespace: String::new(), name: names[1].clone() });
+        // Listed in the wrong order: the annotations say so.
+        let swapped = referencing(&format!("{},{},{}", names[1], names[0], names[2]), &digest);
+        let err = decode_with(&swapped, &refs).unwrap_err();
+        assert!(matches!(&err, Error::WrongPart { name, .. } if *name == names[1]), "{err}");
+        assert!(err.to_string().contains("listed as part 1/3"), "{err}");
+        // A part of another version of the component.
+        let other = split(&wasm, 3, &sha256(&[b"other"]));
+        let err = decode_with(&plugin, &[refs[0], &other[1], refs[2]]).unwrap_err();
+        assert!(matches!(&err, Error::WrongPart { name, .. } if *name == names[1]), "{err}");
+        assert!(err.to_string().contains("is part of the component sha256:"), "{err}");
+        // A part whose bytes changed under intact annotations: the digest of the whole catches it.
+        let mut altered = parts[1].clone();
+        altered.binary_data.as_mut().unwrap().get_mut("plugin.wasm.zst").unwrap().0[10] ^= 0xff;
+        let err = decode_with(&plugin, &[refs[0], &altered, refs[2]]).unwrap_err();
+        assert!(matches!(err, Error::DigestMismatch { .. } | Error::InPayload { .. }), "{err}");
+        // A part that is not immutable, or not a payload.
+        let mut mutable = parts[2].clone();
+        mutable.immutable = None;
+        assert!(matches!(decode_with(&plugin, &[refs[0], refs[1], &mutable]), Err(Error::PayloadNotImmutable { .. })));
+        // Parts without their annotations are refused (a split payload says which part each is).
+        let mut bare = parts[0].clone();
+        bare.metadata.annotations = None;
+        let err = decode_with(&plugin, &[&bare, refs[1], refs[2]]).unwrap_err();
+        assert!(err.to_string().contains("no wasmloop.dev/plugin-part annotation"), "{err}");
+    }
+
+    #[test]
+    fn split_references_are_checked() {
+        let digest = sha256(&[WASM]);
+        let err = payload_ref(&referencing("a,b,a", &digest)).unwrap_err();
+        assert!(err.to_string().contains("lists the part \"a\" twice"), "{err}");
+        let many: Vec<String> = (0..=MAX_PARTS).map(|i| format!("p-{i}")).collect();
+        let err = payload_ref(&referencing(&many.join(","), &digest)).unwrap_err();
+        assert!(err.to_string().contains("more than the 64"), "{err}");
+        let err = payload_ref(&referencing("a,,b", &digest)).unwrap_err();
+        assert!(err.to_string().contains("is not a ConfigMap name"), "{err}");
+    }
+
     #[test]
     fn bad_payloads_are_refused_by_name() {
         let digest = sha256(&[WASM]);
         let plugin = referencing("x-wasm-0123456789ab", &digest);
-        let missing = decode_with(&plugin, None).unwrap_err();
+        let missing = decode_with(&plugin, &[]).unwrap_err();
         assert!(matches!(missing, Error::PayloadMissing { .. }), "{missing}");
         for immutable in [None, Some(false)] {
-            let err = decode_with(&plugin, Some(&payload(WASM, immutable, true))).unwrap_err();
+            let err = decode_with(&plugin, &[&payload(WASM, immutable, true)]).unwrap_err();
             assert!(matches!(err, Error::PayloadNotImmutable { .. }), "{err}");
         }
-        let err = decode_with(&plugin, Some(&payload(WASM, Some(true), false))).unwrap_err();
+        let err = decode_with(&plugin, &[&payload(WASM, Some(true), false)]).unwrap_err();
         assert!(matches!(err, Error::PayloadNotLabelled { .. }), "{err}");
-        let err = decode_with(&plugin, Some(&payload(b"\0asm other bytes", Some(true), true))).unwrap_err();
+        let err = decode_with(&plugin, &[&payload(b"\0asm other bytes", Some(true), true)]).unwrap_err();
         match &err {
             Error::DigestMismatch { declared, actual, .. } => {
                 assert_eq!(declared, &digest);
@@ -391,11 +564,11 @@ mod tests {
         }
         assert!(err.to_string().contains("does not match the digest"), "{err}");
         let bomb = payload(&vec![0u8; MAX_PLUGIN_BYTES + 10], Some(true), true);
-        let err = decode_with(&plugin, Some(&bomb)).unwrap_err();
+        let err = decode_with(&plugin, &[&bomb]).unwrap_err();
         assert!(matches!(&err, Error::InPayload { source, .. } if matches!(**source, Error::TooLarge { .. })), "{err}");
         let mut two = payload(WASM, Some(true), true);
         two.binary_data.as_mut().unwrap().insert("plugin.wasm".into(), ByteString(WASM.to_vec()));
-        let err = decode_with(&plugin, Some(&two)).unwrap_err();
+        let err = decode_with(&plugin, &[&two]).unwrap_err();
         assert!(matches!(&err, Error::InPayload { source, .. } if matches!(**source, Error::ManyPayloads(_))), "{err}");
     }
 }

@@ -108,8 +108,9 @@ impl<R: sdk::Reconciler + 'static> Reconciler for SdkReconciler<R> {
                 } else {
                     ReconcileError::reconciler_permanent(e.message())
                 };
-                let actions = from_sdk_actions(actions, &self.limits)
-                    .map_err(|source| ReconcileError::permanent(Cause::InvalidOutcome { plugin: name.clone(), source: Box::new(source) }))?;
+                let actions = from_sdk_actions(actions, &self.limits).map_err(|source| {
+                    ReconcileError::permanent(Cause::InvalidOutcome { plugin: name.clone(), source: Box::new(source) })
+                })?;
                 Err(error.with_actions(actions))
             }
             Err(panic) => {

@@ -48,6 +48,11 @@ pub enum Error {
     UnknownLayer(u32),
     #[error("the component does not compile: {0:#}")]
     Compile(wasmtime::Error),
+    #[error(
+        "the component does not fit the host's instance pool: {0:#} (raise it with --max-core-instances-per-component / \
+         WASMLOOP_MAX_CORE_INSTANCES_PER_COMPONENT)"
+    )]
+    TooManyCoreInstances(wasmtime::Error),
     #[error("precompiled cache {dir}: {source}")]
     CacheDir { dir: PathBuf, source: std::io::Error },
 }
@@ -129,7 +134,14 @@ impl PluginEngine {
     /// Compile a component. **Blocking** (up to seconds): call it from `spawn_blocking`.
     pub fn compile(&self, bytes: &[u8]) -> Result<Component> {
         check_header(bytes)?;
-        Component::from_binary(&self.inner.engine, bytes).map_err(Error::Compile)
+        Component::from_binary(&self.inner.engine, bytes).map_err(|e| {
+            // wasmtime's words for a component over `max_core_instances_per_component`.
+            if format!("{e:#}").contains("core module instances, which exceeds the configured maximum") {
+                Error::TooManyCoreInstances(e)
+            } else {
+                Error::Compile(e)
+            }
+        })
     }
 
     /// Hex of a sha256 over the engine's compatibility hash (wasmtime version, target, config).
@@ -279,12 +291,18 @@ impl PluginEngine {
     }
 }
 
-/// A directory of precompiled components: `<sha256 of plugin>-<engine key>.cwasm`.
+/// A directory of precompiled components: `<sha256 of plugin>-<engine key>.cwasm`, the artifact
+/// itself, and beside it `<...>.cwasm.sha256`, the 32 bytes of its sha256.
 ///
-/// Each file is `sha256(artifact) ‖ artifact`, written to a temp file and renamed into place, so
-/// a reader sees a whole entry or none. A missing, truncated, corrupt or incompatible entry is
-/// recompiled and rewritten, never trusted. The directory must be private to the host: the
-/// artifacts are native code.
+/// Each file is written to a temp file and renamed into place, so a reader sees whole files. An
+/// entry is checked against its checksum, then **mapped** from the file (not copied): its code
+/// stays file-backed, so a loaded plugin holds in RAM only the pages it touches (a componentize-py
+/// plugin's artifact is ~33 MiB; a copy of it per plugin would cost that much each), and memory
+/// images can be mapped from it too. A missing, truncated, corrupt or incompatible entry (or one
+/// of the older single-file format, whose checksum file is missing) is recompiled and rewritten,
+/// never trusted. The directory must be private to the host: the artifacts are native code, and
+/// an entry must not change between its check and its mapping (only this host writes there, each
+/// file by rename).
 #[derive(Clone, Debug)]
 pub struct PrecompiledCache {
     dir: PathBuf,
@@ -390,6 +408,7 @@ impl PrecompiledCache {
                 break;
             }
             if path != keep && std::fs::remove_file(&path).is_ok() {
+                let _ = std::fs::remove_file(checksum_path(&path));
                 tracing::info!(path = %path.display(), "precompiled cache over its capacity: evicted");
                 total -= len;
             }
@@ -398,40 +417,61 @@ impl PrecompiledCache {
 
     /// Ok(None) when absent; Err(problem) when present but unusable.
     fn read(&self, engine: &PluginEngine, path: &Path) -> Result<Option<Component>, String> {
-        let data = match std::fs::read(path) {
-            Ok(d) => d,
+        let mut file = match std::fs::File::open(path) {
+            Ok(f) => f,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(format!("read: {e}")),
         };
-        if data.len() <= CHECKSUM {
-            return Err(format!("truncated ({} bytes)", data.len()));
+        let sum = match std::fs::read(checksum_path(path)) {
+            Ok(sum) if sum.len() == CHECKSUM => sum,
+            Ok(sum) => return Err(format!("checksum file of {} bytes, not {CHECKSUM}", sum.len())),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err("no checksum file (an older format?)".into()),
+            Err(e) => return Err(format!("read checksum: {e}")),
+        };
+        let mut hasher = Sha256::new();
+        let len = std::io::copy(&mut file, &mut hasher).map_err(|e| format!("read: {e}"))?;
+        if len == 0 {
+            return Err("empty artifact".into());
         }
-        let (sum, artifact) = data.split_at(CHECKSUM);
-        if Sha256::digest(artifact).as_slice() != sum {
+        if hasher.finalize().as_slice() != sum.as_slice() {
             return Err("checksum mismatch (corrupt file)".into());
         }
         // SAFETY: the artifact was produced by `Component::serialize` of this host (the
-        // directory is host-private) and its checksum matches what was written; wasmtime
-        // additionally checks that it was compiled by a compatible engine and refuses if not.
+        // directory is host-private, its files written whole by rename) and its checksum
+        // matches what was written; wasmtime additionally checks that it was compiled by a
+        // compatible engine and refuses if not. The file is mapped, not copied: it must not
+        // change while mapped, which holds as this host only ever replaces it by rename.
         #[allow(unsafe_code)]
-        let component = unsafe { Component::deserialize(engine.engine(), artifact) };
+        let component = unsafe { Component::deserialize_file(engine.engine(), path) };
         component.map(Some).map_err(|e| format!("incompatible or invalid artifact: {e:#}"))
     }
 
     fn write(&self, component: &Component, path: &Path) -> std::io::Result<()> {
         let artifact = component.serialize().map_err(|e| std::io::Error::other(format!("{e:#}")))?;
-        let mut tmp = tempfile_in(&self.dir)?;
-        let result = (|| {
-            tmp.1.write_all(&Sha256::digest(&artifact))?;
-            tmp.1.write_all(&artifact)?;
-            tmp.1.sync_all()?;
-            std::fs::rename(&tmp.0, path)
-        })();
-        if result.is_err() {
-            let _ = std::fs::remove_file(&tmp.0);
-        }
-        result
+        let put = |target: &Path, bytes: &[u8]| {
+            let mut tmp = tempfile_in(&self.dir)?;
+            let result = (|| {
+                tmp.1.write_all(bytes)?;
+                tmp.1.sync_all()?;
+                std::fs::rename(&tmp.0, target)
+            })();
+            if result.is_err() {
+                let _ = std::fs::remove_file(&tmp.0);
+            }
+            result
+        };
+        // The artifact first: a reader between the two renames sees a checksum that does not
+        // match and recompiles; it never maps an artifact that did not pass its checksum.
+        put(path, &artifact)?;
+        put(&checksum_path(path), &Sha256::digest(&artifact))
     }
+}
+
+/// The checksum file of the artifact at `path`: `<path>.sha256`.
+pub fn checksum_path(path: &Path) -> PathBuf {
+    let mut p = path.as_os_str().to_owned();
+    p.push(".sha256");
+    PathBuf::from(p)
 }
 
 /// A new uniquely named file in `dir` (no extra dependency for a temp file).
@@ -474,6 +514,39 @@ mod tests {
         let started = Instant::now();
         drop(clone); // the last clone stops and joins the ticker thread
         assert!(started.elapsed() < Duration::from_millis(500), "ticker stopped promptly");
+    }
+
+    #[test]
+    fn the_precompiled_cache_maps_checked_artifacts_and_recompiles_bad_ones() {
+        let engine = PluginEngine::with_limits(EngineLimits { instances: 4, ..EngineLimits::default() }).unwrap();
+        let dir = std::env::temp_dir().join(format!("wasmloop-precompiled-unit-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let cache = PrecompiledCache::new(&dir).unwrap();
+        // The smallest component: header only.
+        let bytes = b"\0asm\x0d\0\x01\0";
+        assert_eq!(cache.load_or_compile(&engine, bytes).unwrap().origin, Origin::Compiled { cache_problem: None });
+        let path = cache.path_for(&engine, bytes);
+        assert_eq!(std::fs::read(checksum_path(&path)).unwrap().len(), CHECKSUM, "the checksum beside the artifact");
+        assert_eq!(cache.load_or_compile(&engine, bytes).unwrap().origin, Origin::CacheHit);
+        fn problem(p: &str) -> impl Fn(&Origin) -> bool + '_ {
+            move |o| matches!(o, Origin::Compiled { cache_problem: Some(x) } if x.contains(p))
+        }
+        // A changed byte, a missing checksum (the older format), a short checksum file.
+        let mut data = std::fs::read(&path).unwrap();
+        let mid = data.len() / 2;
+        data[mid] ^= 0xff;
+        std::fs::write(&path, &data).unwrap();
+        let o = cache.load_or_compile(&engine, bytes).unwrap().origin;
+        assert!(problem("checksum mismatch")(&o), "{o:?}");
+        assert_eq!(cache.load_or_compile(&engine, bytes).unwrap().origin, Origin::CacheHit, "rewritten");
+        std::fs::remove_file(checksum_path(&path)).unwrap();
+        let o = cache.load_or_compile(&engine, bytes).unwrap().origin;
+        assert!(problem("no checksum file")(&o), "{o:?}");
+        std::fs::write(checksum_path(&path), b"short").unwrap();
+        let o = cache.load_or_compile(&engine, bytes).unwrap().origin;
+        assert!(problem("checksum file of 5 bytes")(&o), "{o:?}");
+        assert_eq!(cache.load_or_compile(&engine, bytes).unwrap().origin, Origin::CacheHit);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

@@ -3,6 +3,13 @@
 //! - [`Limits`]: per plugin, from its manifest (`limits:` in `plugin.yaml`): memory, time and
 //!   output budgets of one reconcile.
 //! - [`EngineLimits`]: process-wide, sizing the pooling allocator all plugins share.
+//! - [`LoadLimits`]: per host, what one plugin may be at load: its component's size and the time
+//!   compiling it may take.
+//!
+//! The defaults admit what the JavaScript and Python toolchains produce (a componentize-py
+//! component is ~18 MB, ~30 core instances, ~26 s to compile on two busy cores; StarlingMonkey's
+//! ~12 MB and ~34 s); `wasmloop run`, `inspect`, `reconcile` and `dev` take the same flags
+//! (`--max-component-size`, `--max-core-instances-per-component`, `--compile-budget`) over them.
 //!
 //! Memory sizes are written like Kubernetes quantities (`"64Mi"`, `"1Gi"`, `"512Ki"`, `"100M"`)
 //! or as a plain number of bytes; durations like Go (`"1s"`, `"500ms"`).
@@ -31,6 +38,20 @@ pub enum Error {
     ZeroTimeout,
     #[error("engine limits: {0}")]
     Engine(String),
+    #[error("max component size {size} is above the host's hard cap of {cap} (what a payload may decompress to)")]
+    ComponentSizeAboveCap { size: ByteSize, cap: ByteSize },
+    #[error("the compile budget must be positive")]
+    ZeroCompileBudget,
+    #[error(
+        "the component is {size} bytes, over the host's {limit} limit for one plugin (raise it with \
+         --max-component-size / WASMLOOP_MAX_COMPONENT_SIZE)"
+    )]
+    ComponentTooLarge { size: u64, limit: ByteSize },
+    #[error(
+        "compiling and validating took {took}, longer than the {budget} budget; refused (raise it with \
+         --compile-budget / WASMLOOP_COMPILE_BUDGET)"
+    )]
+    CompileOverBudget { took: String, budget: String },
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -48,7 +69,7 @@ impl ByteSize {
         Self(n * MI)
     }
 
-    pub fn bytes(self) -> u64 {
+    pub const fn bytes(self) -> u64 {
         self.0
     }
 
@@ -211,7 +232,8 @@ pub struct EngineLimits {
     pub tables: u32,
     /// Largest linear memory any plugin may be granted (upper bound for `Limits::memory`).
     pub max_memory: ByteSize,
-    /// Core instances one component may have.
+    /// Core instances one component may have (default
+    /// [`DEFAULT_MAX_CORE_INSTANCES_PER_COMPONENT`]; a component with more is refused at load).
     pub max_core_instances_per_component: u32,
     /// Memory kept resident per linear memory (and table) slot between calls, reset in place
     /// instead of being given back to the kernel: no page faults on the next call, more RSS
@@ -242,7 +264,7 @@ impl Default for EngineLimits {
             memories: 256,
             tables: 1024,
             max_memory: ByteSize::mib(1024),
-            max_core_instances_per_component: 32,
+            max_core_instances_per_component: DEFAULT_MAX_CORE_INSTANCES_PER_COMPONENT,
             keep_resident: None,
             pagemap_scan: false,
             epoch_tick: Duration::from_millis(10),
@@ -269,6 +291,9 @@ impl EngineLimits {
         if self.instances == 0 || self.core_instances == 0 || self.memories == 0 || self.tables == 0 {
             return fail("instances, coreInstances, memories and tables must be positive");
         }
+        if self.max_core_instances_per_component == 0 || self.max_core_instances_per_component > self.core_instances {
+            return fail("maxCoreInstancesPerComponent must be positive and at most coreInstances");
+        }
         if self.max_memory.0 < WASM_PAGE {
             return fail("maxMemory must be at least 64Ki");
         }
@@ -282,9 +307,98 @@ impl EngineLimits {
     }
 }
 
+/// Core instances one component may have by default. A Rust plugin has a handful, a
+/// componentize-py one ~30 (38 with `--stub-wasi`), QuickJS and StarlingMonkey ones fewer.
+pub const DEFAULT_MAX_CORE_INSTANCES_PER_COMPONENT: u32 = 64;
+/// Largest component (decompressed) the host loads by default: a componentize-py component is
+/// ~18 MB, a StarlingMonkey one ~12 MB.
+pub const DEFAULT_MAX_COMPONENT_SIZE: ByteSize = ByteSize::mib(32);
+/// The most [`LoadLimits::max_component_size`] may be raised to: what a payload may decompress
+/// to at all (a compression bomb is cut off here, whatever the flags say).
+pub const MAX_COMPONENT_SIZE_CAP: ByteSize = ByteSize::mib(64);
+/// How long compiling and validating one plugin may take by default: a componentize-py
+/// component takes ~26 s, a StarlingMonkey one ~34 s on two busy cores (a precompiled-cache hit
+/// takes milliseconds).
+pub const DEFAULT_COMPILE_BUDGET: Duration = Duration::from_secs(120);
+
+/// What the host accepts of one plugin at load, beyond the engine's sizing: set per host process
+/// (the same flags on `wasmloop run`, `inspect`, `reconcile` and `dev`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LoadLimits {
+    /// Largest component (decompressed) one plugin may be.
+    pub max_component_size: ByteSize,
+    /// How long compiling (or deserialising) and validating one plugin may take.
+    pub compile_budget: Duration,
+}
+
+impl Default for LoadLimits {
+    fn default() -> Self {
+        Self { max_component_size: DEFAULT_MAX_COMPONENT_SIZE, compile_budget: DEFAULT_COMPILE_BUDGET }
+    }
+}
+
+impl LoadLimits {
+    /// Check the limits themselves: the size within [`MAX_COMPONENT_SIZE_CAP`], a positive budget.
+    pub fn validate(&self) -> Result<()> {
+        if self.max_component_size > MAX_COMPONENT_SIZE_CAP {
+            return Err(Error::ComponentSizeAboveCap { size: self.max_component_size, cap: MAX_COMPONENT_SIZE_CAP });
+        }
+        if self.compile_budget.is_zero() {
+            return Err(Error::ZeroCompileBudget);
+        }
+        Ok(())
+    }
+
+    /// Refuse a component of `size` bytes over [`Self::max_component_size`].
+    pub fn check_size(&self, size: usize) -> Result<()> {
+        let size = size as u64;
+        if size > self.max_component_size.bytes() {
+            return Err(Error::ComponentTooLarge { size, limit: self.max_component_size });
+        }
+        Ok(())
+    }
+
+    /// Refuse a load that took `took`, over [`Self::compile_budget`] (for the offline commands,
+    /// which compile on the calling thread; the host abandons the compile at the budget).
+    pub fn check_compile_time(&self, took: Duration) -> Result<()> {
+        if took > self.compile_budget {
+            return Err(Error::CompileOverBudget {
+                took: crate::duration::format(Duration::from_millis(u64::try_from(took.as_millis()).unwrap_or(u64::MAX))),
+                budget: crate::duration::format(self.compile_budget),
+            });
+        }
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn load_limits_admit_the_js_and_python_toolchains() {
+        let l = LoadLimits::default();
+        assert!(l.validate().is_ok());
+        // componentize-py 0.25.1: 18.4 MB; componentize-js 0.23 (StarlingMonkey): 12.2 MB.
+        assert!(l.check_size(18_400_000).is_ok() && l.check_size(12_200_000).is_ok());
+        // Their compile times on two busy cores: 26 s and 34 s.
+        assert!(l.check_compile_time(Duration::from_secs(34)).is_ok());
+        // componentize-py --stub-wasi: 38 core instances.
+        assert!(EngineLimits::default().max_core_instances_per_component >= 38);
+        let err = l.check_size(40 << 20).unwrap_err().to_string();
+        assert!(err.contains("41943040 bytes, over the host's 32Mi limit") && err.contains("--max-component-size"), "{err}");
+        let err = l.check_compile_time(Duration::from_millis(121_500) + Duration::from_nanos(7)).unwrap_err().to_string();
+        assert!(err.contains("took 121500ms"), "whole milliseconds: {err}");
+        assert!(err.contains("longer than the 2m budget") || err.contains("longer than the 120s budget"), "{err}");
+        assert!(err.contains("--compile-budget"), "{err}");
+        let big = LoadLimits { max_component_size: ByteSize::mib(65), ..LoadLimits::default() };
+        assert!(matches!(big.validate(), Err(Error::ComponentSizeAboveCap { .. })));
+        assert!(LoadLimits { compile_budget: Duration::ZERO, ..LoadLimits::default() }.validate().is_err());
+        let e = EngineLimits { max_core_instances_per_component: 0, ..EngineLimits::default() };
+        assert!(e.validate().is_err());
+        let e = EngineLimits { max_core_instances_per_component: 2048, ..EngineLimits::default() };
+        assert!(e.validate().is_err(), "more per component than the pool holds");
+    }
 
     #[test]
     fn parses_sizes() {

@@ -10,6 +10,7 @@
 //!   conversions between its types and the host's;
 //! - [`runtime`]: [`WasmPlugin`], loading + validation and `impl Reconciler` (fresh Store per
 //!   reconcile, traps/timeouts/OOM as transient errors, counted in [`PluginStats`]);
+//! - [`imports`]: what a plugin imports that the host does not provide, by interface and function;
 //! - [`inspect`]: describe a plugin file for `wasmloop inspect`.
 
 pub mod bindings;
@@ -17,6 +18,7 @@ mod compat;
 pub(crate) mod convert;
 pub mod engine;
 pub mod host;
+pub mod imports;
 pub mod inspect;
 pub mod limits;
 pub(crate) mod meta;
@@ -24,5 +26,5 @@ pub mod runtime;
 
 pub use engine::{Compiled, Origin, PluginEngine, PrecompiledCache};
 pub use inspect::{Inspection, inspect};
-pub use limits::{ByteSize, EngineLimits, Limits};
+pub use limits::{ByteSize, EngineLimits, Limits, LoadLimits};
 pub use runtime::{Error, PluginStats, Result, WasmPlugin};

@@ -40,7 +40,7 @@ pub enum Error {
          (compatible: {compatible}); rebuild it against a matching SDK"
     )]
     WrongVersion { package: &'static str, found: String, expected: &'static str, compatible: String },
-    #[error("the plugin needs imports this host does not provide (only WASI p2 with no capabilities, cache and log): {0}")]
+    #[error("the plugin imports what this host does not provide: {0}")]
     Link(String),
     #[error("the plugin does not instantiate: {0}")]
     Instantiate(String),
@@ -486,7 +486,10 @@ type Called<T> = wasmtime::Result<wasmtime::Result<T>>;
 impl Pre {
     fn new(engine: &PluginEngine, component: &Component, contract_version: &str) -> Result<Self> {
         let link = |e: wasmtime::Error| Error::Link(format!("{e:#}"));
-        let pre = engine.linker().instantiate_pre(component).map_err(link)?;
+        let pre = engine.linker().instantiate_pre(component).map_err(|e| {
+            let missing = super::imports::unprovided(engine.engine(), component, &e);
+            if missing.is_empty() { link(e) } else { Error::Link(super::imports::describe(&missing)) }
+        })?;
         Ok(if compatible(contract_version, v0_1::VERSION) {
             Pre::V0_1(v0_1::ControllerPre::new(pre).map_err(link)?)
         } else if compatible(contract_version, v0_2::VERSION) {

@@ -1,5 +1,6 @@
-//! Saves in a plugin crate: file system events (inotify through `notify`), without cargo's
-//! target directory, hidden files and editor swap files, folded into one change per burst.
+//! Saves in a plugin: file system events (inotify through `notify`), without what its build
+//! writes (cargo's target directory; `build/`, `dist/`, `node_modules/`; `__pycache__`), hidden
+//! files and editor swap files, folded into one change per burst.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -20,10 +21,10 @@ pub struct Changes {
 }
 
 impl Changes {
-    /// Watch `dir` recursively, ignoring everything under `ignore` (the target directory).
-    pub fn watch(dir: &Path, ignore: &Path) -> anyhow::Result<Self> {
+    /// Watch `dir` recursively, ignoring everything under `ignore` (what the build writes).
+    pub fn watch(dir: &Path, ignore: &[PathBuf]) -> anyhow::Result<Self> {
         let (tx, rx) = mpsc::unbounded_channel();
-        let (root, ignore) = (dir.to_path_buf(), ignore.to_path_buf());
+        let (root, ignore) = (dir.to_path_buf(), ignore.to_vec());
         let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
             let Ok(event) = event else { return };
             if !matches!(event.kind, EventKind::Create(_) | EventKind::Modify(_) | EventKind::Remove(_)) {
@@ -51,11 +52,14 @@ impl Changes {
     }
 }
 
-/// Whether a change to `path` can change the plugin: not under `target`, not hidden inside
-/// the crate directory `root` (the crate itself may well be in a hidden directory), not an
-/// editor's backup or swap file, not what cargo writes itself.
-fn is_source(path: &Path, root: &Path, target: &Path) -> bool {
-    if path.starts_with(target) {
+/// Whether a change to `path` can change the plugin: not under `outputs`, not hidden inside
+/// the plugin directory `root` (the plugin itself may well be in a hidden directory), not an
+/// editor's backup or swap file, not what cargo or Python write themselves.
+fn is_source(path: &Path, root: &Path, outputs: &[PathBuf]) -> bool {
+    if outputs.iter().any(|o| path.starts_with(o)) {
+        return false;
+    }
+    if path.components().any(|c| c.as_os_str() == "__pycache__") {
         return false;
     }
     let Some(name) = path.file_name().and_then(|n| n.to_str()) else { return false };
@@ -74,7 +78,7 @@ mod tests {
 
     #[test]
     fn sources_exclude_target_hidden_and_editor_files() {
-        let (root, target) = (Path::new("/p"), Path::new("/p/target"));
+        let (root, target) = (Path::new("/p"), &[PathBuf::from("/p/target")][..]);
         assert!(is_source(Path::new("/p/src/lib.rs"), root, target));
         assert!(is_source(Path::new("/p/welcome.plugin.yaml"), root, target));
         assert!(!is_source(Path::new("/p/target/wasm32-wasip2/release/p.wasm"), root, target));
@@ -84,9 +88,15 @@ mod tests {
         assert!(!is_source(Path::new("/p/src/4913"), root, target));
         assert!(!is_source(Path::new("/p/Cargo.lock"), root, target));
         // A crate inside a hidden directory (a tempdir such as /tmp/.tmpXYZ) is watched.
-        let (root, target) = (Path::new("/tmp/.tmp1/p"), Path::new("/tmp/.tmp1/p/target"));
+        let (root, target) = (Path::new("/tmp/.tmp1/p"), &[PathBuf::from("/tmp/.tmp1/p/target")][..]);
         assert!(is_source(Path::new("/tmp/.tmp1/p/src/lib.rs"), root, target));
         assert!(!is_source(Path::new("/tmp/.tmp1/p/.git/HEAD"), root, target));
+        // An npm package's and a Python project's build outputs.
+        let outputs = [PathBuf::from("/p/build"), PathBuf::from("/p/dist"), PathBuf::from("/p/node_modules")];
+        assert!(is_source(Path::new("/p/src/plugin.ts"), Path::new("/p"), &outputs));
+        assert!(!is_source(Path::new("/p/dist/plugin.js"), Path::new("/p"), &outputs));
+        assert!(!is_source(Path::new("/p/node_modules/x/index.js"), Path::new("/p"), &outputs));
+        assert!(!is_source(Path::new("/p/src/__pycache__/plugin.cpython-311.pyc"), Path::new("/p"), &outputs));
     }
 
     #[tokio::test]
@@ -94,7 +104,7 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let dir = tmp.path().canonicalize().unwrap();
         std::fs::create_dir(dir.join("src")).unwrap();
-        let mut changes = Changes::watch(&dir, &dir.join("target")).unwrap();
+        let mut changes = Changes::watch(&dir, &[dir.join("target")]).unwrap();
         std::fs::create_dir(dir.join("target")).unwrap();
         std::fs::write(dir.join("target/ignored"), "x").unwrap();
         std::fs::write(dir.join("src/lib.rs"), "a").unwrap();

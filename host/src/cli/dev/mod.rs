@@ -45,7 +45,8 @@ const FIRST_RECONCILE_WAIT: Duration = Duration::from_secs(10);
 
 #[derive(clap::Args, Debug)]
 pub struct DevArgs {
-    /// The plugin crate's directory.
+    /// The plugin's directory: a Rust crate, an npm package (TypeScript/JavaScript) or a Python
+    /// project, as `wasmloop new --lang` makes them.
     #[arg(default_value = ".")]
     dir: PathBuf,
     /// Kubeconfig to use (default: KUBECONFIG, then ~/.kube/config).
@@ -69,9 +70,11 @@ pub struct DevArgs {
     /// Without a manifest: a write to grant, `KIND=VERB[,VERB]` (as `wasmloop pack --allow`).
     #[arg(long = "allow", value_name = "KIND=VERBS")]
     allow: Vec<String>,
-    /// The cargo profile to build with.
+    /// The cargo profile to build with (Rust plugins).
     #[arg(long, default_value = "release")]
     profile: String,
+    #[command(flatten)]
+    load: super::LoadArgs,
 }
 
 pub fn run(args: DevArgs) -> anyhow::Result<ExitCode> {
@@ -140,9 +143,16 @@ impl<'a> Session<'a> {
         let mut prom = prometheus_client::registry::Registry::default();
         let (metrics, plugin_metrics) = (ControllerMetrics::new(&mut prom), PluginMetrics::new(&mut prom));
         let shared = Shared::new(registry, metrics).with_admission(admission);
-        let engine = tokio::task::spawn_blocking(PluginEngine::new).await??;
+        let load_limits = args.load.load_limits()?;
+        let engine_limits = args.load.engine_limits();
+        let engine = tokio::task::spawn_blocking(move || PluginEngine::with_limits(engine_limits)).await??;
         // Every version is new here: no precompiled cache on disk.
-        let config = PluginManagerConfig { precompiled_dir: None, ..PluginManagerConfig::new(Some(namespace.clone())) };
+        let config = PluginManagerConfig {
+            precompiled_dir: None,
+            max_component_size: load_limits.max_component_size,
+            compile_budget: load_limits.compile_budget,
+            ..PluginManagerConfig::new(Some(namespace.clone()))
+        };
         let manager = PluginManager::start(engine.clone(), shared, executor, plugin_metrics, config).await.context("starting the host")?;
         let loads = manager.events();
         info!(target: DEV_LOG, "watching {} (package {}); plugin ConfigMaps in namespace {}", krate.dir.display(), krate.package, namespace);
@@ -152,11 +162,14 @@ impl<'a> Session<'a> {
     /// Build and load now, then again on every save, until SIGINT/SIGTERM. A save during a
     /// build starts it again (the old build is killed); a save during a load is taken next.
     async fn run(mut self) -> anyhow::Result<()> {
-        let mut changes = Changes::watch(&self.krate.dir, &self.krate.target_dir)?;
+        let mut changes = Changes::watch(&self.krate.dir, &self.krate.outputs())?;
         let mut stop = std::pin::pin!(stop_signal());
         let mut trigger = Trigger { at: Instant::now(), what: "the start" };
         loop {
-            info!(target: DEV_LOG, "building ({} profile)", self.krate.profile);
+            match self.krate.toolchain {
+                cargo::Toolchain::Cargo => info!(target: DEV_LOG, "building ({} profile)", self.krate.profile),
+                other => info!(target: DEV_LOG, "building ({other:?})"),
+            }
             let built = tokio::select! {
                 built = self.krate.build() => built,
                 change = changes.next() => match change {
@@ -227,21 +240,23 @@ impl<'a> Session<'a> {
             namespace: Some(self.namespace.clone()),
         };
         let packed = pack::pack_referenced(input).context("packing")?;
-        let payload = packed.payload.metadata.name.clone().unwrap_or_default();
+        let current = packed.payload_names();
         // Subscribed before the apply: no load event or reconcile of this version is missed.
         self.loads = self.loads.resubscribe();
         let reconciles = self.reconciles.subscribe();
         let applied_at = Instant::now();
-        self.apply(packed.payload, packed.plugin).await?;
+        self.apply(&packed.payloads, packed.plugin).await?;
         self.applied = Some((digest.clone(), manifest));
-        if !self.payloads.contains(&payload) {
-            self.payloads.push(payload.clone());
+        for payload in &current {
+            if !self.payloads.contains(payload) {
+                self.payloads.push(payload.clone());
+            }
         }
         let Some(origin) = self.wait_loaded(&name, &packed.digest).await? else {
             return Ok(());
         };
         let loaded_at = Instant::now();
-        self.delete_old_payloads(&payload).await;
+        self.delete_old_payloads(&current).await;
         if origin == LoadOrigin::Unchanged {
             // Back to what the host kept serving (after a refused version): nothing new runs.
             info!(target: DEV_LOG, "back to version {}, which the host kept running", self.versions);
@@ -261,14 +276,14 @@ impl<'a> Session<'a> {
 
     /// Delete the payload ConfigMaps of earlier versions: the plugin ConfigMap now references
     /// `current`, and the host serves it.
-    async fn delete_old_payloads(&mut self, current: &str) {
+    async fn delete_old_payloads(&mut self, current: &[String]) {
         let api: Api<ConfigMap> = Api::namespaced(self.client.clone(), &self.namespace);
-        for old in self.payloads.iter().filter(|p| *p != current) {
+        for old in self.payloads.iter().filter(|p| !current.contains(p)) {
             if let Err(e) = api.delete(old, &DeleteParams::default()).await {
                 warn!(target: DEV_LOG, "could not delete the old payload ConfigMap {old}: {e}");
             }
         }
-        self.payloads.retain(|p| p == current);
+        self.payloads.retain(|p| current.contains(p));
     }
 
     /// The manifest and where it came from: `--manifest`, else `<package>.plugin.yaml` in the
@@ -294,12 +309,14 @@ impl<'a> Session<'a> {
 
     /// The payload (immutable: created once per digest), then the plugin ConfigMap (server-side
     /// apply, so every save replaces it).
-    async fn apply(&self, payload: ConfigMap, plugin: ConfigMap) -> anyhow::Result<()> {
+    async fn apply(&self, payloads: &[ConfigMap], plugin: ConfigMap) -> anyhow::Result<()> {
         let api: Api<ConfigMap> = Api::namespaced(self.client.clone(), &self.namespace);
-        match api.create(&PostParams::default(), &payload).await {
-            Ok(_) => {}
-            Err(kube::Error::Api(e)) if e.code == 409 => {}
-            Err(e) => return Err(e).context("creating the payload ConfigMap"),
+        for payload in payloads {
+            match api.create(&PostParams::default(), payload).await {
+                Ok(_) => {}
+                Err(kube::Error::Api(e)) if e.code == 409 => {}
+                Err(e) => return Err(e).context("creating the payload ConfigMap"),
+            }
         }
         let name = plugin.metadata.name.clone().unwrap_or_default();
         let mut body = serde_json::to_value(&plugin)?;
@@ -314,7 +331,7 @@ impl<'a> Session<'a> {
     /// How version `digest` of ConfigMap `name` loaded, or `None` if the host refused it or it
     /// waits (e.g. for its CRD; shown; the last good version keeps running).
     async fn wait_loaded(&mut self, name: &str, digest: &str) -> anyhow::Result<Option<LoadOrigin>> {
-        let deadline = PluginManagerConfig::new(None).compile_budget + Duration::from_secs(30);
+        let deadline = self.args.load.load_limits()?.compile_budget + Duration::from_secs(30);
         let wait = async {
             loop {
                 match self.loads.recv().await {

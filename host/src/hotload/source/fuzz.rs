@@ -186,7 +186,7 @@ fn fuzz_configmap_decode() {
         if let Ok(src) = decode(&cm) {
             check_source(&cm, &src)?;
         }
-        match decode_with(&cm, payload.as_ref()) {
+        match decode_with(&cm, &payload.iter().collect::<Vec<_>>()) {
             Ok(src) => {
                 check_source(&cm, &src)?;
                 Ok(true)
@@ -272,10 +272,10 @@ fn fuzz_pack_round_trip() {
         prop_assert_eq!(&src.manifest, &manifest);
 
         let packed = pack::pack_referenced(input()).map_err(|e| TestCaseError::fail(e.to_string()))?;
-        let stream = pack::to_yaml_stream(&[&packed.payload, &packed.plugin]).map_err(|e| TestCaseError::fail(e.to_string()))?;
+        let stream = pack::to_yaml_stream(&packed.config_maps()).map_err(|e| TestCaseError::fail(e.to_string()))?;
         let docs: Vec<ConfigMap> = serde_saphyr::from_multiple(&stream).map_err(|e| TestCaseError::fail(format!("{e}\n{stream}")))?;
         prop_assert_eq!(docs.len(), 2, "{}", stream);
-        let src = decode_with(&docs[1], Some(&docs[0])).map_err(|e| TestCaseError::fail(e.to_string()))?;
+        let src = decode_with(&docs[1], &[&docs[0]]).map_err(|e| TestCaseError::fail(e.to_string()))?;
         prop_assert_eq!(&src.wasm, &wasm);
         prop_assert_eq!(&src.manifest, &manifest);
         prop_assert_eq!(&src.wasm_digest, &packed.digest);

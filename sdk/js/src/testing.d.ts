@@ -1,0 +1,25 @@
+// Types of @wasmloop/sdk/testing.
+
+import type { Action, KindRef, KubeObject, Metadata, ObjectKey, Outcome, Reconciler, Request } from "./index.js";
+
+export class FakeCache {
+  constructor(metadataOrReconciler: Metadata | Reconciler);
+  static forReconciler(reconciler: Reconciler): FakeCache;
+  readonly metadata: Metadata;
+  with(obj: KubeObject | KubeObject[]): this;
+  withJson(text: string): this;
+  withYaml(text: string): this;
+  withDir(dir: string): this;
+  add(obj: KubeObject | KubeObject[]): this;
+  addYaml(text: string): this;
+  remove(key: ObjectKey): KubeObject | undefined;
+  get(key: ObjectKey): KubeObject | undefined;
+  objects(kind: KindRef): KubeObject[];
+  enter<T>(f: () => T): T;
+  reconcile(key: ObjectKey, reconciler?: Reconciler): Outcome;
+  reconcileRequest(request: Request, reconciler?: Reconciler): Outcome;
+  execute(outcome: Outcome): void;
+  converge(key: ObjectKey, maxRounds?: number, reconciler?: Reconciler): Outcome[];
+  logs(): [string, string][];
+  events(): Omit<Extract<Action, { type: "event" }>, "type">[];
+}

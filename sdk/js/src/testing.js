@@ -1,0 +1,496 @@
+// Unit-test reconcilers under Node (`node --test`): a fake of the host's cache built from
+// objects, JSON or YAML, no wasm, no cluster. It answers reads like the host (and like the Rust
+// SDK's `testing::FakeCache`): only kinds the metadata declares are readable, watch and
+// reconcile selectors limit what is cached, `byIndex` knows `namespace`, `owner` (the
+// controller owner's UID) and the declared `labels.<key>` / dotted-path indexes, and metadata
+// reads return the declared fields. `execute` and `converge` play the host's part of carrying
+// out the actions, so a test can check that a reconciler converges and then writes nothing.
+
+import { readdirSync, readFileSync } from "node:fs";
+import { join } from "node:path";
+
+import { toWitOutcome } from "./guest.js";
+import { bindHost } from "./host.js";
+import { Metadata, Outcome, ReconcileError, keyString, objectKey, permanent, request as makeRequest, sameKind } from "./index.js";
+import { checkPath, fieldValue, indexValues, matchesSelector, parseSelector } from "./paths.js";
+import { parseYamlStream } from "./yaml.js";
+
+const kindId = (k) => `${k.apiVersion}/${k.kind}`;
+const nsId = (ns) => ns ?? "";
+
+function clone(v) {
+  return JSON.parse(JSON.stringify(v));
+}
+
+function mergePatch(target, patch) {
+  if (patch === null || typeof patch !== "object" || Array.isArray(patch)) return clone(patch);
+  const out = target && typeof target === "object" && !Array.isArray(target) ? { ...target } : {};
+  for (const [k, v] of Object.entries(patch)) {
+    if (v === null) delete out[k];
+    else out[k] = mergePatch(out[k], v);
+  }
+  return out;
+}
+
+function pointer(path) {
+  if (path === "") return [];
+  return path
+    .slice(1)
+    .split("/")
+    .map((s) => s.replaceAll("~1", "/").replaceAll("~0", "~"));
+}
+
+/** RFC 6902 on a copy (add, remove, replace, test, move, copy); undefined if an operation fails. */
+function jsonPatch(doc, ops) {
+  let out = clone(doc);
+  const parentOf = (path) => {
+    const segs = pointer(path);
+    let at = out;
+    for (const s of segs.slice(0, -1)) {
+      at = Array.isArray(at) ? at[Number(s)] : at?.[s];
+      if (at === undefined || at === null || typeof at !== "object") throw new Error("path");
+    }
+    return [at, segs[segs.length - 1]];
+  };
+  const get = (path) => {
+    let at = out;
+    for (const s of pointer(path)) {
+      at = Array.isArray(at) ? at[Number(s)] : at?.[s];
+      if (at === undefined) throw new Error("path");
+    }
+    return at;
+  };
+  const add = (path, value) => {
+    if (path === "") return void (out = value);
+    const [parent, last] = parentOf(path);
+    if (Array.isArray(parent)) {
+      const i = last === "-" ? parent.length : Number(last);
+      if (!(i >= 0 && i <= parent.length)) throw new Error("index");
+      parent.splice(i, 0, value);
+    } else parent[last] = value;
+  };
+  const remove = (path) => {
+    const [parent, last] = parentOf(path);
+    if (Array.isArray(parent)) {
+      const i = Number(last);
+      if (!(i >= 0 && i < parent.length)) throw new Error("index");
+      parent.splice(i, 1);
+    } else {
+      if (!(last in parent)) throw new Error("missing");
+      delete parent[last];
+    }
+  };
+  try {
+    for (const op of ops) {
+      switch (op.op) {
+        case "add":
+          add(op.path, clone(op.value));
+          break;
+        case "remove":
+          remove(op.path);
+          break;
+        case "replace":
+          get(op.path);
+          remove(op.path);
+          add(op.path, clone(op.value));
+          break;
+        case "test":
+          if (JSON.stringify(get(op.path)) !== JSON.stringify(op.value)) return undefined;
+          break;
+        case "move": {
+          const v = get(op.from);
+          remove(op.from);
+          add(op.path, v);
+          break;
+        }
+        case "copy":
+          add(op.path, clone(get(op.from)));
+          break;
+        default:
+          throw new Error(`unknown op ${op.op}`);
+      }
+    }
+  } catch {
+    return undefined;
+  }
+  return out;
+}
+
+function hasFinalizers(obj) {
+  return (obj?.metadata?.finalizers ?? []).length > 0;
+}
+
+/** A fake of the host's cache (and of its action executor) for tests under Node. */
+export class FakeCache {
+  /**
+   * A fake granting what `metadata` declares (a `Metadata`, or a reconciler, whose `metadata()`
+   * is called and which `reconcile` then uses by default). Throws, as the host refuses at load,
+   * on bad selectors, index paths and fields.
+   */
+  constructor(metadataOrReconciler) {
+    if (typeof metadataOrReconciler?.metadata === "function") {
+      this.reconciler = metadataOrReconciler;
+      this.metadata = metadataOrReconciler.metadata();
+    } else this.metadata = metadataOrReconciler;
+    if (!(this.metadata instanceof Metadata)) throw new TypeError("FakeCache: give it a Metadata or a reconciler");
+    const m = this.metadata.spec;
+    if (!m.reconciles) throw new Error("FakeCache: the metadata declares no reconciled kind (Metadata.reconciles)");
+    const sel = (s, what) => {
+      if (s == null) return;
+      try {
+        parseSelector(s);
+      } catch (e) {
+        throw new Error(`${what}: invalid selector ${JSON.stringify(s)}: ${e.message}`);
+      }
+    };
+    sel(m.selector, "reconciled kind");
+    for (const w of m.watches) sel(w.selector, `watch of ${kindId(w.kind)}`);
+    for (const i of m.indexes) {
+      try {
+        checkPath(i.path);
+      } catch (e) {
+        throw new Error(`index ${JSON.stringify(i.name)} on ${kindId(i.kind)}: invalid path ${JSON.stringify(i.path)}: ${e.message}`);
+      }
+    }
+    const readable = this.metadata.readableKinds();
+    m.fields.forEach((f, i) => {
+      if (!readable.some((k) => sameKind(k, f.kind))) throw new Error(`fields[${i}]: ${kindId(f.kind)} is not a kind the plugin reconciles, watches or indexes`);
+      checkPath(f.path);
+    });
+    /** kind id → Map("ns\0name" → object) */
+    this.store = new Map();
+    this._logs = [];
+    this._events = [];
+    this.nextUid = 1;
+  }
+
+  /** A fake for `reconciler` (its metadata; `reconcile` uses it). */
+  static forReconciler(reconciler) {
+    return new FakeCache(reconciler);
+  }
+
+  // ---- loading objects
+
+  /** Add one object (or an array, or a `kind: List`) and return this. */
+  with(obj) {
+    this.add(obj);
+    return this;
+  }
+
+  /** Add the objects in a JSON document and return this. */
+  withJson(text) {
+    return this.with(JSON.parse(text));
+  }
+
+  /** Add the objects in a YAML stream and return this. */
+  withYaml(text) {
+    this.addYaml(text);
+    return this;
+  }
+
+  /** Add the objects in every `*.yaml`, `*.yml` and `*.json` file of `dir` (name order, not recursive). */
+  withDir(dir) {
+    for (const f of readdirSync(dir).sort()) {
+      const text = () => readFileSync(join(dir, f), "utf8");
+      if (f.endsWith(".json")) this.add(JSON.parse(text()));
+      else if (f.endsWith(".yaml") || f.endsWith(".yml")) this.addYaml(text());
+    }
+    return this;
+  }
+
+  /** Add the objects in a YAML stream. */
+  addYaml(text) {
+    for (const doc of parseYamlStream(text)) this.add(doc);
+    return this;
+  }
+
+  /** Add (or replace) objects: one, an array, or a `kind: List`. Objects without a uid get one; managedFields is dropped. */
+  add(obj) {
+    if (obj == null) return this;
+    if (Array.isArray(obj)) obj.forEach((o) => this.add(o));
+    else if (obj.kind === "List" && Array.isArray(obj.items)) obj.items.forEach((o) => this.add(o));
+    else this._insert(clone(obj));
+    return this;
+  }
+
+  _insert(obj) {
+    const key = objectKey(obj);
+    delete obj.metadata.managedFields;
+    if (!obj.metadata.uid) obj.metadata.uid = `fake-uid-${this.nextUid++}`;
+    const id = kindId(key);
+    if (!this.store.has(id)) this.store.set(id, new Map());
+    this.store.get(id).set(`${nsId(key.namespace)}\0${key.name}`, obj);
+  }
+
+  /** Remove the object with this key (as if deleted), returning it. */
+  remove(key) {
+    const m = this.store.get(kindId(key));
+    const id = `${nsId(key.namespace)}\0${key.name}`;
+    const obj = m?.get(id);
+    m?.delete(id);
+    return obj === undefined ? undefined : clone(obj);
+  }
+
+  /** The stored object with this key (ignoring grants and selectors), a copy. */
+  get(key) {
+    const obj = this.store.get(kindId(key))?.get(`${nsId(key.namespace)}\0${key.name}`);
+    return obj === undefined ? undefined : clone(obj);
+  }
+
+  /** All stored objects of `kindRef`, by namespace and name. */
+  objects(kindRef) {
+    const m = this.store.get(kindId(kindRef));
+    if (!m) return [];
+    return [...m.entries()].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)).map(([, o]) => clone(o));
+  }
+
+  // ---- the host's side of reads
+
+  /** Whether `kindRef` is readable, and the selectors limiting what is cached (null: everything). */
+  _grant(kindRef) {
+    const m = this.metadata.spec;
+    const selectors = [];
+    let unrestricted = false;
+    let declared = false;
+    const note = (s) => {
+      declared = true;
+      if (s == null) unrestricted = true;
+      else selectors.push(s);
+    };
+    if (m.reconciles && sameKind(m.reconciles, kindRef)) note(m.selector);
+    for (const w of m.watches.filter((w) => sameKind(w.kind, kindRef))) note(w.selector);
+    if (m.indexes.some((i) => sameKind(i.kind, kindRef))) note(null);
+    if (!declared) {
+      throw { tag: "not-granted", val: `${kindId(kindRef)} is not declared in the metadata of plugin ${JSON.stringify(m.name)} (reconciles, watches or indexes)` };
+    }
+    return unrestricted ? null : selectors;
+  }
+
+  _visible(kindRef, filter = () => true) {
+    const selectors = this._grant(kindRef);
+    return this.objects(kindRef).filter((o) => (selectors === null || selectors.some((s) => matchesSelector(s, o))) && filter(o));
+  }
+
+  _get(kindRef, ns, name) {
+    const selectors = this._grant(kindRef);
+    const o = this.get({ ...kindRef, namespace: ns ?? undefined, name });
+    return o && (selectors === null || selectors.some((s) => matchesSelector(s, o))) ? o : undefined;
+  }
+
+  _list(kindRef, ns, selector) {
+    let match = () => true;
+    if (selector != null) {
+      try {
+        match = parseSelector(selector);
+      } catch (e) {
+        throw { tag: "invalid", val: `label selector ${JSON.stringify(selector)}: ${e.message}` };
+      }
+    }
+    return this._visible(kindRef, (o) => (ns == null || (o.metadata.namespace ?? null) === ns) && match(o.metadata.labels ?? {}));
+  }
+
+  _byIndex(kindRef, index, value) {
+    this._grant(kindRef);
+    let values;
+    if (index === "namespace") values = (o) => (o.metadata.namespace ? [o.metadata.namespace] : []);
+    else if (index === "owner") {
+      values = (o) => {
+        const c = (o.metadata.ownerReferences ?? []).find((r) => r.controller === true);
+        return c?.uid ? [c.uid] : [];
+      };
+    } else {
+      const decl = this.metadata.spec.indexes.find((i) => sameKind(i.kind, kindRef) && i.name === index);
+      if (!decl) throw { tag: "unknown-index", val: `no index ${JSON.stringify(index)} on ${kindId(kindRef)}: declare it with Metadata.index (namespace and owner always exist)` };
+      values = (o) => indexValues(decl.path, o);
+    }
+    return this._visible(kindRef, (o) => values(o).includes(value));
+  }
+
+  _meta(kindRef, o) {
+    const m = o.metadata;
+    return {
+      namespace: m.namespace ?? null,
+      name: m.name,
+      uid: m.uid ?? "",
+      resourceVersion: m.resourceVersion ?? "",
+      generation: m.generation ?? null,
+      creationTimestamp: m.creationTimestamp ?? null,
+      deletionTimestamp: m.deletionTimestamp ?? null,
+      labels: Object.entries(m.labels ?? {}),
+      annotations: Object.entries(m.annotations ?? {}),
+      ownerReferences: (m.ownerReferences ?? []).map((r) => ({
+        apiVersion: r.apiVersion,
+        kind: r.kind,
+        name: r.name,
+        uid: r.uid,
+        controller: r.controller === true,
+        blockOwnerDeletion: r.blockOwnerDeletion === true,
+      })),
+      finalizers: m.finalizers ?? [],
+      fields: this.metadata.fieldsOf(kindRef).map((p) => {
+        const v = fieldValue(o, p);
+        return v === undefined ? null : JSON.stringify(v);
+      }),
+    };
+  }
+
+  /** The host as the SDK sees it: the contract's `cache` and `log`, served by this fake. */
+  host() {
+    const json = (o) => JSON.stringify(o);
+    return {
+      cache: {
+        get: (k, ns, n) => {
+          const o = this._get(k, ns, n);
+          return o === undefined ? null : json(o);
+        },
+        list: (k, ns, s) => this._list(k, ns, s).map(json),
+        byIndex: (k, i, v) => this._byIndex(k, i, v).map(json),
+        getMeta: (k, ns, n) => {
+          const o = this._get(k, ns, n);
+          return o === undefined ? null : this._meta(k, o);
+        },
+        listMeta: (k, ns, s) => this._list(k, ns, s).map((o) => this._meta(k, o)),
+        byIndexMeta: (k, i, v) => this._byIndex(k, i, v).map((o) => this._meta(k, o)),
+      },
+      log: {
+        log: (level, message) => {
+          this._logs.push([level, message]);
+          if (process.env.WASMLOOP_TEST_LOG) console.error(`[${level}] ${message}`);
+        },
+      },
+    };
+  }
+
+  /** Run `f` with this fake answering the SDK's cache reads and logs. */
+  enter(f) {
+    const previous = bindHost(this.host());
+    try {
+      return f();
+    } finally {
+      bindHost(previous);
+    }
+  }
+
+  // ---- reconciling
+
+  /** Reconcile `key` (reason `event`); returns the Outcome or throws the ReconcileError. */
+  reconcile(key, reconciler = this.reconciler) {
+    return this.reconcileRequest(makeRequest(key), reconciler);
+  }
+
+  /** Reconcile a request (see `request()` in the SDK). */
+  reconcileRequest(req, reconciler = this.reconciler) {
+    if (!reconciler) throw new Error("FakeCache: no reconciler (build the fake with forReconciler, or pass one)");
+    const reconciled = this.metadata.spec.reconciles;
+    if (!sameKind(req.key, reconciled)) throw new Error(`FakeCache: the host only reconciles keys of the reconciled kind ${kindId(reconciled)}`);
+    return this.enter(() => {
+      const out = reconciler.reconcile(req);
+      if (!(out instanceof Outcome)) throw permanent("reconcile must return an Outcome");
+      out.intoResult();
+      toWitOutcome(out); // what the component would send: every action converts
+      return out;
+    });
+  }
+
+  /**
+   * Carry out the actions as the host would, against the fake: create adds the object unless it
+   * exists, apply merges it in (a rough stand-in for server-side apply), delete removes it (or
+   * marks it deleting while it has finalizers), status merge-patches `.status`, patch applies
+   * a merge or JSON patch (nothing if a precondition or `test` fails), events are recorded.
+   */
+  execute(outcome) {
+    for (const a of outcome.actions) {
+      switch (a.type) {
+        case "create": {
+          const obj = clone(a.object);
+          if (!obj.metadata.name) obj.metadata.name = `${obj.metadata.generateName}${String(this.nextUid++).padStart(5, "0")}`;
+          if (this.get(objectKey(obj)) === undefined) this._insert(obj);
+          break;
+        }
+        case "apply": {
+          const key = objectKey(a.object);
+          const current = this.get(key);
+          this._insert(current ? mergePatch(current, a.object) : clone(a.object));
+          break;
+        }
+        case "delete": {
+          const obj = this.get(a.key);
+          if (obj && hasFinalizers(obj)) {
+            obj.metadata.deletionTimestamp ??= "1970-01-01T00:00:00Z";
+            this._insert(obj);
+          } else this.remove(a.key);
+          break;
+        }
+        case "status": {
+          const obj = this.get(a.key);
+          if (obj) {
+            obj.status = mergePatch(obj.status ?? {}, a.status);
+            this._insert(obj);
+          }
+          break;
+        }
+        case "patch":
+          this._patch(a);
+          break;
+        case "event":
+          this._events.push({ regarding: a.regarding, eventType: a.eventType, reason: a.reason, message: a.message });
+          break;
+        default:
+          throw new Error(`FakeCache: unknown action ${a.type}`);
+      }
+    }
+  }
+
+  _patch(p) {
+    let current = this.get(p.key);
+    if (!current) return;
+    const pre = p.preconditions ?? {};
+    if (pre.uid != null && pre.uid !== current.metadata.uid) return;
+    if (pre.resourceVersion != null && pre.resourceVersion !== current.metadata.resourceVersion) return;
+    const patched = p.patchType === "json" ? jsonPatch(current, p.body) : mergePatch(current, p.body);
+    if (patched === undefined) return;
+    if (p.status) current.status = patched.status;
+    else {
+      const status = current.status;
+      current = patched;
+      if (status === undefined) delete current.status;
+      else current.status = status;
+    }
+    const rv = Number(current.metadata.resourceVersion);
+    if (current.metadata.resourceVersion !== undefined && Number.isInteger(rv)) current.metadata.resourceVersion = String(rv + 1);
+    if (current.metadata.deletionTimestamp != null && !hasFinalizers(current)) this.remove(p.key);
+    else this._insert(current);
+  }
+
+  /**
+   * Reconcile `key` and execute the outcome until a reconcile returns no actions; returns the
+   * outcomes that had actions. Throws if the reconciler fails or has not converged after
+   * `maxRounds` reconciles.
+   */
+  converge(key, maxRounds = 10, reconciler = this.reconciler) {
+    const done = [];
+    for (let i = 0; i < maxRounds; i++) {
+      let out;
+      try {
+        out = this.reconcile(key, reconciler);
+      } catch (e) {
+        if (e instanceof ReconcileError) throw new Error(`reconcile of ${keyString(key)} failed: ${e.message}`);
+        throw e;
+      }
+      if (out.actions.length === 0) return done;
+      this.execute(out);
+      done.push(out);
+    }
+    throw new Error(`${keyString(key)} did not converge in ${maxRounds} reconciles; last outcome: ${JSON.stringify(done[done.length - 1]?.actions)}`);
+  }
+
+  /** `[level, message]` logged through the SDK while this fake was bound. */
+  logs() {
+    return this._logs.map((l) => [...l]);
+  }
+
+  /** Events recorded by `execute`. */
+  events() {
+    return this._events.map(clone);
+  }
+}

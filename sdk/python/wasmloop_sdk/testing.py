@@ -1,0 +1,490 @@
+"""Unit-test reconcilers under CPython (pytest): a fake of the host's cache built from objects,
+JSON or YAML, no wasm, no cluster.
+
+It answers reads like the host (and like the Rust SDK's ``testing::FakeCache``): only kinds the
+metadata declares are readable, watch and reconcile selectors limit what is cached,
+``by_index`` knows ``namespace``, ``owner`` (the controller owner's UID) and the declared
+``labels.<key>`` / dotted-path indexes, and metadata reads return the declared fields.
+:meth:`FakeCache.execute` and :meth:`FakeCache.converge` play the host's part of carrying out the
+actions, so a test can check that a reconciler converges and then writes nothing.
+
+YAML fixtures need PyYAML (``pip install wasmloop-sdk[testing]``); objects and JSON need nothing.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import sys
+from typing import Any, Callable, Optional, TypeVar, Union
+
+from . import Action, KindRef, Metadata, Object, ObjectKey, Outcome, ReconcileError, Reconciler, Request, object_key, permanent
+from . import request as make_request
+from ._host import HostCacheError, bind_host
+from .guest import to_wit_outcome_checked
+from .paths import check_path, field_value, index_values, matches_selector, parse_selector
+
+T = TypeVar("T")
+
+
+def _merge_patch(target: Any, patch: Any) -> Any:
+    if not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    out = dict(target) if isinstance(target, dict) else {}
+    for k, v in patch.items():
+        if v is None:
+            out.pop(k, None)
+        else:
+            out[k] = _merge_patch(out.get(k), v)
+    return out
+
+
+def _pointer(path: str) -> list[str]:
+    return [] if path == "" else [s.replace("~1", "/").replace("~0", "~") for s in path[1:].split("/")]
+
+
+def _json_patch(doc: Any, ops: list[dict[str, Any]]) -> Any:
+    """RFC 6902 on a copy (add, remove, replace, test, move, copy); ``None`` if an operation fails."""
+    out = copy.deepcopy(doc)
+
+    def parent(path: str) -> tuple[Any, str]:
+        segs = _pointer(path)
+        at = out
+        for s in segs[:-1]:
+            at = at[int(s)] if isinstance(at, list) else at[s]
+        return at, segs[-1]
+
+    def get(path: str) -> Any:
+        at = out
+        for s in _pointer(path):
+            at = at[int(s)] if isinstance(at, list) else at[s]
+        return at
+
+    def add(path: str, value: Any) -> None:
+        p, last = parent(path)
+        if isinstance(p, list):
+            i = len(p) if last == "-" else int(last)
+            if not 0 <= i <= len(p):
+                raise IndexError(i)
+            p.insert(i, value)
+        else:
+            p[last] = value
+
+    def remove(path: str) -> None:
+        p, last = parent(path)
+        if isinstance(p, list):
+            del p[int(last)]
+        else:
+            del p[last]
+
+    try:
+        for op in ops:
+            kind = op["op"]
+            if kind == "add":
+                add(op["path"], copy.deepcopy(op["value"]))
+            elif kind == "remove":
+                remove(op["path"])
+            elif kind == "replace":
+                get(op["path"])
+                remove(op["path"])
+                add(op["path"], copy.deepcopy(op["value"]))
+            elif kind == "test":
+                if get(op["path"]) != op["value"]:
+                    return None
+            elif kind == "move":
+                v = get(op["from"])
+                remove(op["from"])
+                add(op["path"], v)
+            elif kind == "copy":
+                add(op["path"], copy.deepcopy(get(op["from"])))
+            else:
+                raise ValueError(kind)
+    except (KeyError, IndexError, ValueError, TypeError):
+        return None
+    return out
+
+
+def _has_finalizers(obj: Object) -> bool:
+    return bool((obj.get("metadata") or {}).get("finalizers"))
+
+
+class _FakeCacheHost:
+    def __init__(self, fake: "FakeCache") -> None:
+        self.fake = fake
+
+    def get(self, kind: KindRef, namespace: Optional[str], name: str) -> Optional[str]:
+        o = self.fake._get(kind, namespace, name)
+        return None if o is None else json.dumps(o)
+
+    def list(self, kind: KindRef, namespace: Optional[str], selector: Optional[str]) -> list[str]:
+        return [json.dumps(o) for o in self.fake._list(kind, namespace, selector)]
+
+    def by_index(self, kind: KindRef, index: str, value: str) -> list[str]:
+        return [json.dumps(o) for o in self.fake._by_index(kind, index, value)]
+
+    def get_meta(self, kind: KindRef, namespace: Optional[str], name: str) -> Optional[dict[str, Any]]:
+        o = self.fake._get(kind, namespace, name)
+        return None if o is None else self.fake._meta(kind, o)
+
+    def list_meta(self, kind: KindRef, namespace: Optional[str], selector: Optional[str]) -> list[dict[str, Any]]:
+        return [self.fake._meta(kind, o) for o in self.fake._list(kind, namespace, selector)]
+
+    def by_index_meta(self, kind: KindRef, index: str, value: str) -> list[dict[str, Any]]:
+        return [self.fake._meta(kind, o) for o in self.fake._by_index(kind, index, value)]
+
+
+class _FakeLog:
+    def __init__(self, fake: "FakeCache") -> None:
+        self.fake = fake
+
+    def log(self, level: str, message: str) -> None:
+        self.fake._logs.append((level, message))
+        if os.environ.get("WASMLOOP_TEST_LOG"):
+            print(f"[{level}] {message}", file=sys.stderr)
+
+
+class _Host:
+    def __init__(self, fake: "FakeCache") -> None:
+        self.cache = _FakeCacheHost(fake)
+        self.log = _FakeLog(fake)
+
+
+class FakeCache:
+    """A fake of the host's cache (and of its action executor) for tests."""
+
+    def __init__(self, metadata_or_reconciler: Union[Metadata, Reconciler]) -> None:
+        """A fake granting what the metadata declares (a :class:`Metadata`, or a reconciler whose
+        ``metadata()`` is called and which :meth:`reconcile` then uses by default). Raises, as
+        the host refuses at load, on bad selectors, index paths and fields."""
+        self.reconciler: Optional[Reconciler] = None
+        if isinstance(metadata_or_reconciler, Metadata):
+            self.metadata = metadata_or_reconciler
+        else:
+            self.reconciler = metadata_or_reconciler
+            self.metadata = metadata_or_reconciler.metadata()
+        m = self.metadata
+        if m.reconciled is None:
+            raise ValueError("FakeCache: the metadata declares no reconciled kind (Metadata.reconciles)")
+
+        def sel(s: Optional[str], what: str) -> None:
+            if s is not None:
+                try:
+                    parse_selector(s)
+                except ValueError as e:
+                    raise ValueError(f"{what}: invalid selector {json.dumps(s)}: {e}") from None
+
+        sel(m.label_selector, "reconciled kind")
+        for w in m.watches_:
+            sel(w.label_selector, f"watch of {w.kind}")
+        for i in m.indexes:
+            try:
+                check_path(i.path)
+            except ValueError as e:
+                raise ValueError(f"index {json.dumps(i.name)} on {i.kind}: invalid path {json.dumps(i.path)}: {e}") from None
+        readable = m.readable_kinds()
+        for n, f in enumerate(m.fields):
+            if f.kind not in readable:
+                raise ValueError(f"fields[{n}]: {f.kind} is not a kind the plugin reconciles, watches or indexes")
+            check_path(f.path)
+        self._store: dict[KindRef, dict[tuple[str, str], Object]] = {}
+        self._logs: list[tuple[str, str]] = []
+        self._events: list[Action] = []
+        self._next_uid = 1
+
+    @classmethod
+    def for_reconciler(cls, reconciler: Reconciler) -> "FakeCache":
+        """A fake for ``reconciler`` (its metadata; :meth:`reconcile` uses it)."""
+        return cls(reconciler)
+
+    # ---- loading objects
+
+    def with_(self, obj: Union[Object, list[Object]]) -> "FakeCache":
+        """Add one object (or a list, or a ``kind: List``) and return this fake."""
+        self.add(obj)
+        return self
+
+    def with_json(self, text: str) -> "FakeCache":
+        """Add the objects in a JSON document."""
+        return self.with_(json.loads(text))
+
+    def with_yaml(self, text: str) -> "FakeCache":
+        """Add the objects in a YAML stream (needs PyYAML)."""
+        self.add_yaml(text)
+        return self
+
+    def with_dir(self, directory: str) -> "FakeCache":
+        """Add the objects in every ``*.yaml``, ``*.yml`` and ``*.json`` file of ``directory`` (name order)."""
+        for f in sorted(os.listdir(directory)):
+            path = os.path.join(directory, f)
+            if f.endswith(".json"):
+                with open(path, encoding="utf-8") as fh:
+                    self.add(json.load(fh))
+            elif f.endswith((".yaml", ".yml")):
+                with open(path, encoding="utf-8") as fh:
+                    self.add_yaml(fh.read())
+        return self
+
+    def add_yaml(self, text: str) -> "FakeCache":
+        """Add the objects in a YAML stream (needs PyYAML)."""
+        try:
+            import yaml  # type: ignore[import-untyped]
+        except ImportError as e:  # pragma: no cover - depends on the environment
+            raise RuntimeError("FakeCache.with_yaml needs PyYAML: pip install 'wasmloop-sdk[testing]'") from e
+        for doc in yaml.safe_load_all(text):
+            self.add(doc)
+        return self
+
+    def add(self, obj: Union[Object, list[Object], None]) -> "FakeCache":
+        """Add (or replace) objects: one, a list, or a ``kind: List``. Objects without a uid get
+        one; ``managedFields`` is dropped."""
+        if obj is None:
+            return self
+        if isinstance(obj, list):
+            for o in obj:
+                self.add(o)
+        elif obj.get("kind") == "List" and isinstance(obj.get("items"), list):
+            for o in obj["items"]:
+                self.add(o)
+        else:
+            self._insert(copy.deepcopy(obj))
+        return self
+
+    def _insert(self, obj: Object) -> None:
+        key = object_key(obj)
+        meta = obj["metadata"]
+        meta.pop("managedFields", None)
+        if not meta.get("uid"):
+            meta["uid"] = f"fake-uid-{self._next_uid}"
+            self._next_uid += 1
+        self._store.setdefault(key.kind_ref, {})[(key.namespace or "", key.name)] = obj
+
+    def remove(self, key: ObjectKey) -> Optional[Object]:
+        """Remove the object with this key (as if deleted), returning it."""
+        return self._store.get(key.kind_ref, {}).pop((key.namespace or "", key.name), None)
+
+    def get(self, key: ObjectKey) -> Optional[Object]:
+        """The stored object with this key (ignoring grants and selectors), a copy."""
+        o = self._store.get(key.kind_ref, {}).get((key.namespace or "", key.name))
+        return None if o is None else copy.deepcopy(o)
+
+    def objects(self, kind: KindRef) -> list[Object]:
+        """All stored objects of ``kind``, by namespace and name."""
+        m = self._store.get(kind, {})
+        return [copy.deepcopy(m[k]) for k in sorted(m)]
+
+    # ---- the host's side of reads
+
+    def _grant(self, kind: KindRef) -> Optional[list[str]]:
+        m = self.metadata
+        selectors: list[str] = []
+        unrestricted = declared = False
+
+        def note(s: Optional[str]) -> None:
+            nonlocal unrestricted, declared
+            declared = True
+            if s is None:
+                unrestricted = True
+            else:
+                selectors.append(s)
+
+        if m.reconciled == kind:
+            note(m.label_selector)
+        for w in m.watches_:
+            if w.kind == kind:
+                note(w.label_selector)
+        if any(i.kind == kind for i in m.indexes):
+            note(None)
+        if not declared:
+            raise HostCacheError("not-granted", f"{kind} is not declared in the metadata of plugin {json.dumps(m.name)} (reconciles, watches or indexes)")
+        return None if unrestricted else selectors
+
+    def _visible(self, kind: KindRef, keep: Callable[[Object], bool] = lambda o: True) -> list[Object]:
+        selectors = self._grant(kind)
+        return [o for o in self.objects(kind) if (selectors is None or any(matches_selector(s, o) for s in selectors)) and keep(o)]
+
+    def _get(self, kind: KindRef, namespace: Optional[str], name: str) -> Optional[Object]:
+        selectors = self._grant(kind)
+        o = self.get(kind.key(namespace, name))
+        if o is not None and (selectors is None or any(matches_selector(s, o) for s in selectors)):
+            return o
+        return None
+
+    def _list(self, kind: KindRef, namespace: Optional[str], selector: Optional[str]) -> list[Object]:
+        match: Callable[[dict[str, str]], bool] = lambda labels: True
+        if selector is not None:
+            try:
+                match = parse_selector(selector)
+            except ValueError as e:
+                raise HostCacheError("invalid", f"label selector {json.dumps(selector)}: {e}") from None
+        return self._visible(
+            kind,
+            lambda o: (namespace is None or o["metadata"].get("namespace") == namespace) and match(o["metadata"].get("labels") or {}),
+        )
+
+    def _by_index(self, kind: KindRef, index: str, value: str) -> list[Object]:
+        self._grant(kind)
+        values: Callable[[Object], list[str]]
+        if index == "namespace":
+            values = lambda o: [o["metadata"]["namespace"]] if o["metadata"].get("namespace") else []
+        elif index == "owner":
+
+            def values(o: Object) -> list[str]:
+                ref = next((r for r in o["metadata"].get("ownerReferences") or [] if r.get("controller") is True), None)
+                return [ref["uid"]] if ref and ref.get("uid") else []
+
+        else:
+            decl = next((i for i in self.metadata.indexes if i.kind == kind and i.name == index), None)
+            if decl is None:
+                raise HostCacheError(
+                    "unknown-index", f"no index {json.dumps(index)} on {kind}: declare it with Metadata.index (namespace and owner always exist)"
+                )
+            values = lambda o: index_values(decl.path, o)
+        return self._visible(kind, lambda o: value in values(o))
+
+    def _meta(self, kind: KindRef, o: Object) -> dict[str, Any]:
+        m = o["metadata"]
+        return {
+            "namespace": m.get("namespace"),
+            "name": m["name"],
+            "uid": m.get("uid", ""),
+            "resource_version": m.get("resourceVersion", ""),
+            "generation": m.get("generation"),
+            "creation_timestamp": m.get("creationTimestamp"),
+            "deletion_timestamp": m.get("deletionTimestamp"),
+            "labels": list((m.get("labels") or {}).items()),
+            "annotations": list((m.get("annotations") or {}).items()),
+            "owner_references": [
+                {
+                    "apiVersion": r.get("apiVersion"),
+                    "kind": r.get("kind"),
+                    "name": r.get("name"),
+                    "uid": r.get("uid"),
+                    "controller": r.get("controller") is True,
+                    "blockOwnerDeletion": r.get("blockOwnerDeletion") is True,
+                }
+                for r in m.get("ownerReferences") or []
+            ],
+            "finalizers": list(m.get("finalizers") or []),
+            "fields": [None if (v := field_value(o, p)) is None else json.dumps(v) for p in self.metadata.fields_of(kind)],
+        }
+
+    def enter(self, f: Callable[[], T]) -> T:
+        """Run ``f`` with this fake answering the SDK's cache reads and logs."""
+        previous = bind_host(_Host(self))
+        try:
+            return f()
+        finally:
+            bind_host(previous)
+
+    # ---- reconciling
+
+    def reconcile(self, key: ObjectKey, reconciler: Optional[Reconciler] = None) -> Outcome:
+        """Reconcile ``key`` (reason ``event``); returns the Outcome or raises the ReconcileError."""
+        return self.reconcile_request(make_request(key), reconciler)
+
+    def reconcile_request(self, req: Request, reconciler: Optional[Reconciler] = None) -> Outcome:
+        """Reconcile a request."""
+        r = reconciler or self.reconciler
+        if r is None:
+            raise ValueError("FakeCache: no reconciler (build the fake with for_reconciler, or pass one)")
+        if req.key.kind_ref != self.metadata.reconciled:
+            raise ValueError(f"FakeCache: the host only reconciles keys of the reconciled kind {self.metadata.reconciled}")
+
+        def run() -> Outcome:
+            out = r.reconcile(req)
+            if not isinstance(out, Outcome):
+                raise permanent("reconcile must return an Outcome")
+            out.into_result()
+            to_wit_outcome_checked(out)  # what the component would send: every action converts
+            return out
+
+        return self.enter(run)
+
+    def execute(self, outcome: Outcome) -> None:
+        """Carry out the actions as the host would, against the fake: create adds the object
+        unless it exists, apply merges it in (a rough stand-in for server-side apply), delete
+        removes it (or marks it deleting while it has finalizers), status merge-patches
+        ``.status``, patch applies a merge or JSON patch (nothing if a precondition or ``test``
+        fails), events are recorded."""
+        for a in outcome.actions:
+            if a.type == "create" and a.object is not None:
+                obj = copy.deepcopy(a.object)
+                if not obj["metadata"].get("name"):
+                    obj["metadata"]["name"] = f"{obj['metadata']['generateName']}{self._next_uid:05d}"
+                    self._next_uid += 1
+                if self.get(object_key(obj)) is None:
+                    self._insert(obj)
+            elif a.type == "apply" and a.object is not None:
+                current = self.get(object_key(a.object))
+                self._insert(_merge_patch(current, a.object) if current else copy.deepcopy(a.object))
+            elif a.type == "delete" and a.key is not None:
+                obj = self.get(a.key)
+                if obj and _has_finalizers(obj):
+                    obj["metadata"].setdefault("deletionTimestamp", "1970-01-01T00:00:00Z")
+                    self._insert(obj)
+                else:
+                    self.remove(a.key)
+            elif a.type == "status" and a.key is not None:
+                obj = self.get(a.key)
+                if obj is not None:
+                    obj["status"] = _merge_patch(obj.get("status") or {}, a.status)
+                    self._insert(obj)
+            elif a.type == "patch" and a.key is not None:
+                self._patch(a)
+            elif a.type == "event":
+                self._events.append(a)
+
+    def _patch(self, p: Action) -> None:
+        assert p.key is not None
+        current = self.get(p.key)
+        if current is None:
+            return
+        pre = p.preconditions or {}
+        if pre.get("uid") is not None and pre["uid"] != current["metadata"].get("uid"):
+            return
+        rv = pre.get("resource_version")
+        if rv is not None and rv != current["metadata"].get("resourceVersion"):
+            return
+        patched = _json_patch(current, p.body) if p.patch_type == "json" else _merge_patch(current, p.body)
+        if patched is None:
+            return
+        if p.status_subresource:
+            current["status"] = patched.get("status")
+        else:
+            status = current.get("status")
+            current = patched
+            if status is None:
+                current.pop("status", None)
+            else:
+                current["status"] = status
+        version = current["metadata"].get("resourceVersion")
+        if isinstance(version, str) and version.isdigit():
+            current["metadata"]["resourceVersion"] = str(int(version) + 1)
+        if current["metadata"].get("deletionTimestamp") is not None and not _has_finalizers(current):
+            self.remove(p.key)
+        else:
+            self._insert(current)
+
+    def converge(self, key: ObjectKey, max_rounds: int = 10, reconciler: Optional[Reconciler] = None) -> list[Outcome]:
+        """Reconcile ``key`` and execute the outcome until a reconcile returns no actions; returns
+        the outcomes that had actions. Raises if the reconciler fails or has not converged."""
+        done: list[Outcome] = []
+        for _ in range(max_rounds):
+            try:
+                out = self.reconcile(key, reconciler)
+            except ReconcileError as e:
+                raise AssertionError(f"reconcile of {key} failed: {e}") from e
+            if out.is_empty():
+                return done
+            self.execute(out)
+            done.append(out)
+        raise AssertionError(f"{key} did not converge in {max_rounds} reconciles; last outcome: {done[-1] if done else None!r}")
+
+    def logs(self) -> list[tuple[str, str]]:
+        """``(level, message)`` logged through the SDK while this fake was bound."""
+        return list(self._logs)
+
+    def events(self) -> list[Action]:
+        """Events recorded by :meth:`execute`."""
+        return list(self._events)
