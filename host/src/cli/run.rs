@@ -13,7 +13,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use kube_lease_manager::{LeaseManagerBuilder, LeaseParams};
 use parking_lot::Mutex;
 use prometheus_client::registry::Registry;
 use tokio::sync::watch;
@@ -26,6 +25,7 @@ use wasmloop::hotload::{PluginManager, PluginManagerConfig};
 use wasmloop::identity::PluginIdentity;
 use wasmloop::informer::InformerRegistry;
 use wasmloop::kinds::KindResolver;
+use wasmloop::leader::{Election, LeaseConfig};
 use wasmloop::plugin::{ByteSize, PluginEngine};
 use wasmloop::server::{self, Readiness};
 use wasmloop::shard::{ShardConfig, Sharding};
@@ -244,55 +244,29 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             sharding.shutdown().await;
         }
     } else {
-        let lease_ns = args.lease_ns();
-        let lease = LeaseManagerBuilder::new(client.clone(), &args.lease_name)
-            .with_namespace(&lease_ns)
-            .with_parameters(LeaseParams::new(identity.clone(), args.lease_duration, args.lease_grace))
-            .build()
-            .await
-            .context("setting up leader election")?;
-        let (mut leader, lease_task) = lease.watch().await;
-        let duration = Duration::from_secs(args.lease_duration);
-        let margin = Duration::from_secs(args.lease_grace) / 2;
-        let tracker = fence.track(client.clone(), &lease_ns, &args.lease_name, identity.clone(), duration, margin);
+        let lease = LeaseConfig {
+            namespace: args.lease_ns(),
+            name: args.lease_name.clone(),
+            identity: identity.clone(),
+            duration: Duration::from_secs(args.lease_duration),
+            grace: Duration::from_secs(args.lease_grace),
+        };
+        let described = format!("{}/{}", lease.namespace, lease.name);
+        let mut election = Election::join(client.clone(), fence.clone(), lease).await?;
         // Warm standby: informers synced and every plugin loaded and compiled before the Lease
         // is ours; the workers wait at the fence, so nothing is reconciled or written until then.
         let manager = start_manager().await.context("starting the plugin manager")?;
         ready.set(true);
-        info!(lease = %format!("{lease_ns}/{}", args.lease_name), "warm: plugins loaded; waiting for leadership");
-        loop {
-            let mut s = stop.clone();
-            tokio::select! {
-                _ = s.wait_for(|s| *s) => break,
-                changed = leader.wait_for(|l| *l) => if changed.is_err() { warn!("leader election stopped"); break; },
-            }
-            info!(%identity, "became leader; reconciling");
-            leading.set(1);
-            let mut s = stop.clone();
-            let lost = tokio::select! {
-                _ = s.wait_for(|s| *s) => false,
-                _ = leader.wait_for(|l| !*l) => true,
-            };
-            leading.set(0);
-            if !lost {
-                break;
-            }
-            // Nothing more goes out, even from reconciles still running; back to standby.
-            fence.close();
-            warn!(%identity, "lost leadership; standing by");
-        }
+        info!(lease = %described, "warm: plugins loaded; waiting for leadership");
+        election
+            .follow(&stop, |l| {
+                leading.set(i64::from(l));
+            })
+            .await;
         // Stopping while leading: running reconciles finish their outcomes behind an open fence.
         manager.shutdown().await;
         ready.set(false);
-        tracker.abort();
-        fence.close();
-        // Dropping the receiver makes the lease task release the Lease and return.
-        drop(leader);
-        match tokio::time::timeout(Duration::from_secs(5), lease_task).await {
-            Ok(Ok(Ok(_))) => info!("lease released"),
-            Ok(Ok(Err(e))) => warn!(error = %e, "releasing the lease failed"),
-            _ => warn!("releasing the lease did not finish in time"),
-        }
+        election.leave(Duration::from_secs(5)).await;
     }
     let _ = tokio::time::timeout(Duration::from_secs(5), http).await;
     info!("stopped");

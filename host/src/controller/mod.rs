@@ -74,7 +74,7 @@ pub enum Error {
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// How a controller runs. Defaults follow controller-runtime.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Deserialize)]
 #[serde(rename_all = "camelCase", default)]
 pub struct ControllerConfig {
     /// Concurrent reconciles (distinct keys). Default 1.

@@ -22,7 +22,7 @@
 //! over several ConfigMaps is read only once every part is there, as one (a part that changes or
 //! goes away loads the plugin ConfigMap again).
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -32,6 +32,7 @@ use tokio::sync::{Mutex, broadcast};
 use tokio::task::JoinHandle;
 use tracing::{debug, info, warn};
 
+use super::claims::{Claim, Claims};
 use super::manifest::PluginManifest;
 use super::metrics::PluginMetrics;
 use super::served;
@@ -181,25 +182,18 @@ struct Inner {
     store: Arc<IndexedStore>,
     queue: WorkQueue<ObjectKey>,
     loaded: Mutex<HashMap<ObjectKey, Loaded>>,
-    /// What was last refused, per ConfigMap: its content, its payload's identity and its
-    /// annotations (so a refusal is reported once, and any change of these, `kubectl annotate`
-    /// included, tries again).
-    rejected: parking_lot::Mutex<HashMap<ObjectKey, String>>,
+    /// What is remembered of each ConfigMap that is not running: its last refusal, the payloads
+    /// it references.
+    tracked: parking_lot::Mutex<HashMap<ObjectKey, Tracked>>,
     /// The ConfigMaps that wait, why, and when to try them again.
     waiting: Waiting,
-    /// ConfigMaps waiting because another ConfigMap holds their plugin name, by that name:
-    /// tried again when the holder goes away.
-    waiting_for_name: parking_lot::Mutex<HashMap<String, BTreeSet<ObjectKey>>>,
     /// The plugin name and memory each ConfigMap holds or is loading (uniqueness and budget).
-    claims: parking_lot::Mutex<HashMap<ObjectKey, Claim>>,
+    claims: Claims,
     /// Compiles running at once.
     compiles: Arc<tokio::sync::Semaphore>,
     events: broadcast::Sender<LoadEvent>,
     /// Payload ConfigMaps (`wasmloop.dev/plugin-payload=true`) in the plugin namespace(s).
     payloads: Arc<IndexedStore>,
-    /// Which payloads (namespace, name; the parts of a split one) each plugin ConfigMap
-    /// references: loaded again when one changes.
-    refs: parking_lot::Mutex<HashMap<ObjectKey, Vec<PayloadName>>>,
     /// Immutable payloads already checked: (namespace, name; a split one's part names joined by
     /// commas) → (uid; a split one's part uids joined, sha256 of the component).
     verified: parking_lot::Mutex<HashMap<PayloadName, (String, String)>>,
@@ -212,6 +206,18 @@ struct Inner {
 
 /// (namespace, name) of a payload ConfigMap.
 type PayloadName = (Option<String>, String);
+
+/// What the manager remembers of one plugin ConfigMap besides what runs for it.
+#[derive(Default)]
+struct Tracked {
+    /// The last refused attempt: its content, its payload's identity and its annotations (so a
+    /// refusal is reported once, and any change of these, `kubectl annotate` included, tries
+    /// again).
+    refused: Option<String>,
+    /// The payloads (namespace, name; the parts of a split one) it references: it is loaded
+    /// again when one changes.
+    payloads: Vec<PayloadName>,
+}
 
 /// A referenced payload ConfigMap, as found.
 enum Found {
@@ -250,13 +256,6 @@ fn cached_immutable(o: &CachedObject) -> bool {
 enum Input {
     Wasm(Vec<u8>),
     Reuse(Compiled),
-}
-
-/// What a loaded (or loading) plugin holds of the host's shared resources.
-#[derive(Clone, Debug)]
-struct Claim {
-    name: String,
-    memory: u64,
 }
 
 /// Loads, swaps and removes plugins as their ConfigMaps come and go.
@@ -306,14 +305,12 @@ impl PluginManager {
             store: informer.store().clone(),
             queue,
             loaded: Mutex::new(HashMap::new()),
-            rejected: Default::default(),
+            tracked: Default::default(),
             waiting,
-            waiting_for_name: Default::default(),
-            claims: Default::default(),
+            claims: Claims::default(),
             compiles: Arc::new(tokio::sync::Semaphore::new(compile_workers)),
             events,
             payloads: payload_informer.store().clone(),
-            refs: Default::default(),
             verified: Default::default(),
             client,
             status,
@@ -391,7 +388,8 @@ impl Inner {
         let mut payload = payload_digest(&cm);
         let found = match &reference {
             Ok(Some(r)) => {
-                self.refs.lock().insert(key.clone(), r.parts.iter().map(|p| (key.namespace.clone(), p.clone())).collect());
+                self.tracked.lock().entry(key.clone()).or_default().payloads =
+                    r.parts.iter().map(|p| (key.namespace.clone(), p.clone())).collect();
                 let mut found = Vec::with_capacity(r.parts.len());
                 for part in &r.parts {
                     found.push(self.find_payload(key.namespace.as_deref(), part).await);
@@ -400,7 +398,7 @@ impl Inner {
                 Some(found)
             }
             _ => {
-                self.refs.lock().remove(key);
+                self.tracked.lock().entry(key.clone()).or_default().payloads.clear();
                 None
             }
         };
@@ -409,7 +407,7 @@ impl Inner {
         let serving = self.loaded.lock().await.get(key).filter(|l| l.payload == payload).map(|l| l.plugin.clone());
         if let Some(plugin) = serving {
             // Back to the version that is serving (e.g. after a refused or waiting update): report it again.
-            let was_rejected = self.rejected.lock().remove(key).is_some();
+            let was_rejected = self.take_refusal(key).is_some();
             if self.waiting.clear(key).is_some() || was_rejected {
                 self.loaded_ok(key, &uid, &plugin, LoadOrigin::Unchanged, started.elapsed(), payload_name.as_deref()).await;
             }
@@ -417,26 +415,31 @@ impl Inner {
         }
         // A refusal is tried again once anything it was about changes, annotations included.
         let attempt = format!("{payload}|{}", annotations_digest(&cm));
-        if self.rejected.lock().get(key) == Some(&attempt) {
+        if self.tracked.lock().get(key).and_then(|t| t.refused.as_ref()) == Some(&attempt) {
             return;
         }
         match self.load(key, &cm, reference, found, &payload).await {
             Ok((plugin, origin)) => {
-                self.rejected.lock().remove(key);
+                self.take_refusal(key);
                 self.waiting.clear(key);
                 self.loaded_ok(key, &uid, &plugin, origin, started.elapsed(), payload_name.as_deref()).await;
             }
             Err(NotLoaded::Waiting(reason)) => {
-                self.rejected.lock().remove(key);
+                self.take_refusal(key);
                 let candidate = self.waiting.pending(key, &payload).map(|p| p.plugin);
                 self.wait(key, &uid, reason, candidate.as_ref(), declared).await;
             }
             Err(NotLoaded::Refused(reason)) => {
                 self.waiting.clear(key);
-                self.rejected.lock().insert(key.clone(), attempt);
+                self.tracked.lock().entry(key.clone()).or_default().refused = Some(attempt);
                 self.refused(key, &uid, reason, declared).await;
             }
         }
+    }
+
+    /// Forget `key`'s last refusal (it is tried again); what it was.
+    fn take_refusal(&self, key: &ObjectKey) -> Option<String> {
+        self.tracked.lock().get_mut(key).and_then(|t| t.refused.take())
     }
 
     /// What still serves for `key`, if anything: (`<name> <version>`, digest).
@@ -562,10 +565,10 @@ impl Inner {
             self.verified.lock().remove(&(namespace.clone(), name.clone()));
         }
         let waiting: Vec<ObjectKey> = self
-            .refs
+            .tracked
             .lock()
             .iter()
-            .filter(|(_, parts)| parts.iter().any(|(ns, n)| *ns == namespace && *n == name))
+            .filter(|(_, t)| t.payloads.iter().any(|(ns, n)| *ns == namespace && *n == name))
             .map(|(k, _)| k.clone())
             .collect();
         for key in waiting {
@@ -690,7 +693,7 @@ impl Inner {
         let load_limits = LoadLimits { max_component_size: self.config.max_component_size, compile_budget: self.config.compile_budget };
         load_limits.check_size(size).map_err(|e| e.to_string())?;
         let claim = Claim { name: manifest.name.clone(), memory: manifest.limits.memory.bytes() * manifest.controller.workers as u64 };
-        let previous = self.claim(key, claim)?;
+        let previous = self.claims.claim(key, claim, self.config.memory_budget)?;
         let installed = async {
             let (plugin, origin) = match (pending, input) {
                 (Some(p), _) => (p.plugin, p.origin),
@@ -721,7 +724,7 @@ impl Inner {
                 }
             }
             // What this ConfigMap held before (if anything) is what still runs.
-            Err(_) => self.restore_claim(key, previous),
+            Err(_) => self.claims.restore(key, previous),
         }
         installed
     }
@@ -732,37 +735,6 @@ impl Inner {
         if let WaitReason::KindNotServed { kind, .. } = reason {
             self.shared.registry.resolver().forget(kind);
         }
-    }
-
-    /// Reserve the plugin's name and memory for `key`; returns what `key` held before.
-    fn claim(&self, key: &ObjectKey, claim: Claim) -> Result<Option<Claim>, NotLoaded> {
-        let mut claims = self.claims.lock();
-        if let Some((other, _)) = claims.iter().find(|(k, c)| *k != key && c.name == claim.name) {
-            self.waiting_for_name.lock().entry(claim.name.clone()).or_default().insert(key.clone());
-            return Err(WaitReason::NameTaken { name: claim.name.clone(), holder: other.to_string() }.into());
-        }
-        if let Some(budget) = self.config.memory_budget {
-            let others: u64 = claims.iter().filter(|(k, _)| *k != key).map(|(_, c)| c.memory).sum();
-            if others + claim.memory > budget.bytes() {
-                return Err(format!(
-                    "the plugin needs {} of plugin memory (limits.memory × concurrency), but the host's budget is {} \
-                     and {} of it is held by the other plugins; lower its limits or concurrency, or raise --plugin-memory-budget",
-                    ByteSize(claim.memory),
-                    budget,
-                    ByteSize(others)
-                )
-                .into());
-            }
-        }
-        Ok(claims.insert(key.clone(), claim))
-    }
-
-    fn restore_claim(&self, key: &ObjectKey, previous: Option<Claim>) {
-        let mut claims = self.claims.lock();
-        match previous {
-            Some(p) => claims.insert(key.clone(), p),
-            None => claims.remove(key),
-        };
     }
 
     /// Compile (or take from the precompiled cache) and validate, in the bounded compile pool
@@ -866,7 +838,7 @@ impl Inner {
         }
         let (entry, result) = match old {
             Some(mut old)
-                if old.config_eq(&manifest.controller)
+                if old.config == manifest.controller
                     && old.identity == identity
                     && old.plugin.spec().reconciles == plugin.spec().reconciles =>
             {
@@ -912,9 +884,8 @@ impl Inner {
 
     /// `name` is free again: retry the ConfigMaps that were refused because it was taken.
     fn release_name(&self, name: &str) {
-        let Some(waiting) = self.waiting_for_name.lock().remove(name) else { return };
-        for key in waiting {
-            self.rejected.lock().remove(&key);
+        for key in self.claims.name_released(name) {
+            self.take_refusal(&key);
             info!(configmap = %key, plugin = name, "plugin name released; loading the ConfigMap that waited for it");
             self.queue.add(key);
         }
@@ -938,14 +909,11 @@ impl Inner {
         started.map_err(not_loaded)
     }
 
+    /// The ConfigMap is gone: forget it entirely and stop what runs for it.
     async fn unload(&self, key: &ObjectKey) {
-        self.rejected.lock().remove(key);
+        self.tracked.lock().remove(key);
         self.waiting.clear(key);
-        self.refs.lock().remove(key);
-        self.claims.lock().remove(key);
-        for waiting in self.waiting_for_name.lock().values_mut() {
-            waiting.remove(key);
-        }
+        self.claims.release(key);
         let Some(plugin) = self.stop(key).await else { return };
         self.plugin_metrics.load(&cm_label(key), "removed");
         info!(configmap = %key, plugin = %plugin.name(), "plugin removed");
@@ -999,20 +967,6 @@ impl Inner {
         if self.status.report(key, uid, status).await == Written::Gone {
             debug!(configmap = %key, "plugin ConfigMap gone before its status was written");
         }
-    }
-}
-
-impl Loaded {
-    fn config_eq(&self, other: &ControllerConfig) -> bool {
-        let (a, b) = (&self.config, other);
-        a.workers == b.workers
-            && a.resync == b.resync
-            && a.namespace == b.namespace
-            && a.rate_limits == b.rate_limits
-            && a.min_requeue_after == b.min_requeue_after
-            && a.api == b.api
-            && a.events == b.events
-            && a.shards == b.shards
     }
 }
 

@@ -5,6 +5,7 @@
 //! - [`manifest`]: the admin's `plugin.yaml` (name, grants, limits, concurrency, queue, resync);
 //! - [`manager`]: [`PluginManager`] watches labelled ConfigMaps and adds, swaps or removes
 //!   controllers; a broken version never replaces a working one;
+//! - [`claims`]: the name and memory each plugin ConfigMap holds (one holder per name, a budget);
 //! - [`waiting`]: a plugin whose kinds, payload, name or RBAC are not there yet waits (tried
 //!   again by itself) instead of being refused; [`served`] asks discovery which kinds are served;
 //! - [`status`]: the Events and status annotations on plugin ConfigMaps (`wasmloop.dev/state`,
@@ -14,6 +15,7 @@
 //! - [`rbac`]: the RBAC a manifest needs (`wasmloop pack --rbac`): the plugin's ServiceAccount and
 //!   rules, the host's reads and its right to impersonate exactly that account.
 
+mod claims;
 pub mod manager;
 pub mod manifest;
 pub mod metrics;
