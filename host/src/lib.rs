@@ -34,6 +34,7 @@ pub mod hotload;
 pub mod identity;
 pub mod informer;
 pub mod kinds;
+pub mod labels;
 pub mod leader;
 pub mod native;
 pub mod plugin;

@@ -25,7 +25,7 @@ use serde_json::Value;
 use super::rbac::{self, RbacCache, Stores};
 use super::result::Effect;
 use crate::cache::IndexedStore;
-use crate::hotload::source::{PAYLOAD_LABEL, PLUGIN_LABEL};
+use crate::labels::{PAYLOAD_LABEL, PLUGIN_LABEL};
 use crate::informer::InformerRegistry;
 use wasmloop_model::Target;
 

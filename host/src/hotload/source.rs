@@ -22,14 +22,11 @@ use std::io::Read;
 use k8s_openapi::api::core::v1::ConfigMap;
 use sha2::{Digest, Sha256};
 
-/// The label that marks a ConfigMap as a plugin.
-pub const PLUGIN_LABEL: &str = "wasmloop.dev/plugin";
+pub use crate::labels::{PAYLOAD_LABEL, PLUGIN_LABEL};
 /// The annotation where the host reports what it loaded, or why it refused.
 pub const STATUS_ANNOTATION: &str = "wasmloop.dev/status";
 /// The manifest key in `data`.
 pub const MANIFEST_KEY: &str = "plugin.yaml";
-/// The label that marks a ConfigMap as a plugin payload (wasm only, referenced by digest).
-pub const PAYLOAD_LABEL: &str = "wasmloop.dev/plugin-payload";
 /// Informational label on a payload: the plugin it was packed for.
 pub const PAYLOAD_PLUGIN_LABEL: &str = "wasmloop.dev/plugin-name";
 /// The key in a plugin ConfigMap's `data` naming its payload ConfigMap (same namespace).
