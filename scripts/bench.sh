@@ -42,7 +42,7 @@ say "setting up toolchain and control plane (cached after the first run)"
 ./scripts/setup.sh >/dev/null
 
 say "building the replicaset plugin and the attack plugins"
-./scripts/build-plugins.sh replicaset >/dev/null
+./scripts/build-plugins.sh replicaset namespace-config namespace-config-ts namespace-config-py >/dev/null
 ./scripts/build-test-plugins.sh hostile spin-loop >/dev/null
 target_dir=${CARGO_TARGET_DIR:-$(cargo metadata --format-version 1 --no-deps | sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')}
 plugin=$target_dir/wasm32-wasip2/plugin/replicaset.wasm
@@ -102,6 +102,7 @@ if [ $quick = 1 ]; then
   scale=(--namespaces 9 --replicasets 1 --replicas 2 --lease-duration 4 --lease-grace 2 --timeout-secs 120)
   # The plugin crate's dependencies as tests/tests/new.rs and dev.rs built them (the full run builds them cold).
   devloop=(--edits 2 --target-dir "$target_dir/new-plugin")
+  polyglot=(--cpu-seconds 0.2 --loads 2 --copies 1)
 else
   conv=(--runs 5 --replicasets 100 --replicas 10)
   conv_large=(--runs 5 --replicasets 1000 --replicas 10 --timeout-secs 600)
@@ -115,6 +116,7 @@ else
   # The Deployment's lease duration and grace (deploy/): what a crash costs in production.
   scale=(--namespaces 90 --replicasets 4 --replicas 10 --lease-duration 15 --lease-grace 5)
   devloop=(--edits 5)
+  polyglot=()
 fi
 
 say "1. convergence: kube-controller-manager, wasmloop and the floor, in turn"
@@ -164,6 +166,9 @@ say "7. the plugin author's inner loop: wasmloop dev, save → new version recon
 "$bench_bin" dev-loop --kubeconfig "$kubeconfig" --host-bin "$host_bin" --host-profile "$profile" \
   --work-dir "$results/work-devloop" --out "$results/dev_loop.json" "${devloop[@]}"
 
+say "8. plugins in other languages: the same plugin in Rust, TypeScript and Python"
+"$bench_bin" polyglot --out "$results/polyglot.json" "${polyglot[@]}"
+
 echo "| load average at end | $(cut -d' ' -f1-3 /proc/loadavg) |" >>"$results/machine.md"
 echo "" >>"$results/machine.md"
 echo "Noise: this machine is shared (other builds may run at the same time; see the load averages), so every figure is a median with its min–max over repeated runs, and ratios compare medians measured in the same run." >>"$results/machine.md"
@@ -177,7 +182,7 @@ else
   out=$root/BENCHMARKS.md
 fi
 "$bench_bin" report --results "$results" --out "$out.tmp"
-for section in "## 1. Convergence" "## 2. The same ReplicaSet" "## 3. Memory" "## 4. Work queue" "## 5. Latency" "## 6. Scale-out" "## 7. The plugin author"; do
+for section in "## 1. Convergence" "## 2. The same ReplicaSet" "## 3. Memory" "## 4. Work queue" "## 5. Latency" "## 6. Scale-out" "## 7. The plugin author" "## 8. Plugins in other languages"; do
   grep -q "^$section" "$out.tmp" || { echo "bench.sh: the report has no section '$section'" >&2; exit 1; }
 done
 mv "$out.tmp" "$out"

@@ -18,9 +18,11 @@ use crate::stats::Summary;
 use crate::{convergence, latency, memory, phases::PhaseReport, queue, reload};
 
 mod devloop;
+mod polyglot;
 mod race;
 mod scaleout;
 use devloop::DevLoop;
+use polyglot::Polyglot;
 use race::Race;
 use scaleout::ScaleOut;
 
@@ -31,9 +33,10 @@ pub struct Args {
     pub results: PathBuf,
     #[arg(long)]
     pub out: PathBuf,
-    /// Only this section, from its own result (`dev-loop`: dev_loop.json): its rows of the
-    /// targets table, then the section, for a section measured apart from a full run.
-    #[arg(long, value_parser = ["dev-loop"])]
+    /// Only this section, from its own result (`dev-loop`: dev_loop.json, `polyglot`:
+    /// polyglot.json): its rows of the targets table, then the section, for a section measured
+    /// apart from a full run.
+    #[arg(long, value_parser = ["dev-loop", "polyglot"])]
     pub section: Option<String>,
 }
 
@@ -97,13 +100,21 @@ fn summary_of(values: impl IntoIterator<Item = f64>) -> Result<Summary> {
 
 pub fn run(args: Args) -> Result<()> {
     let dir = &args.results;
-    if args.section.is_some() {
-        let results: crate::devloop::Results = read(dir, "dev_loop.json")?;
-        let dev_loop = DevLoop::new(&results)?;
+    if let Some(section) = &args.section {
         let mut md = String::new();
-        dev_loop.target_rows(&mut md)?;
-        writeln!(md)?;
-        dev_loop.section(&mut md)?;
+        if section == "polyglot" {
+            let results: crate::polyglot::Results = read(dir, "polyglot.json")?;
+            let polyglot = Polyglot::new(&results)?;
+            polyglot.target_rows(&mut md)?;
+            writeln!(md)?;
+            polyglot.section(&mut md)?;
+        } else {
+            let results: crate::devloop::Results = read(dir, "dev_loop.json")?;
+            let dev_loop = DevLoop::new(&results)?;
+            dev_loop.target_rows(&mut md)?;
+            writeln!(md)?;
+            dev_loop.section(&mut md)?;
+        }
         return std::fs::write(&args.out, md).with_context(|| format!("writing {}", args.out.display()));
     }
     let machine = std::fs::read_to_string(dir.join("machine.md")).context("reading machine.md")?;
@@ -122,6 +133,8 @@ pub fn run(args: Args) -> Result<()> {
     let scale = ScaleOut::new(&scale_results)?;
     let dev_results: crate::devloop::Results = read(dir, "dev_loop.json")?;
     let dev_loop = DevLoop::new(&dev_results)?;
+    let polyglot_results: crate::polyglot::Results = read(dir, "polyglot.json")?;
+    let polyglot = Polyglot::new(&polyglot_results)?;
 
     // ---- Section 1 figures.
     let conv_large: convergence::Results = read(dir, "convergence_large.json")?;
@@ -250,6 +263,7 @@ pub fn run(args: Args) -> Result<()> {
     )?;
     scale.target_rows(w)?;
     dev_loop.target_rows(w)?;
+    polyglot.target_rows(w)?;
     writeln!(w)?;
 
     // ---- 1.
@@ -625,6 +639,8 @@ pub fn run(args: Args) -> Result<()> {
 
     // ---- 7.
     dev_loop.section(w)?;
+    writeln!(w)?;
+    polyglot.section(w)?;
 
     writeln!(w, "## How to reproduce\n")?;
     writeln!(
