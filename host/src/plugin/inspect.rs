@@ -134,8 +134,8 @@ impl fmt::Display for Inspection {
                 writeln!(f, "index:      {} {} = {}", i.kind, i.name, i.path)?;
             }
             // What a manifest must grant for the host to load it (writes are the plugin's own business).
-            let mut reads: Vec<String> = m.kinds().iter().chain(m.indexes.iter().map(|i| &i.kind)).map(ToString::to_string).collect();
-            reads.dedup();
+            // Every kind it reads, once (reconciled, watched, indexed: `kinds()` deduplicates).
+            let reads: Vec<String> = m.kinds().iter().map(ToString::to_string).collect();
             writeln!(
                 f,
                 "needs:      read on {} (grant writes too; `wasmloop pack --allow KIND=VERBS` derives a manifest)",
