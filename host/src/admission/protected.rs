@@ -25,8 +25,8 @@ use serde_json::Value;
 use super::rbac::{self, RbacCache, Stores};
 use super::result::Effect;
 use crate::cache::IndexedStore;
-use crate::labels::{PAYLOAD_LABEL, PLUGIN_LABEL};
 use crate::informer::InformerRegistry;
+use crate::labels::{PAYLOAD_LABEL, PLUGIN_LABEL};
 use wasmloop_model::Target;
 
 /// Which protection rule refused an action.

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand, ValueEnum};
-use wasmloop::plugin::{ByteSize, EngineLimits, LoadLimits, PluginEngine, limits};
+use wasmloop::plugin::{ByteSize, Compiled, EngineLimits, LoadLimits, PluginEngine, PrecompiledCache, limits};
 
 #[derive(Parser, Debug)]
 #[command(name = "wasmloop", version, about = "A Kubernetes controller host that runs reconcile logic as sandboxed Wasm plugins")]
@@ -59,6 +59,13 @@ pub struct LoadArgs {
     /// How long compiling and validating one plugin may take before it is refused (default 2m).
     #[arg(long, env = "WASMLOOP_COMPILE_BUDGET", value_parser = parse_duration)]
     pub compile_budget: Option<Duration>,
+    /// Directory of precompiled plugins, shared by `run`, `inspect`, `reconcile` and `pack`: the
+    /// same bytes are compiled once (default: ~/.cache/wasmloop/precompiled).
+    #[arg(long, env = "WASMLOOP_PRECOMPILED_DIR")]
+    pub precompiled_dir: Option<PathBuf>,
+    /// Do not read or keep precompiled plugins on disk.
+    #[arg(long, env = "WASMLOOP_NO_PRECOMPILED_CACHE")]
+    pub no_precompiled_cache: bool,
 }
 
 impl LoadArgs {
@@ -80,6 +87,41 @@ impl LoadArgs {
     /// An engine sized by these flags. **Blocking** (creates the engine).
     pub fn engine(&self) -> anyhow::Result<PluginEngine> {
         Ok(PluginEngine::with_limits(self.engine_limits())?)
+    }
+
+    /// Where precompiled plugins are kept (`None`: nowhere).
+    pub fn precompiled_dir(&self) -> Option<PathBuf> {
+        (!self.no_precompiled_cache).then(|| self.precompiled_dir.clone().unwrap_or_else(default_precompiled_dir))
+    }
+
+    /// `bytes` compiled, or deserialised from the precompiled cache (where it is then stored),
+    /// as the host does: a plugin inspected or run offline is not compiled again by the next
+    /// command, nor by a host sharing the directory. **Blocking**.
+    pub fn compile(&self, engine: &PluginEngine, bytes: &[u8]) -> anyhow::Result<Compiled> {
+        compile_cached(engine, bytes, self.precompiled_dir())
+    }
+}
+
+/// `bytes` deserialised from the precompiled cache in `dir`, or compiled and stored there
+/// (`None`, or a directory that cannot be used: compiled). **Blocking**.
+pub(crate) fn compile_cached(engine: &PluginEngine, bytes: &[u8], dir: Option<PathBuf>) -> anyhow::Result<Compiled> {
+    let cache = dir.and_then(|d| PrecompiledCache::new(d).ok());
+    if let Some(compiled) = cache.as_ref().and_then(|c| c.cached(engine, bytes).ok().flatten()) {
+        return Ok(compiled);
+    }
+    let compiled = engine.compile_timed(bytes)?;
+    if let Some(cache) = &cache {
+        cache.store(engine, bytes, &compiled.component);
+    }
+    Ok(compiled)
+}
+
+/// `$XDG_CACHE_HOME/wasmloop/precompiled`, else `~/.cache/wasmloop/precompiled`.
+pub(crate) fn default_precompiled_dir() -> PathBuf {
+    match std::env::var_os("XDG_CACHE_HOME").or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache").into_os_string()))
+    {
+        Some(base) => PathBuf::from(base).join("wasmloop/precompiled"),
+        None => std::env::temp_dir().join("wasmloop-precompiled"),
     }
 }
 
@@ -123,7 +165,9 @@ pub fn main(cli: Cli) -> anyhow::Result<ExitCode> {
             let load_limits = load.load_limits()?;
             load_limits.check_size(bytes.len()).with_context(|| format!("inspecting {}", plugin.display()))?;
             let engine = load.engine()?;
-            let inspection = wasmloop::plugin::inspect(&engine, &bytes).with_context(|| format!("inspecting {}", plugin.display()))?;
+            let compiled = load.compile(&engine, &bytes).with_context(|| format!("inspecting {}", plugin.display()))?;
+            let inspection =
+                wasmloop::plugin::inspect_compiled(&engine, compiled).with_context(|| format!("inspecting {}", plugin.display()))?;
             print!("{inspection}");
             if let Err(e) = load_limits.check_compile_time(inspection.compile_time) {
                 eprintln!("wasmloop inspect: WARNING: the host would refuse it: {e}");

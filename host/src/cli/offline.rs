@@ -66,7 +66,9 @@ pub fn run(args: ReconcileArgs) -> anyhow::Result<ExitCode> {
     load_limits.check_size(bytes.len()).with_context(|| format!("loading {}", args.plugin.display()))?;
     let engine = args.load.engine()?;
     let started = std::time::Instant::now();
-    let plugin = WasmPlugin::load(&engine, &bytes, limits, grants.clone()).with_context(|| format!("loading {}", args.plugin.display()))?;
+    let compiled = args.load.compile(&engine, &bytes).with_context(|| format!("loading {}", args.plugin.display()))?;
+    let plugin = WasmPlugin::from_compiled(&engine, compiled, limits, grants.clone())
+        .with_context(|| format!("loading {}", args.plugin.display()))?;
     load_limits.check_compile_time(started.elapsed()).with_context(|| format!("loading {}", args.plugin.display()))?;
     let spec = plugin.spec().clone();
     let view = build_view(&spec, objects)?;

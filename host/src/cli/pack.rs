@@ -153,7 +153,8 @@ fn rbac_yaml(manifest: &PluginManifest, spec: &ReconcilerSpec, namespace: &str, 
 /// What the plugin declares (`metadata()`), from compiling and asking it.
 fn declared(wasm: &[u8]) -> anyhow::Result<ReconcilerSpec> {
     let engine = wasmloop::plugin::PluginEngine::new()?;
-    let inspection = wasmloop::plugin::inspect(&engine, wasm)?;
+    let compiled = super::compile_cached(&engine, wasm, Some(super::default_precompiled_dir()))?;
+    let inspection = wasmloop::plugin::inspect_compiled(&engine, compiled)?;
     inspection.metadata.with_context(|| inspection.metadata_error.unwrap_or_else(|| "the plugin answered no metadata".into()))
 }
 

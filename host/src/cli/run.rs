@@ -8,7 +8,6 @@
 //! again if it loses the Lease.
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -43,12 +42,6 @@ pub struct RunArgs {
     /// Load plugin ConfigMaps from every namespace instead.
     #[arg(long, env = "WASMLOOP_ALL_NAMESPACES")]
     all_namespaces: bool,
-    /// Directory for precompiled plugins (a restart or re-apply of the same bytes does not compile).
-    #[arg(long, env = "WASMLOOP_PRECOMPILED_DIR")]
-    precompiled_dir: Option<PathBuf>,
-    /// Do not keep precompiled plugins on disk.
-    #[arg(long, env = "WASMLOOP_NO_PRECOMPILED_CACHE")]
-    no_precompiled_cache: bool,
     /// Address of /metrics, /healthz and /readyz.
     #[arg(long, env = "WASMLOOP_LISTEN", default_value = "0.0.0.0:8080")]
     listen: SocketAddr,
@@ -214,11 +207,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     info!(%addr, %identity, "serving /metrics, /healthz, /readyz");
 
     let config = PluginManagerConfig {
-        precompiled_dir: if args.no_precompiled_cache {
-            None
-        } else {
-            Some(args.precompiled_dir.clone().unwrap_or_else(default_precompiled_dir))
-        },
+        precompiled_dir: args.load.precompiled_dir(),
         shutdown_grace: args.shutdown_grace,
         memory_budget: args.plugin_memory_budget.or_else(container_memory_limit),
         max_component_size: load_limits.max_component_size,
@@ -293,12 +282,4 @@ async fn watch_signals(stop: watch::Sender<bool>) {
 fn default_identity() -> String {
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname").map(|h| h.trim().to_string()).unwrap_or_else(|_| "wasmloop".into());
     format!("{host}-{}", std::process::id())
-}
-
-fn default_precompiled_dir() -> PathBuf {
-    match std::env::var_os("XDG_CACHE_HOME").or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache").into_os_string()))
-    {
-        Some(base) => PathBuf::from(base).join("wasmloop/precompiled"),
-        None => std::env::temp_dir().join("wasmloop-precompiled"),
-    }
 }

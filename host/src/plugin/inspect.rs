@@ -6,7 +6,7 @@ use std::time::Duration;
 use wasmtime::component::types::ComponentItem;
 
 use super::bindings;
-use super::engine::PluginEngine;
+use super::engine::{Compiled, PluginEngine};
 use super::limits::Limits;
 use super::runtime::{self, Result};
 use crate::reconciler::{Mapping, ReconcilerSpec};
@@ -49,7 +49,11 @@ fn describe(engine: &PluginEngine, name: &str, item: &ComponentItem) -> String {
 /// component that compiles; a plugin that is incompatible or whose `metadata()` fails is still
 /// described, with `metadata_error` saying why.
 pub fn inspect(engine: &PluginEngine, bytes: &[u8]) -> Result<Inspection> {
-    let compiled = engine.compile_timed(bytes)?;
+    inspect_compiled(engine, engine.compile_timed(bytes)?)
+}
+
+/// [`inspect`] a component already compiled (or deserialised from the precompiled cache).
+pub fn inspect_compiled(engine: &PluginEngine, compiled: Compiled) -> Result<Inspection> {
     let ty = compiled.component.component_type();
     let exports: Vec<String> = ty.exports(engine.engine()).map(|(n, e)| describe(engine, n, &e.ty)).collect();
     let imports: Vec<String> = ty.imports(engine.engine()).map(|(n, _)| n.to_owned()).collect();

@@ -25,6 +25,6 @@ pub(crate) mod meta;
 pub mod runtime;
 
 pub use engine::{Compiled, Origin, PluginEngine, PrecompiledCache};
-pub use inspect::{Inspection, inspect};
+pub use inspect::{Inspection, inspect, inspect_compiled};
 pub use limits::{ByteSize, EngineLimits, Limits, LoadLimits};
 pub use runtime::{Error, PluginStats, Result, WasmPlugin};
