@@ -24,9 +24,10 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 use wasmloop_sdk::children::Children;
 use wasmloop_sdk::conditions::{self, Condition};
+use wasmloop_sdk::meta;
 use wasmloop_sdk::typed::{
-    ConfigMap, Container, ContainerPort, Deployment, DeploymentSpec, LabelSelector, PodSpec, PodTemplateSpec, Resource, Service,
-    ServicePort, ServiceSpec,
+    ConfigMap, Container, ContainerPort, Deployment, DeploymentSpec, DeploymentStatus, LabelSelector, PodSpec, PodTemplateSpec, Resource,
+    Service, ServicePort, ServiceSpec,
 };
 use wasmloop_sdk::{CustomResource, Error, EventType, IndexValue, Metadata, Outcome, Reconciler, Request, ResultExt, cache, kinds};
 
@@ -96,6 +97,8 @@ impl Reconciler for WebAppReconciler {
             // A ConfigMap event reaches every WebApp (in its namespace) whose spec.configMapName
             // is its name.
             .named_by(kinds::CONFIG_MAP, CONFIG_MAP_INDEX, "spec.configMapName", IndexValue::Name)
+            // Field 0 of Deployment metadata reads: its status (the rest of it is not read).
+            .field(kinds::DEPLOYMENT, "status")
     }
 
     fn reconcile(req: Request) -> Result<Outcome, Error> {
@@ -125,8 +128,12 @@ impl Reconciler for WebAppReconciler {
         }
         let plan = children.plan()?;
 
-        let current = cache::get::<Deployment>(&kinds::DEPLOYMENT, ns, &app.metadata.name).context("reading the Deployment")?;
-        let ours = current.filter(|d| d.metadata.is_controlled_by(&app.metadata.uid));
+        // The Deployment's metadata and status only: a metadata read, no Pod template parsed.
+        let current = meta::get(&kinds::DEPLOYMENT, ns, &app.metadata.name).context("reading the Deployment")?;
+        let ours = current.filter(|d| d.metadata.is_controlled_by(&app.metadata.uid)).map(|d| {
+            let status: DeploymentStatus = d.field(0).unwrap_or_default();
+            (d.metadata.generation, status)
+        });
         let before = status.clone();
         observe(&mut status, &app, ours.as_ref(), missing, generation);
         let mut out = plan.with_warnings();
@@ -177,9 +184,10 @@ fn invalid(app: &WebApp, mut status: WebAppStatus, generation: i64, problem: Str
     Error::permanent(problem).with_actions(actions)
 }
 
-/// Update `status` from the Deployment the WebApp controls (if any) and the ConfigMap's presence.
-fn observe(status: &mut WebAppStatus, app: &WebApp, deployment: Option<&Deployment>, missing: bool, generation: i64) {
-    let ds = deployment.and_then(|d| d.status.clone()).unwrap_or_default();
+/// Update `status` from the Deployment the WebApp controls (its generation and status, if it
+/// has one) and the ConfigMap's presence.
+fn observe(status: &mut WebAppStatus, app: &WebApp, deployment: Option<&(Option<i64>, DeploymentStatus)>, missing: bool, generation: i64) {
+    let ds = deployment.map(|(_, s)| s.clone()).unwrap_or_default();
     status.observed_generation = Some(generation);
     status.replicas = ds.replicas.unwrap_or(0);
     status.ready_replicas = ds.ready_replicas.unwrap_or(0);
@@ -207,13 +215,23 @@ fn observe(status: &mut WebAppStatus, app: &WebApp, deployment: Option<&Deployme
     conditions::set(c, cond(CONFIG_MISSING, false, "Found", String::new()));
     let progressing = match deployment {
         None => cond(PROGRESSING, true, "Creating", "creating the Deployment".into()),
-        Some(d) if d.is_rolled_out() => cond(PROGRESSING, false, "RolledOut", "the Deployment is rolled out".into()),
-        Some(d) => {
-            let updated = d.status.as_ref().and_then(|s| s.updated_replicas).unwrap_or(0);
+        Some((g, s)) if rolled_out(*g, s, want) => cond(PROGRESSING, false, "RolledOut", "the Deployment is rolled out".into()),
+        Some((_, s)) => {
+            let updated = s.updated_replicas.unwrap_or(0);
             cond(PROGRESSING, true, "RollingOut", format!("{updated}/{want} replicas updated"))
         }
     };
     conditions::set(c, progressing);
+}
+
+/// Whether a Deployment of `generation` with this status is rolled out to `desired` replicas
+/// ([`Deployment::is_rolled_out`] on a metadata read).
+fn rolled_out(generation: Option<i64>, s: &DeploymentStatus, desired: i32) -> bool {
+    let updated = s.updated_replicas.unwrap_or(0);
+    s.observed_generation >= generation
+        && updated >= desired
+        && s.replicas.unwrap_or(0) <= updated
+        && s.available_replicas.unwrap_or(0) >= updated
 }
 
 /// The labels selecting the WebApp's Pods.
