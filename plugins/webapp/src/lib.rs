@@ -206,13 +206,19 @@ fn observe(status: &mut WebAppStatus, app: &WebApp, deployment: Option<&(Option<
             cond(AVAILABLE, false, "ReplicasUnavailable", counts)
         },
     );
-    let config = app.spec.config_map_name.as_deref().unwrap_or_default();
     if missing {
+        let config = app.spec.config_map_name.as_deref().unwrap_or_default();
         conditions::set(c, cond(CONFIG_MISSING, true, "NotFound", format!("ConfigMap {config:?} not found")));
         conditions::set(c, cond(PROGRESSING, false, "ConfigMissing", format!("waiting for ConfigMap {config:?}")));
         return;
     }
-    conditions::set(c, cond(CONFIG_MISSING, false, "Found", String::new()));
+    // Never an empty message: a v1.20 API server refuses a status merge patch carrying a
+    // condition with `message: ""` ("must be of type string: null").
+    let found = match &app.spec.config_map_name {
+        Some(name) => cond(CONFIG_MISSING, false, "Found", format!("ConfigMap {name:?} found")),
+        None => cond(CONFIG_MISSING, false, "NotNamed", "no ConfigMap is named".into()),
+    };
+    conditions::set(c, found);
     let progressing = match deployment {
         None => cond(PROGRESSING, true, "Creating", "creating the Deployment".into()),
         Some((g, s)) if rolled_out(*g, s, want) => cond(PROGRESSING, false, "RolledOut", "the Deployment is rolled out".into()),
@@ -244,7 +250,10 @@ fn selector_labels(app: &WebApp) -> BTreeMap<String, String> {
 fn deployment(app: &WebApp, config_hash: Option<String>) -> Deployment {
     let labels = selector_labels(app);
     let mut container = Container::new("app", app.spec.image.clone());
-    container.ports.push(ContainerPort { container_port: app.spec.port, name: Some("http".into()), ..Default::default() });
+    // The protocol is the API server's default, given anyway: server-side apply before
+    // Kubernetes 1.21 refuses a port list entry without it (it is part of the list's key).
+    let tcp = Some("TCP".to_owned());
+    container.ports.push(ContainerPort { container_port: app.spec.port, name: Some("http".into()), protocol: tcp, ..Default::default() });
     if let Some(cm) = &app.spec.config_map_name {
         container.extra.insert("envFrom".into(), json!([{"configMapRef": {"name": cm}}]));
     }
@@ -272,6 +281,7 @@ fn service(app: &WebApp) -> Service {
     s.metadata.labels = labels.clone();
     let mut port = ServicePort::new(app.spec.port, app.spec.port);
     port.name = Some("http".into());
+    port.protocol = Some("TCP".into()); // as for the container port
     s.spec = Some(ServiceSpec { selector: labels, ports: vec![port], ..Default::default() });
     s
 }

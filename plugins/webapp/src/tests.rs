@@ -78,7 +78,7 @@ fn converges_to_a_deployment_and_a_service_owned_by_the_webapp_then_writes_nothi
 
     let s = f.get(&kinds::SERVICE.key(Some("prod"), "shop")).expect("the Service");
     assert_eq!(object::controller_uid(&s), Some("app-1"));
-    assert_eq!(s["spec"]["ports"][0], json!({"name": "http", "port": 8080, "targetPort": 8080}));
+    assert_eq!(s["spec"]["ports"][0], json!({"name": "http", "port": 8080, "targetPort": 8080, "protocol": "TCP"}));
     assert_eq!(s["spec"]["selector"], d["spec"]["template"]["metadata"]["labels"]);
 
     // The Deployment exists but no controller has acted on it: not available, rolling out.
