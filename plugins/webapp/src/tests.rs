@@ -91,6 +91,10 @@ fn converges_to_a_deployment_and_a_service_owned_by_the_webapp_then_writes_nothi
     assert_eq!(condition(&f, CONFIG_MISSING).status, false.into());
     assert_eq!(available.observed_generation, Some(2));
 
+    // No empty messages: a v1.20 API server refuses `message: ""` in a status merge patch.
+    let conds = conditions::read(&app["status"]).unwrap();
+    assert!(conds.iter().all(|c| !c.message.is_empty()), "{conds:?}");
+
     // Converged: reconciling again writes nothing.
     assert!(f.reconcile::<WebAppReconciler>(&key()).unwrap().is_empty());
 }
