@@ -97,7 +97,7 @@ impl Drop for GarbageCollector {
 fn example_plugins_stay_within_their_size_budgets() -> Result<()> {
     // webapp (typed objects, the CustomResource derive, children, conditions) is over the
     // issue's 300 KB target: its budget holds it where it is until the SDK's helpers shrink.
-    for (plugin, budget) in [("podset", 300_000), ("namespace_config", 160_000), ("webapp", 370_000)] {
+    for (plugin, budget) in [("podset", 300_000), ("namespace_config", 160_000), ("webapp", 345_000)] {
         let path = wasmloop_tests::plugin_path(plugin)?;
         let size = std::fs::metadata(&path).with_context(|| format!("{}", path.display()))?.len();
         eprintln!("{plugin}: {size} bytes (budget {budget})");

@@ -26,8 +26,8 @@ use wasmloop_sdk::children::Children;
 use wasmloop_sdk::conditions::{self, Condition};
 use wasmloop_sdk::meta;
 use wasmloop_sdk::typed::{
-    ConfigMap, Container, ContainerPort, Deployment, DeploymentSpec, DeploymentStatus, LabelSelector, PodSpec, PodTemplateSpec, Resource,
-    Service, ServicePort, ServiceSpec,
+    Container, ContainerPort, Deployment, DeploymentSpec, DeploymentStatus, LabelSelector, PodSpec, PodTemplateSpec, Resource, Service,
+    ServicePort, ServiceSpec,
 };
 use wasmloop_sdk::{CustomResource, Error, EventType, IndexValue, Metadata, Outcome, Reconciler, Request, ResultExt, cache, kinds};
 
@@ -99,6 +99,9 @@ impl Reconciler for WebAppReconciler {
             .named_by(kinds::CONFIG_MAP, CONFIG_MAP_INDEX, "spec.configMapName", IndexValue::Name)
             // Field 0 of Deployment metadata reads: its status (the rest of it is not read).
             .field(kinds::DEPLOYMENT, "status")
+            // Fields 0 and 1 of ConfigMap metadata reads: what the Pods read of it.
+            .field(kinds::CONFIG_MAP, "data")
+            .field(kinds::CONFIG_MAP, "binaryData")
     }
 
     fn reconcile(req: Request) -> Result<Outcome, Error> {
@@ -117,13 +120,16 @@ impl Reconciler for WebAppReconciler {
 
         // The ConfigMap it names, if any: None = not named, Some(None) = named and missing.
         let config = match &app.spec.config_map_name {
-            Some(name) => Some(cache::get::<ConfigMap>(&kinds::CONFIG_MAP, ns, name).context("reading the ConfigMap")?),
+            Some(name) => Some(meta::get(&kinds::CONFIG_MAP, ns, name).context("reading the ConfigMap")?),
             None => None,
         };
         let missing = matches!(config, Some(None));
         let mut children = Children::of(&app).kind(kinds::SERVICE, [service(&app)]);
         if !missing {
-            let hash = config.flatten().map(|cm| config_hash(&cm));
+            let hash = config.flatten().map(|cm| {
+                let (data, binary): (Option<Data>, Option<Data>) = (cm.field(0), cm.field(1));
+                config_hash(&data.unwrap_or_default(), &binary.unwrap_or_default())
+            });
             children = children.kind(kinds::DEPLOYMENT, [deployment(&app, hash)]);
         }
         let plan = children.plan()?;
@@ -286,11 +292,14 @@ fn service(app: &WebApp) -> Service {
     s
 }
 
-/// A hash of the ConfigMap's data and binary data (64-bit FNV-1a, hex): changes exactly when
+/// A ConfigMap's `data` or `binaryData` (base64 values, hashed as text).
+pub type Data = BTreeMap<String, String>;
+
+/// A hash of a ConfigMap's data and binary data (64-bit FNV-1a, hex): changes exactly when
 /// what the Pods would read changes (not on label or annotation edits).
-pub fn config_hash(cm: &ConfigMap) -> String {
+pub fn config_hash(data: &Data, binary_data: &Data) -> String {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for (map, tag) in [(&cm.data, b'd'), (&cm.binary_data, b'b')] {
+    for (map, tag) in [(data, b'd'), (binary_data, b'b')] {
         for (k, v) in map {
             for part in [&[tag][..], k.as_bytes(), &[0], v.as_bytes(), &[0]] {
                 for b in part {

@@ -1,6 +1,7 @@
 use serde_json::{Value, json};
 use wasmloop_sdk::children::CONFLICT_REASON;
 use wasmloop_sdk::testing::FakeCache;
+use wasmloop_sdk::typed::ConfigMap;
 use wasmloop_sdk::{ErrorKind, Mapping, ObjectKey, object};
 
 use super::*;
@@ -74,7 +75,7 @@ fn converges_to_a_deployment_and_a_service_owned_by_the_webapp_then_writes_nothi
     assert_eq!((c["image"].as_str(), &c["ports"][0]["containerPort"]), (Some("nginx:1.27"), &json!(8080)));
     assert_eq!(c["envFrom"], json!([{"configMapRef": {"name": "shop-config"}}]));
     let cm: ConfigMap = serde_json::from_value(f.get(&config_key()).unwrap()).unwrap();
-    assert_eq!(template_hash(&d), Some(config_hash(&cm).as_str()));
+    assert_eq!(template_hash(&d), Some(config_hash(&cm.data, &cm.binary_data).as_str()));
 
     let s = f.get(&kinds::SERVICE.key(Some("prod"), "shop")).expect("the Service");
     assert_eq!(object::controller_uid(&s), Some("app-1"));
@@ -256,17 +257,12 @@ status: {replicas: 5, availableReplicas: 5}
 
 #[test]
 fn the_config_hash_follows_the_data_only() {
-    let mut cm = ConfigMap::new("c");
-    cm.data.insert("a".into(), "1".into());
-    let h = config_hash(&cm);
+    let data = |pairs: &[(&str, &str)]| -> Data { pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect() };
+    let h = config_hash(&data(&[("a", "1")]), &Data::new());
     assert_eq!(h.len(), 16);
-    cm.metadata.labels.insert("x".into(), "y".into());
-    assert_eq!(config_hash(&cm), h);
-    cm.data.insert("a".into(), "2".into());
-    assert_ne!(config_hash(&cm), h);
-    // Keys and values are delimited: {"ab": ""} and {"a": "b"} differ.
-    let (mut x, mut y) = (ConfigMap::new("x"), ConfigMap::new("y"));
-    x.data.insert("ab".into(), String::new());
-    y.data.insert("a".into(), "b".into());
-    assert_ne!(config_hash(&x), config_hash(&y));
+    assert_eq!(config_hash(&data(&[("a", "1")]), &Data::new()), h);
+    assert_ne!(config_hash(&data(&[("a", "2")]), &Data::new()), h);
+    // Data and binary data, keys and values are delimited.
+    assert_ne!(config_hash(&Data::new(), &data(&[("a", "1")])), h);
+    assert_ne!(config_hash(&data(&[("ab", "")]), &Data::new()), config_hash(&data(&[("a", "b")]), &Data::new()));
 }
