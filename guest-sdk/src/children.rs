@@ -50,7 +50,6 @@
 //! A watch selector on a child kind hides the children it does not match, so desired children
 //! must match it (or a same-named foreign object would not be seen).
 
-use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
 use serde::Serialize;
@@ -146,22 +145,23 @@ impl Children {
             return Ok(plan);
         }
         let (mut applies, mut deletes) = (Vec::new(), Vec::new());
+        // A parent has a handful of children of a kind: lists searched linearly, not maps, keep
+        // every plugin using this some KB smaller. Deletes follow the cache's order.
         for (kind, desired) in self.kinds {
             let mut wanted: Vec<(ObjectKey, Value)> = Vec::with_capacity(desired.len());
-            let mut seen = BTreeSet::new();
             for (i, child) in desired.into_iter().enumerate() {
                 let invalid = |e: String| Error::permanent(format!("children: {kind} #{i}: {e}"));
                 let child = child.and_then(|c| prepare(&parent, &kind, c)).map_err(invalid)?;
                 let key = object::key(&child).map_err(invalid)?;
-                if !seen.insert(key.clone()) {
+                if wanted.iter().any(|(k, _)| *k == key) {
                     return Err(Error::permanent(format!("children: {key} is desired twice")));
                 }
                 wanted.push((key, child));
             }
             let owned: Vec<Value> = cache::owned_by(&kind, &parent.uid).map_err(|e| Error::from(e).context(format!("children: {kind}")))?;
-            let mut owned: BTreeMap<ObjectKey, Value> = owned.into_iter().filter_map(|o| Some((object::key(&o).ok()?, o))).collect();
+            let mut owned: Vec<(ObjectKey, Value)> = owned.into_iter().filter_map(|o| Some((object::key(&o).ok()?, o))).collect();
             for (key, child) in wanted {
-                match owned.remove(&key) {
+                match owned.iter().position(|(k, _)| *k == key).map(|i| owned.remove(i).1) {
                     Some(current) if object::is_deleting(&current) || contains(&current, &child) => {}
                     Some(_) => applies.push(child),
                     None => match cache::get::<Value>(&kind, key.ns(), &key.name).map_err(|e| Error::from(e).context("children"))? {

@@ -167,24 +167,29 @@ pub fn reconcile<R: Reconciler>(request: wit::Request) -> Result<wit::Outcome, w
         wit::Reason::Retry(n) => Reason::Retry(n),
     };
     let last_error = request.last_error;
-    let outcome = R::reconcile(Request { key, reason, last_error }).and_then(Outcome::into_result).and_then(wit_outcome);
-    outcome.map_err(|e| {
-        let (e, actions) = e.into_parts();
-        // Actions the builders accepted convert; a document that does not serialize is dropped
-        // with the rest, and the error says so.
-        let mut outcome = Outcome::new();
-        actions.into_iter().for_each(|a| outcome.push(a));
-        let (e, actions) = match wit_outcome(outcome) {
-            Ok(o) => (e, o.actions),
-            Err(bad) => (e.context(format!("its actions were not sent ({})", bad.message())), Vec::new()),
-        };
-        let error = if e.is_transient() {
-            wit::ReconcileError::Transient(e.message().to_owned())
-        } else {
-            wit::ReconcileError::Permanent(e.message().to_owned())
-        };
-        wit::Failure { error, actions }
-    })
+    // One conversion for both results (contract 0.3 made a failure carry actions; converting
+    // them on a path of their own cost every plugin ~6 KB): the actions to send, and the error
+    // if the reconcile failed, whose requeue is its retry.
+    let (error, outcome) = match R::reconcile(Request { key, reason, last_error }) {
+        Ok(outcome) => (None, outcome),
+        Err(mut e) => {
+            let actions = e.take_actions().unwrap_or_default();
+            (Some(e), actions)
+        }
+    };
+    match (error, outcome.into_result().and_then(wit_outcome)) {
+        (None, Ok(outcome)) => Ok(outcome),
+        (None, Err(e)) => Err(failure(&e, Vec::new())),
+        (Some(e), Ok(outcome)) => Err(failure(&e, outcome.actions)),
+        // Actions that do not convert are dropped with the rest, and the error says so.
+        (Some(e), Err(bad)) => Err(failure(&e.context(format_args!("its actions were not sent ({})", bad.message())), Vec::new())),
+    }
+}
+
+fn failure(e: &Error, actions: Vec<wit::Action>) -> wit::Failure {
+    let message = e.message().to_owned();
+    let error = if e.is_transient() { wit::ReconcileError::Transient(message) } else { wit::ReconcileError::Permanent(message) };
+    wit::Failure { error, actions }
 }
 
 fn wit_preconditions(p: Preconditions) -> wit::Preconditions {

@@ -61,6 +61,7 @@ async fn kubectl_apply_k_deploy_creates_valid_objects() -> Result<()> {
     for want in [
         "namespace/wasmloop",
         "customresourcedefinition.apiextensions.k8s.io/podsets.wasmloop.dev",
+        "customresourcedefinition.apiextensions.k8s.io/webapps.examples.wasmloop.dev",
         "serviceaccount/wasmloop",
         "clusterrole.rbac.authorization.k8s.io/wasmloop-host",
         "rolebinding.rbac.authorization.k8s.io/wasmloop-host",
@@ -75,11 +76,14 @@ async fn kubectl_apply_k_deploy_creates_valid_objects() -> Result<()> {
         "clusterrolebinding.rbac.authorization.k8s.io/wasmloop:plugin:wasmloop:replicaset",
         "clusterrole.rbac.authorization.k8s.io/wasmloop:plugin:wasmloop:namespace-config",
         "clusterrolebinding.rbac.authorization.k8s.io/wasmloop:plugin:wasmloop:namespace-config",
+        "clusterrole.rbac.authorization.k8s.io/wasmloop:plugin:wasmloop:webapp",
+        "clusterrolebinding.rbac.authorization.k8s.io/wasmloop:plugin:wasmloop:webapp",
         "deployment.apps/wasmloop",
         "service/wasmloop-metrics",
         "configmap/podset",
         "configmap/replicaset",
         "configmap/namespace-config",
+        "configmap/webapp",
     ] {
         assert!(names.lines().any(|l| l == want), "{want} not found; kubectl get -k deploy/ (and deploy/plugins/) -o name:\n{names}");
     }
@@ -87,7 +91,7 @@ async fn kubectl_apply_k_deploy_creates_valid_objects() -> Result<()> {
     // The plugins' RBAC is exactly what `wasmloop pack --rbac-only` prints for their manifests.
     let committed = std::fs::read_to_string(workspace_root().join("deploy/rbac/plugins.yaml"))?;
     let mut generated = String::new();
-    for p in ["podset", "replicaset", "namespace-config"] {
+    for p in ["podset", "replicaset", "namespace-config", "webapp"] {
         let out = Command::new(host_binary()?)
             .arg("pack")
             .arg(plugin_path(p)?)
@@ -102,7 +106,7 @@ async fn kubectl_apply_k_deploy_creates_valid_objects() -> Result<()> {
 
     // The plugin ConfigMaps are `wasmloop pack` output: labelled, decodable, manifests intact.
     let cms = Api::<ConfigMap>::namespaced(admin.clone(), DEPLOY_NS);
-    for name in ["podset", "replicaset", "namespace-config"] {
+    for name in ["podset", "replicaset", "namespace-config", "webapp"] {
         let cm = cms.get(name).await?;
         assert_eq!(cm.metadata.labels.as_ref().and_then(|l| l.get("wasmloop.dev/plugin")).map(String::as_str), Some("true"), "{name}");
         let mut payloads = Vec::new();
@@ -142,10 +146,10 @@ async fn kubectl_apply_k_deploy_creates_valid_objects() -> Result<()> {
     assert_eq!(probe_path(&c.readiness_probe).as_deref(), Some("/readyz"));
 
     // terminationGracePeriodSeconds covers the host's worst-case shutdown: the shutdown grace per
-    // loaded plugin (3 example plugins), + 10 s to release the Leases, + 5 s to stop HTTP.
+    // loaded plugin (4 example plugins), + 10 s to release the Leases, + 5 s to stop HTTP.
     let env: BTreeMap<String, String> = c.env.clone().unwrap_or_default().into_iter().filter_map(|e| Some((e.name, e.value?))).collect();
     let grace = wasmloop::duration::parse(env.get("WASMLOOP_SHUTDOWN_GRACE").context("WASMLOOP_SHUTDOWN_GRACE not set")?)?;
-    let needed = 3 * grace.as_secs() + 10 + 5;
+    let needed = 4 * grace.as_secs() + 10 + 5;
     let tgps = pod.termination_grace_period_seconds.context("terminationGracePeriodSeconds")?;
     assert!(tgps as u64 > needed, "terminationGracePeriodSeconds {tgps} does not cover {needed}s of shutdown");
 

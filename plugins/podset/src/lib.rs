@@ -162,17 +162,11 @@ fn has_label(pod: &Meta, podset: &str) -> bool {
     pod.metadata.labels.get(PODSET_LABEL).map(String::as_str) == Some(podset)
 }
 
-/// A Pod condition, as much of it as readiness needs.
-#[derive(Deserialize)]
-struct Condition {
-    #[serde(rename = "type")]
-    type_: String,
-    status: String,
-}
-
+/// Whether the Pod's condition `Ready` is `True`. Its conditions are read as JSON: the
+/// `Value` parser is in the plugin anyway (the template), a typed one would add its own code.
 fn is_ready(pod: &Meta) -> bool {
-    let conditions: Vec<Condition> = pod.field(0).unwrap_or_default();
-    conditions.iter().any(|c| c.type_ == "Ready" && c.status == "True")
+    let conditions: Value = pod.field(0).unwrap_or_default();
+    conditions.as_array().into_iter().flatten().any(|c| c["type"] == "Ready" && c["status"] == "True")
 }
 
 /// `n` for a Pod named `<podset>-<n>` (canonical decimal, no leading zeros).
