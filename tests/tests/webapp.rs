@@ -220,3 +220,30 @@ async fn an_invalid_webapp_gets_the_warning_event_and_condition_its_failure_carr
     ctl.shutdown(Duration::from_secs(5)).await;
     ns.cleanup().await
 }
+
+/// Offline, `wasmloop reconcile` shows a failure's actions and checks them as the host would:
+/// an invalid WebApp prints the error, how it is retried, and the Warning Event and condition
+/// the failure carries (admitted: no `refused`).
+#[test]
+fn an_offline_reconcile_shows_a_failures_actions() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let example = std::fs::read_to_string(workspace_root().join("deploy/examples/webapps.yaml"))?;
+    let bad = example.replace("replicas: 2", "replicas: -3").replace("  name: web\n", "  name: web\n  uid: u-web\n");
+    std::fs::write(dir.path().join("bad.yaml"), bad)?;
+    let out = std::process::Command::new(wasmloop_tests::cluster::host_binary()?)
+        .arg("reconcile")
+        .arg(wasmloop_tests::plugin_path("webapp")?)
+        .args(["--objects".as_ref(), dir.path().join("bad.yaml").as_os_str()])
+        .args(["--objects".as_ref(), workspace_root().join("deploy/crds/webapp.yaml").as_os_str()])
+        .args(["--key", "examples.wasmloop.dev/v1alpha1/WebApp/shop/web", "--no-precompiled-cache"])
+        .output()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(!out.status.success(), "a failed reconcile exits non-zero:\n{text}");
+    let doc: Value = serde_saphyr::from_str(&text).with_context(|| format!("parsing the output:\n{text}"))?;
+    assert_eq!(doc["error"], "spec.replicas is negative: -3", "{text}");
+    assert_eq!(doc["retry"], "when the object changes");
+    let verbs: Vec<&str> = doc["actions"].as_array().context("actions")?.iter().filter_map(|a| a["action"].as_str()).collect();
+    assert_eq!(verbs, ["event", "updateStatus"], "{text}");
+    assert!(doc.get("refused").is_none(), "the failure's actions pass admission: {text}");
+    Ok(())
+}

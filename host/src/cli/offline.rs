@@ -83,39 +83,35 @@ pub fn run(args: ReconcileArgs) -> anyhow::Result<ExitCode> {
     let view: wasmloop::cache::SharedCache = std::sync::Arc::new(view);
     let outcome = plugin.reconcile(&request, &view);
     let mut out = json!({"plugin": spec.name, "version": spec.version, "key": args.key});
-    let code = match outcome {
-        Ok(outcome) => {
-            // The host's admission, offline: scopes from the built-in table and the CRDs given,
-            // owners and Event subjects among the objects, no cluster state.
-            warnings.extend(unknown_scopes(&outcome.actions, &scopes));
-            let admission = Admission::new(Scopes::Given(Arc::new(scopes.clone())), Protected::minimal());
-            let ctx = wasmloop::admission::Context {
-                grants: plugin.grants(),
-                cache: view.as_ref(),
-                client: None,
-                manager: &spec.name,
-                budget: None,
-            };
-            out["checks"] = json!(checks(args.manifest.as_deref(), &scopes));
-            out["actions"] = serde_json::to_value(&outcome.actions)?;
-            let refused = futures::executor::block_on(admission.admit(ctx, outcome.actions)).err();
-            if let Some(d) = outcome.requeue_after {
-                out["requeueAfter"] = json!(wasmloop::duration::format(d));
-            }
-            match refused {
-                Some(wasmloop::admission::Error::Refused(refusal)) => {
-                    out["refused"] = json!({"action": refusal.index, "error": refusal.to_string()});
-                }
-                Some(other) => out["refused"] = json!({"error": other.to_string()}),
-                None => {}
-            }
-            ExitCode::SUCCESS
-        }
+    // A failure's actions (contract 0.3) are shown and checked like an outcome's: the host
+    // executes them too.
+    let (actions, requeue_after, code) = match outcome {
+        Ok(outcome) => (outcome.actions, outcome.requeue_after, ExitCode::SUCCESS),
         Err(e) => {
             out["error"] = json!(e.to_string());
-            ExitCode::FAILURE
+            out["retry"] = json!(if e.is_transient() { "with backoff" } else { "when the object changes" });
+            (e.actions, None, ExitCode::FAILURE)
         }
     };
+    // The host's admission, offline: scopes from the built-in table and the CRDs given, owners
+    // and Event subjects among the objects, no cluster state.
+    warnings.extend(unknown_scopes(&actions, &scopes));
+    let admission = Admission::new(Scopes::Given(Arc::new(scopes.clone())), Protected::minimal());
+    let ctx =
+        wasmloop::admission::Context { grants: plugin.grants(), cache: view.as_ref(), client: None, manager: &spec.name, budget: None };
+    out["checks"] = json!(checks(args.manifest.as_deref(), &scopes));
+    out["actions"] = serde_json::to_value(&actions)?;
+    let refused = futures::executor::block_on(admission.admit(ctx, actions)).err();
+    if let Some(d) = requeue_after {
+        out["requeueAfter"] = json!(wasmloop::duration::format(d));
+    }
+    match refused {
+        Some(wasmloop::admission::Error::Refused(refusal)) => {
+            out["refused"] = json!({"action": refusal.index, "error": refusal.to_string()});
+        }
+        Some(other) => out["refused"] = json!({"error": other.to_string()}),
+        None => {}
+    }
     for w in &warnings {
         eprintln!("wasmloop reconcile: WARNING: {w}");
     }
