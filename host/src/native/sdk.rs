@@ -33,7 +33,7 @@ use crate::reconciler::{Cause, Outcome, ReconcileError, Reconciler, ReconcilerSp
 pub enum Error {
     /// `R::metadata()` is refused as a component's `metadata()` would be.
     #[error("invalid plugin metadata: {0}")]
-    InvalidMetadata(String),
+    InvalidMetadata(#[from] crate::plugin::MetadataError),
     /// `R::metadata()` panicked.
     #[error("the plugin's metadata() panicked: {0}")]
     MetadataPanicked(String),
@@ -265,6 +265,7 @@ mod tests {
 
     use serde_json::{Value, json};
     use wasmloop_sdk::{Metadata, kinds, meta};
+    use crate::plugin::MetadataError;
 
     use super::*;
     use crate::actions::{Action, EventType, Planned, Preconditions};
@@ -374,7 +375,7 @@ mod tests {
             }
         }
         let err = SdkReconciler::<NoKind>::new().unwrap_err();
-        assert!(matches!(&err, Error::InvalidMetadata(m) if m.contains("no reconciled kind")), "{err}");
+        assert!(matches!(&err, Error::InvalidMetadata(MetadataError::NoReconciledKind)), "{err}");
     }
 
     #[test]

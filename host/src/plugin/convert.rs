@@ -44,10 +44,101 @@ fn from_wit_kind(k: wit::KindRef) -> KindRef {
     KindRef::new(k.api_version, k.kind)
 }
 
-fn checked_kind(k: wit::KindRef, what: &str) -> Result<KindRef, String> {
+/// Why a plugin's `metadata()` answer was refused; every variant names where (`at`: the field,
+/// e.g. `watches[1]`) and what was wrong. Rendered to text only in the load error.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum MetadataError {
+    /// The name is not a DNS label.
+    #[error("name {given:?} must be a DNS label (lowercase letters, digits, '-', at most 63): it {source}")]
+    Name {
+        /// The name as the plugin gave it.
+        given: String,
+        /// Which rule it breaks.
+        source: wasmloop_model::name::NameError,
+    },
+    /// The version is not a semantic version.
+    #[error("version {given:?} is not a semantic version (e.g. 1.2.3): {error}")]
+    Version {
+        /// The version as given (at most 64 characters of it).
+        given: String,
+        /// What the semver parser said.
+        error: String,
+    },
+    /// A natively run plugin's metadata names no reconciled kind.
+    #[error("reconciles: the metadata names no reconciled kind")]
+    NoReconciledKind,
+    /// A kind whose apiVersion or kind is not valid.
+    #[error("{at}: invalid kind {api_version:?} / {kind:?}")]
+    Kind {
+        /// Where the kind is declared.
+        at: String,
+        /// Its apiVersion as given.
+        api_version: String,
+        /// Its kind as given.
+        kind: String,
+    },
+    /// A label or annotation selector that does not parse.
+    #[error("{at}: {what}: {error}")]
+    Selector {
+        /// Where the selector is declared.
+        at: String,
+        /// `selector` or `annotation-selector`.
+        what: &'static str,
+        /// What the parser said.
+        error: String,
+    },
+    /// An index without a name or a path.
+    #[error("{at}: name and path are required")]
+    IncompleteIndex {
+        /// Which index.
+        at: String,
+    },
+    /// An index mapping that names an index the reconciled kind does not declare.
+    #[error("{at}: the index mapping names index {index:?}, which is not declared on {kind}")]
+    UndeclaredIndex {
+        /// Which watch.
+        at: String,
+        /// The index it names.
+        index: String,
+        /// The reconciled kind.
+        kind: KindRef,
+    },
+    /// An index mapping whose field path does not parse.
+    #[error("{at}: the index mapping's field: {error}")]
+    IndexField {
+        /// Which watch.
+        at: String,
+        /// What the path parser said.
+        error: String,
+    },
+    /// More declared fields than [`MAX_FIELDS`].
+    #[error("{count} fields declared, more than {MAX_FIELDS}")]
+    TooManyFields {
+        /// How many were declared.
+        count: usize,
+    },
+    /// A declared field of a kind the plugin does not read.
+    #[error("{at}: {kind} is not a kind the plugin reconciles, watches or indexes")]
+    UnreadFieldKind {
+        /// Which field.
+        at: String,
+        /// Its kind.
+        kind: KindRef,
+    },
+    /// A declared field whose path does not parse.
+    #[error("{at}: {source}")]
+    FieldPath {
+        /// Which field.
+        at: String,
+        /// What the path parser said.
+        source: crate::cache::Error,
+    },
+}
+
+fn checked_kind(k: wit::KindRef, at: &str) -> Result<KindRef, MetadataError> {
     let kind = from_wit_kind(k);
     if kind.kind.is_empty() || kind.group_version().is_err() {
-        return Err(format!("{what}: invalid kind {:?} / {:?}", kind.api_version, kind.kind));
+        return Err(MetadataError::Kind { at: at.to_owned(), api_version: kind.api_version.to_string(), kind: kind.kind.to_string() });
     }
     Ok(kind)
 }
@@ -56,14 +147,13 @@ fn checked_kind(k: wit::KindRef, what: &str) -> Result<KindRef, String> {
 pub(crate) const MAX_FIELDS: usize = 64;
 
 /// Convert and validate `metadata()`'s answer.
-pub(crate) fn spec_from_metadata(m: wit::PluginMetadata) -> Result<ReconcilerSpec, String> {
+pub(crate) fn spec_from_metadata(m: wit::PluginMetadata) -> Result<ReconcilerSpec, MetadataError> {
     let name = m.name.trim().to_owned();
-    if let Err(e) = wasmloop_model::name::dns_label(&name, wasmloop_model::name::DNS_LABEL_MAX) {
-        return Err(format!("name {:?} must be a DNS label (lowercase letters, digits, '-', at most 63): it {e}", m.name));
+    if let Err(source) = wasmloop_model::name::dns_label(&name, wasmloop_model::name::DNS_LABEL_MAX) {
+        return Err(MetadataError::Name { given: m.name, source });
     }
     if let Err(e) = semver::Version::parse(&m.version) {
-        let shown: String = m.version.chars().take(64).collect();
-        return Err(format!("version {shown:?} is not a semantic version (e.g. 1.2.3): {e}"));
+        return Err(MetadataError::Version { given: m.version.chars().take(64).collect(), error: e.to_string() });
     }
     let reconciles = checked_kind(m.reconciles, "reconciles")?;
     let watches = m
@@ -79,39 +169,44 @@ pub(crate) fn spec_from_metadata(m: wit::PluginMetadata) -> Result<ReconcilerSpe
                 annotation_selector: checked_selector(w.annotation_selector, &at, "annotation-selector")?,
             })
         })
-        .collect::<Result<Vec<_>, String>>()?;
+        .collect::<Result<Vec<_>, MetadataError>>()?;
     let indexes = m
         .indexes
         .into_iter()
         .enumerate()
         .map(|(i, x)| {
+            let at = format!("indexes[{i}]");
             if x.name.is_empty() || x.path.is_empty() {
-                return Err(format!("indexes[{i}]: name and path are required"));
+                return Err(MetadataError::IncompleteIndex { at });
             }
-            Ok(IndexDecl { kind: checked_kind(x.kind, &format!("indexes[{i}]"))?, name: x.name, path: x.path })
+            Ok(IndexDecl { kind: checked_kind(x.kind, &at)?, name: x.name, path: x.path })
         })
-        .collect::<Result<Vec<_>, String>>()?;
+        .collect::<Result<Vec<_>, MetadataError>>()?;
     for (i, w) in watches.iter().enumerate() {
         if let Mapping::Index { index, value } = &w.mapping {
+            let at = format!("watches[{i}]");
             if !indexes.iter().any(|x| x.kind == reconciles && x.name == *index) {
-                return Err(format!("watches[{i}]: the index mapping names index {index:?}, which is not declared on {reconciles}"));
+                return Err(MetadataError::UndeclaredIndex { at, index: index.clone(), kind: reconciles });
             }
-            value.check().map_err(|e| format!("watches[{i}]: the index mapping's field: {e}"))?;
+            value.check().map_err(|error| MetadataError::IndexField { at, error })?;
         }
     }
     let selector = checked_selector(m.selector, "reconciles", "selector")?;
     let annotation_selector = checked_selector(m.annotation_selector, "reconciles", "annotation-selector")?;
     let mut spec = ReconcilerSpec { name, version: m.version, reconciles, selector, annotation_selector, watches, indexes, fields: vec![] };
     if m.fields.len() > MAX_FIELDS {
-        return Err(format!("{} fields declared, more than {MAX_FIELDS}", m.fields.len()));
+        return Err(MetadataError::TooManyFields { count: m.fields.len() });
     }
     let readable = spec.kinds();
     for (i, f) in m.fields.into_iter().enumerate() {
-        let kind = checked_kind(f.kind, &format!("fields[{i}]"))?;
+        let at = format!("fields[{i}]");
+        let kind = checked_kind(f.kind, &at)?;
         if !readable.contains(&kind) {
-            return Err(format!("fields[{i}]: {kind} is not a kind the plugin reconciles, watches or indexes"));
+            return Err(MetadataError::UnreadFieldKind { at, kind });
         }
-        IndexSpec::parse(&f.path).map_err(|e| format!("fields[{i}]: {e}"))?;
+        if let Err(source) = IndexSpec::parse(&f.path) {
+            return Err(MetadataError::FieldPath { at, source });
+        }
         spec.fields.push(FieldDecl { kind, path: f.path });
     }
     Ok(spec)
@@ -224,10 +319,12 @@ fn to_wit_mapping(m: &Mapping) -> wit::Mapping {
 }
 
 /// A selector (on labels or annotations) that parses, in its canonical form; an empty one is none.
-fn checked_selector(selector: Option<String>, at: &str, what: &str) -> Result<Option<String>, String> {
+fn checked_selector(selector: Option<String>, at: &str, what: &'static str) -> Result<Option<String>, MetadataError> {
     match selector.as_deref().map(str::trim).filter(|s| !s.is_empty()) {
         None => Ok(None),
-        Some(s) => wasmloop_model::selector::Selector::parse(s).map(|p| Some(p.to_string())).map_err(|e| format!("{at}: {what}: {e}")),
+        Some(s) => wasmloop_model::selector::Selector::parse(s)
+            .map(|p| Some(p.to_string()))
+            .map_err(|e| MetadataError::Selector { at: at.to_owned(), what, error: e.to_string() }),
     }
 }
 
@@ -241,8 +338,8 @@ fn from_sdk_kind(k: &sdk::KindRef) -> wit::KindRef {
 }
 
 /// A natively run plugin's `R::metadata()`, checked as a component's `metadata()` is.
-pub(crate) fn spec_from_sdk_metadata(m: sdk::Metadata) -> Result<ReconcilerSpec, String> {
-    let reconciles = m.reconciles.as_ref().ok_or("reconciles: the metadata names no reconciled kind")?;
+pub(crate) fn spec_from_sdk_metadata(m: sdk::Metadata) -> Result<ReconcilerSpec, MetadataError> {
+    let reconciles = m.reconciles.as_ref().ok_or(MetadataError::NoReconciledKind)?;
     spec_from_metadata(wit::PluginMetadata {
         reconciles: from_sdk_kind(reconciles),
         watches: m
@@ -463,11 +560,13 @@ mod tests {
         assert_eq!((spec.name.as_str(), &*spec.reconciles.kind, spec.watches[0].mapping.clone()), ("rs", "ReplicaSet", Mapping::Owner));
         assert_eq!(spec.fields, vec![FieldDecl { kind: KindRef::new("v1", "Pod"), path: "status.phase".into() }]);
         let err = spec_from_sdk_metadata(sdk::Metadata::new("rs", "one").reconciles(sdk::kinds::POD)).unwrap_err();
-        assert!(err.contains("is not a semantic version"), "{err}");
+        assert!(matches!(&err, MetadataError::Version { given, .. } if given == "one"), "{err}");
+        assert!(err.to_string().contains("is not a semantic version"), "{err}");
         let err = spec_from_sdk_metadata(sdk::Metadata::new("rs", "1.0.0").reconciles(sdk::kinds::POD).field(sdk::kinds::SECRET, "data"))
             .unwrap_err();
-        assert!(err.contains("not a kind the plugin reconciles"), "{err}");
-        assert!(spec_from_sdk_metadata(sdk::Metadata::new("rs", "1.0.0")).unwrap_err().contains("no reconciled kind"));
+        assert!(matches!(&err, MetadataError::UnreadFieldKind { at, .. } if at == "fields[0]"), "{err}");
+        assert!(err.to_string().contains("not a kind the plugin reconciles"), "{err}");
+        assert_eq!(spec_from_sdk_metadata(sdk::Metadata::new("rs", "1.0.0")).unwrap_err(), MetadataError::NoReconciledKind);
     }
 
     #[test]
@@ -487,19 +586,22 @@ mod tests {
         assert_eq!(spec.reconciles, KindRef::new("wasmloop.dev/v1alpha1", "PodSet"));
         assert_eq!(spec.watches[0].mapping, Mapping::Owner);
         let err = spec_from_metadata(meta("Pod Set", kind("v1", "Pod"))).unwrap_err();
-        assert!(err.contains("must be a DNS label"), "{err}");
+        assert!(matches!(&err, MetadataError::Name { given, .. } if given == "Pod Set"), "{err}");
+        assert!(err.to_string().contains("must be a DNS label"), "{err}");
         let mut bad_version = meta("podset", kind("v1", "Pod"));
         bad_version.version = "1.0\"} evil=\"1".into();
         let err = spec_from_metadata(bad_version).unwrap_err();
-        assert!(err.contains("is not a semantic version"), "{err}");
+        assert!(matches!(&err, MetadataError::Version { given, .. } if given == "1.0\"} evil=\"1"), "{err}");
+        assert!(err.to_string().contains("is not a semantic version"), "{err}");
         let err = spec_from_metadata(meta("x", kind("a/b/c", "Pod"))).unwrap_err();
-        assert!(err.starts_with("reconciles: invalid kind"), "{err}");
+        assert!(matches!(&err, MetadataError::Kind { at, .. } if at == "reconciles"), "{err}");
+        assert!(err.to_string().starts_with("reconciles: invalid kind"), "{err}");
         let mut many = meta("podset", kind("v1", "Pod"));
         many.fields = vec![wit::Field { kind: kind("v1", "Pod"), path: "status.phase".into() }; MAX_FIELDS + 1];
-        assert_eq!(spec_from_metadata(many).unwrap_err(), "65 fields declared, more than 64");
+        assert_eq!(spec_from_metadata(many).unwrap_err().to_string(), "65 fields declared, more than 64");
         let mut unread = meta("podset", kind("v1", "Pod"));
         unread.fields = vec![wit::Field { kind: kind("v1", "Secret"), path: "data".into() }];
-        assert!(spec_from_metadata(unread).unwrap_err().contains("not a kind the plugin reconciles"));
+        assert!(matches!(spec_from_metadata(unread).unwrap_err(), MetadataError::UnreadFieldKind { .. }));
     }
 
     #[test]

@@ -24,6 +24,7 @@ pub mod limits;
 pub(crate) mod meta;
 pub mod runtime;
 
+pub use convert::MetadataError;
 pub use engine::{Compiled, Origin, PluginEngine, PrecompiledCache};
 pub use inspect::{Inspection, inspect, inspect_compiled};
 pub use limits::{ByteSize, EngineLimits, Limits, LoadLimits};

@@ -47,7 +47,7 @@ pub enum Error {
     #[error("metadata() failed: {0}")]
     Metadata(String),
     #[error("metadata() returned an invalid description: {0}")]
-    InvalidMetadata(String),
+    InvalidMetadata(#[from] super::convert::MetadataError),
     #[error(
         "the plugin calls itself {own:?} but its manifest (or ConfigMap) names it {manifest:?}: a plugin runs only \
          under its own name (set `name: {own}` in plugin.yaml, or name the ConfigMap {own}; to run it under another \

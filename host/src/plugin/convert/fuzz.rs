@@ -347,7 +347,7 @@ fn fuzz_plugin_metadata() {
             Ok(true)
         }
         Err(e) => {
-            prop_assert!(!e.is_empty());
+            prop_assert!(!e.to_string().is_empty());
             Ok(false)
         }
     });
