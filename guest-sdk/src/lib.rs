@@ -50,6 +50,9 @@
 //!   Metacontroller style), [`conditions`] (status conditions with Go's `meta` semantics),
 //!   [`time`] (Kubernetes timestamps, the wall clock).
 
+#![warn(missing_docs)]
+#![forbid(unsafe_code)]
+
 extern crate self as wasmloop_sdk;
 
 pub mod cache;

@@ -26,6 +26,7 @@ use crate::types::{KindRef, ObjectKey};
 pub struct Meta {
     /// The object's kind (as read).
     pub kind: KindRef,
+    /// The object's `metadata`, whole.
     pub metadata: ObjectMeta,
     /// The fields declared for this kind, in declaration order, as JSON text (`None`: absent).
     pub fields: Vec<Option<String>>,

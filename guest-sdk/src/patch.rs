@@ -49,9 +49,11 @@ pub struct Patch {
     /// Patch the `status` subresource (needs the `update-status` grant) instead of the object
     /// (needs `patch`).
     pub status: bool,
+    /// How [`body`](Self::body) is read: JSON merge patch or JSON patch.
     pub patch_type: PatchType,
     /// The patch document.
     pub body: Value,
+    /// What the API server checks before applying the patch (none by default).
     pub preconditions: Preconditions,
 }
 

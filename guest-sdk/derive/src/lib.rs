@@ -3,6 +3,9 @@
 //! Use it through `wasmloop_sdk::CustomResource` (the SDK's `derive` feature); the SDK's
 //! documentation has the examples and the tests.
 
+#![warn(missing_docs)]
+#![forbid(unsafe_code)]
+
 use proc_macro::TokenStream;
 use proc_macro2::{Span, TokenStream as TokenStream2};
 use quote::quote;
