@@ -263,9 +263,9 @@ impl Backend for HostCache {
 mod tests {
     use std::time::Duration;
 
+    use crate::plugin::MetadataError;
     use serde_json::{Value, json};
     use wasmloop_sdk::{Metadata, kinds, meta};
-    use crate::plugin::MetadataError;
 
     use super::*;
     use crate::actions::{Action, EventType, Planned, Preconditions};

@@ -322,9 +322,11 @@ fn to_wit_mapping(m: &Mapping) -> wit::Mapping {
 fn checked_selector(selector: Option<String>, at: &str, what: &'static str) -> Result<Option<String>, MetadataError> {
     match selector.as_deref().map(str::trim).filter(|s| !s.is_empty()) {
         None => Ok(None),
-        Some(s) => wasmloop_model::selector::Selector::parse(s)
-            .map(|p| Some(p.to_string()))
-            .map_err(|e| MetadataError::Selector { at: at.to_owned(), what, error: e.to_string() }),
+        Some(s) => wasmloop_model::selector::Selector::parse(s).map(|p| Some(p.to_string())).map_err(|e| MetadataError::Selector {
+            at: at.to_owned(),
+            what,
+            error: e.to_string(),
+        }),
     }
 }
 
