@@ -55,10 +55,11 @@ use std::fmt;
 use serde::Serialize;
 use serde_json::{Map, Value};
 
+use crate::action::{Deletion, Event, EventType};
 use crate::cache;
 use crate::error::Error;
 use crate::object;
-use crate::outcome::{self, Deletion, Event, EventType, Outcome};
+use crate::outcome::{self, Outcome};
 use crate::types::{KindRef, ObjectKey};
 
 /// The annotation holding a hash of a child's desired form (see the [module docs](self)).

@@ -147,6 +147,20 @@ impl<T, E: Into<Error>> ResultExt<T> for Result<T, E> {
     }
 }
 
+/// Where an outcome meets the error: [`Outcome::into_result`] lives beside [`Error`] so that
+/// `outcome` needs nothing of this module (an [`Error`] carries an [`Outcome`], not the reverse).
+impl Outcome {
+    /// `Ok(self)`, or a permanent error if a builder was given an unusable object. The SDK calls
+    /// this on every returned outcome (and so does `testing`), so the first problem surfaces as
+    /// the reconcile's error.
+    pub fn into_result(self) -> Result<Self, Error> {
+        match self.problem() {
+            Some(problem) => Err(Error::permanent(format!("invalid action: {problem}"))),
+            None => Ok(self),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -3,10 +3,11 @@
 
 use std::time::Duration;
 
+use crate::action::{Action, EventType};
 use crate::cache::Error as CacheError;
 use crate::log::Level;
 use crate::object::{ObjectMeta, OwnerReference};
-use crate::outcome::{Action, EventType, Outcome};
+use crate::outcome::Outcome;
 use crate::patch::{PatchType, Preconditions};
 use crate::types::{IndexValue, KindRef, Mapping, Metadata, ObjectKey, Reason, Request};
 use crate::{Error, Reconciler};

@@ -55,6 +55,7 @@
 
 extern crate self as wasmloop_sdk;
 
+mod action;
 pub mod cache;
 pub mod children;
 pub mod conditions;
@@ -126,9 +127,9 @@ pub use wasmloop_sdk_derive::CustomResource;
 #[cfg(feature = "k8s")]
 pub use k8s_openapi as k8s;
 
+pub use action::{Action, Deletion, Event, EventType, Patch, PatchType, Preconditions};
 pub use error::{Error, ErrorKind, ResultExt};
-pub use outcome::{Action, Deletion, Event, EventType, Outcome};
-pub use patch::{Patch, PatchType, Preconditions};
+pub use outcome::Outcome;
 pub use serde_json;
 pub use types::{Field, Index, IndexValue, KindRef, Mapping, Metadata, ObjectKey, Reason, Request, Watch, kinds};
 

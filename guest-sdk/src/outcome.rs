@@ -5,99 +5,9 @@ use std::time::Duration;
 use serde::Serialize;
 use serde_json::{Map, Value, json};
 
-use crate::error::Error;
+use crate::action::{Action, Deletion, Event, EventType};
 use crate::object;
-use crate::patch::Preconditions;
 use crate::types::ObjectKey;
-
-/// `Normal` or `Warning`, as in Kubernetes Events.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum EventType {
-    /// Routine: something happened as intended.
-    Normal,
-    /// Something needs attention.
-    Warning,
-}
-
-/// A Kubernetes Event to record.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Event {
-    /// The object the event is about.
-    pub regarding: ObjectKey,
-    /// Normal or Warning.
-    pub event_type: EventType,
-    /// CamelCase machine-readable reason, e.g. `ScaledUp`.
-    pub reason: String,
-    /// Human-readable detail.
-    pub message: String,
-}
-
-/// A deletion: which object, and the conditions the API server checks first (a mismatch is a
-/// conflict: nothing is deleted and the host reconciles the key again once its cache has caught
-/// up), built like a [`Patch`](crate::Patch):
-///
-/// ```
-/// use wasmloop_sdk::{kinds, Deletion, Outcome};
-/// // Delete the ConfigMap only if it is still the one read (not deleted and re-created).
-/// let out = Outcome::new().deletion(Deletion::new(kinds::CONFIG_MAP.key(Some("ns"), "c")).if_uid("uid-1"));
-/// assert_eq!(out.deletions().next().unwrap().preconditions.uid.as_deref(), Some("uid-1"));
-/// ```
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Deletion {
-    /// The object to delete.
-    pub key: ObjectKey,
-    /// Checked by the API server before deleting.
-    pub preconditions: Preconditions,
-}
-
-impl Deletion {
-    /// Delete the object with this key, whatever it is now.
-    pub fn new(key: ObjectKey) -> Self {
-        Self { key, preconditions: Preconditions::default() }
-    }
-
-    /// Only if the object still has this uid (it was not deleted and re-created under its name).
-    pub fn if_uid(mut self, uid: impl Into<String>) -> Self {
-        self.preconditions.uid = Some(uid.into());
-        self
-    }
-
-    /// Only if the object is unchanged since it had this resourceVersion.
-    pub fn if_resource_version(mut self, rv: impl Into<String>) -> Self {
-        self.preconditions.resource_version = Some(rv.into());
-        self
-    }
-}
-
-impl From<ObjectKey> for Deletion {
-    fn from(key: ObjectKey) -> Self {
-        Self::new(key)
-    }
-}
-
-/// One thing for the host to do. The host makes each idempotent: creating an existing object
-/// and deleting a missing one count as done.
-#[derive(Clone, Debug, PartialEq)]
-pub enum Action {
-    /// Create the object.
-    Create(Value),
-    /// Server-side apply of the object (field manager = the plugin's name).
-    Apply(Value),
-    /// Delete the object (background propagation), if its preconditions hold.
-    Delete(Deletion),
-    /// JSON merge patch of `.status` through the `/status` subresource: fields given are set,
-    /// fields given as null are removed, others are kept.
-    UpdateStatus {
-        /// The object whose status to write.
-        key: ObjectKey,
-        /// The new status (a JSON object).
-        status: Value,
-    },
-    /// Record an Event.
-    Event(Event),
-    /// Patch an object or its status (see [`crate::patch`]).
-    Patch(crate::patch::Patch),
-}
 
 /// The result of a successful reconcile, built by chaining:
 ///
@@ -299,14 +209,9 @@ impl Outcome {
         })
     }
 
-    /// `Ok(self)`, or a permanent error if a builder was given an unusable object. The SDK calls
-    /// this on every returned outcome (and so does `testing`), so the first problem surfaces as
-    /// the reconcile's error.
-    pub fn into_result(self) -> Result<Self, Error> {
-        match self.invalid {
-            Some(problem) => Err(Error::permanent(format!("invalid action: {problem}"))),
-            None => Ok(self),
-        }
+    /// The first problem a builder recorded, if any.
+    pub(crate) fn problem(&self) -> Option<&str> {
+        self.invalid.as_deref()
     }
 
     pub(crate) fn with_problem(self, problem: String) -> Self {

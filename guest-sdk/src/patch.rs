@@ -18,83 +18,12 @@
 use serde::Serialize;
 use serde_json::{Value, json};
 
+use crate::action::Action;
 use crate::error::Error;
 use crate::object;
-use crate::outcome::{Action, Outcome};
-use crate::types::ObjectKey;
+use crate::outcome::Outcome;
 
-/// Conditions the API server checks before writing; a mismatch is a conflict.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Preconditions {
-    /// The object must still be this one (not deleted and re-created under its name).
-    pub uid: Option<String>,
-    /// The object must be unchanged since it was read.
-    pub resource_version: Option<String>,
-}
-
-/// How a patch document is read.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum PatchType {
-    /// JSON merge patch (RFC 7386): given fields set, `null` removes, lists replaced whole.
-    Merge,
-    /// JSON patch (RFC 6902): `add`, `remove`, `replace` and `test` operations.
-    Json,
-}
-
-/// A patch of an object or of its status.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Patch {
-    /// The object to patch.
-    pub key: ObjectKey,
-    /// Patch the `status` subresource (needs the `update-status` grant) instead of the object
-    /// (needs `patch`).
-    pub status: bool,
-    /// How [`body`](Self::body) is read: JSON merge patch or JSON patch.
-    pub patch_type: PatchType,
-    /// The patch document.
-    pub body: Value,
-    /// What the API server checks before applying the patch (none by default).
-    pub preconditions: Preconditions,
-}
-
-impl Patch {
-    /// A JSON merge patch of the object with this key.
-    pub fn merge(key: ObjectKey, body: Value) -> Self {
-        Self { key, status: false, patch_type: PatchType::Merge, body, preconditions: Preconditions::default() }
-    }
-
-    /// A JSON patch (a list of operations) of the object with this key.
-    pub fn json(key: ObjectKey, operations: Value) -> Self {
-        Self { key, status: false, patch_type: PatchType::Json, body: operations, preconditions: Preconditions::default() }
-    }
-
-    /// Patch the `status` subresource instead.
-    pub fn status(mut self) -> Self {
-        self.status = true;
-        self
-    }
-
-    /// Only if the object still has this uid.
-    pub fn if_uid(mut self, uid: impl Into<String>) -> Self {
-        self.preconditions.uid = Some(uid.into());
-        self
-    }
-
-    /// Only if the object is unchanged since it had this resourceVersion.
-    pub fn if_resource_version(mut self, rv: impl Into<String>) -> Self {
-        self.preconditions.resource_version = Some(rv.into());
-        self
-    }
-
-    /// Preconditions from the object as read: its uid and resourceVersion.
-    pub fn if_unchanged(self, obj: &Value) -> Self {
-        let field = |f: &str| obj.pointer(&format!("/metadata/{f}")).and_then(Value::as_str).filter(|s| !s.is_empty()).map(str::to_owned);
-        let mut p = self;
-        p.preconditions.uid = field("uid");
-        p.preconditions.resource_version = field("resourceVersion");
-        p
-    }
-}
+pub use crate::action::{Patch, PatchType, Preconditions};
 
 /// The owner reference that makes `owner` the controller of its dependents.
 pub fn controller_ref(owner: &Value) -> Result<Value, String> {

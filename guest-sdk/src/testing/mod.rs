@@ -46,12 +46,13 @@ use serde_json::{Map, Value};
 use wasmloop_model::index_path::IndexPath;
 use wasmloop_model::{Naming, Target, TargetName};
 
+use crate::action::{Action, Deletion, Event};
 use crate::cache::{self, NAMESPACE_INDEX, OWNER_INDEX};
 use crate::log::Level;
 use crate::meta::Meta;
 use crate::native::{self, Backend};
 use crate::object;
-use crate::outcome::{Action, Deletion, Event, Outcome};
+use crate::outcome::Outcome;
 use crate::types::{KindRef, Mapping, Metadata, ObjectKey, Request};
 use crate::{Error, Reconciler};
 
