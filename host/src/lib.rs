@@ -17,6 +17,9 @@
 // wasmtime cannot check fully) allows it where it is, with its SAFETY argument.
 #![deny(unsafe_code)]
 
+// The fuzz harnesses' runner is wasmloop-model's (its `fuzz` feature, a dev-dependency here).
+#[cfg(test)]
+use wasmloop_model::fuzz;
 pub mod actions;
 pub mod admission;
 pub mod cache;
@@ -25,10 +28,6 @@ pub mod controller;
 pub mod duration;
 pub mod executor;
 pub mod fence;
-// The fuzz harnesses' runner, shared with wasmloop-model (one file, so both run them alike).
-#[cfg(test)]
-#[path = "../../model/src/fuzz.rs"]
-mod fuzz;
 pub mod grants;
 pub mod hotload;
 pub mod identity;

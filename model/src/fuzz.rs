@@ -1,5 +1,5 @@
-//! The runner of the fuzz harnesses (`fuzz_*` tests) of this crate and of the host, which
-//! includes this file: proptest strategies fed to a decoder, counted, for a number of cases or a
+//! The runner of the fuzz harnesses (`fuzz_*` tests) of this crate and of the host (through the
+//! `fuzz` feature): proptest strategies fed to a decoder, counted, for a number of cases or a
 //! time budget.
 //!
 //! - `WASMLOOP_FUZZ_CASES` (default 256): cases per target, the smoke pass `cargo test` runs;
@@ -29,7 +29,7 @@ fn env_number(name: &str) -> Option<u64> {
 /// Run `test` on inputs from `strategy` (see the module doc); `test` returns whether the decoder
 /// accepted the input. `source_file` is `file!()`, where proptest keeps the seeds of failures
 /// (`proptest-regressions/` beside `src/`).
-pub(crate) fn run<S>(source_file: &'static str, target: &str, strategy: S, test: impl Fn(S::Value) -> Result<bool, TestCaseError>)
+pub fn run<S>(source_file: &'static str, target: &str, strategy: S, test: impl Fn(S::Value) -> Result<bool, TestCaseError>)
 where
     S: Strategy,
     S::Value: Debug,
@@ -40,7 +40,7 @@ where
 /// [`run`] for a target whose cases cost about `cost` times an ordinary one's: it runs
 /// `1/cost` of the cases (at least one), so the smoke pass stays quick. A time budget is
 /// unaffected.
-pub(crate) fn run_costly<S>(
+pub fn run_costly<S>(
     source_file: &'static str,
     target: &str,
     cost: u64,
@@ -73,10 +73,9 @@ pub(crate) fn run_costly<S>(
     eprintln!("fuzz {target}: {} cases ({} accepted) in {:.1?}", executed.get(), accepted.get(), start.elapsed());
 }
 
-#[allow(dead_code, reason = "the host's harnesses, which include this file too, do not use it")]
 /// Any JSON value, nested a few levels, with keys that the paths under test use (so lookups hit)
 /// as well as arbitrary ones.
-pub(crate) fn json_value() -> impl Strategy<Value = Value> {
+pub fn json_value() -> impl Strategy<Value = Value> {
     let leaf = prop_oneof![
         Just(Value::Null),
         any::<bool>().prop_map(Value::Bool),
@@ -93,9 +92,8 @@ pub(crate) fn json_value() -> impl Strategy<Value = Value> {
     })
 }
 
-#[allow(dead_code, reason = "as json_value")]
 /// An object key: one of the names paths and selectors use, or anything.
-pub(crate) fn json_key() -> impl Strategy<Value = String> {
+pub fn json_key() -> impl Strategy<Value = String> {
     prop_oneof![
         3 => prop::sample::select(&["metadata", "labels", "annotations", "spec", "status", "app", "0", "1", "a", "example.com/x"][..])
             .prop_map(str::to_owned),

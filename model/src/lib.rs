@@ -18,8 +18,8 @@
 #![warn(missing_docs)]
 
 pub mod field;
-#[cfg(test)]
-mod fuzz;
+#[cfg(any(test, feature = "fuzz"))]
+pub mod fuzz;
 pub mod index_path;
 pub mod kind;
 pub mod mapping;
