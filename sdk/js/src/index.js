@@ -2,8 +2,10 @@
 //
 // The same surface as the Rust SDK (guest-sdk/): kinds, the Metadata builder, Outcome builders
 // (create, apply, createOwned, delete, status, event, patch, requeueAfter), owner references and
-// deletion checks, transient/permanent errors, logging, and cache reads (get, list, byIndex and
-// their metadata-only forms). Objects are plain JSON objects (the Kubernetes wire form).
+// deletion checks, transient/permanent errors (carrying actions: withActions), logging, and cache
+// reads (get, list, byIndex and their metadata-only forms); contract 0.3's index mappings
+// (Metadata.namedBy, Mapping.index) and annotation selectors. Objects are plain JSON objects
+// (the Kubernetes wire form).
 //
 // Nothing here imports the host: `wasmloop-js build` binds the contract's imports (cache, log)
 // into the component, and `@wasmloop/sdk/testing` binds a FakeCache in unit tests under Node.

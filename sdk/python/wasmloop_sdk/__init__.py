@@ -2,9 +2,10 @@
 
 The same surface as the Rust SDK (``guest-sdk/``): kinds, the :class:`Metadata` builder,
 :class:`Outcome` builders (create, apply, create_owned, delete, status, event, patch,
-requeue_after), owner references and deletion checks, transient/permanent errors, logging, and
-cache reads (get, list, by_index and their metadata-only forms). Objects are plain ``dict``s
-(the Kubernetes wire form, parsed JSON).
+requeue_after), owner references and deletion checks, transient/permanent errors (carrying
+actions: ``with_actions``), logging, and cache reads (get, list, by_index and their metadata-only
+forms); contract 0.3's index mappings (``Metadata.named_by``, ``Mapping.index``) and annotation
+selectors. Objects are plain ``dict``s (the Kubernetes wire form, parsed JSON).
 
 Nothing here imports the host: ``python -m wasmloop_sdk.build`` binds the contract's imports
 into the component, and :mod:`wasmloop_sdk.testing` binds a FakeCache in unit tests.
