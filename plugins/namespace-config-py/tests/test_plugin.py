@@ -150,6 +150,10 @@ def test_config_maps_it_does_not_manage_are_left_alone(fake: FakeCache) -> None:
     # Not labelled managed-by=wasmloop: outside the watch selector, so not in the cache.
     fake.add({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": CONFIG_MAP_NAME, "namespace": "plain"}, "data": {"mine": "yes"}})
     assert fake.reconcile(ns("plain")).is_empty()
+    # Nor does an event on it reconcile anything; one on ours reconciles its Namespace.
+    assert fake.mapped_keys(cm_key("plain")) == []
+    fake.converge(ns("team-a"), 3)
+    assert fake.mapped_keys(cm_key("team-a")) == [ns("team-a")]
 
 
 def test_gone_and_terminating_namespaces_need_nothing(fake: FakeCache) -> None:

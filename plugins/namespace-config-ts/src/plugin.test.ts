@@ -137,6 +137,10 @@ test("ConfigMaps it does not manage are left alone", () => {
   // Not labelled managed-by=wasmloop: outside the watch selector, so not in the cache.
   const f = fake().with({ apiVersion: "v1", kind: "ConfigMap", metadata: { name: CONFIG_MAP_NAME, namespace: "plain" }, data: { mine: "yes" } });
   assert.ok(f.reconcile(ns("plain")).isEmpty());
+  // Nor does an event on it reconcile anything; one on ours reconciles its Namespace.
+  assert.deepEqual(f.mappedKeys(cmKey("plain")), []);
+  f.converge(ns("team-a"), 3);
+  assert.deepEqual(f.mappedKeys(cmKey("team-a")), [ns("team-a")]);
 });
 
 test("apply is used, not create", () => {

@@ -76,7 +76,7 @@ import { exportPlugin } from "@wasmloop/sdk/guest";
 import reconciler from ${user};
 
 class ReconcileFailure extends Error {
-  constructor(payload) { super(payload.val); this.payload = payload; }
+  constructor(payload) { super(payload.error.val); this.payload = payload; }
 }
 export const plugin = exportPlugin(reconciler, {
   bindings: { cache, log },

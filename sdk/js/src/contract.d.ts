@@ -1,4 +1,4 @@
-// Generated from wit/controller.wit (wasmloop:controller@0.2.0) by `wasmloop-js types`: do not edit.
+// Generated from wit/controller.wit (wasmloop:controller@0.3.0) by `wasmloop-js types`: do not edit.
 
 /** An API type, e.g. `{api-version: "apps/v1", kind: "ReplicaSet"}` or `{api-version: "v1", kind: "Pod"}`. */
 export interface KindRef {
@@ -96,18 +96,45 @@ export type ReconcileError =
   | { tag: "transient"; val: string } /* Retry with exponential backoff. */
   | { tag: "permanent"; val: string } /* Do not retry until the object (or something mapped to it) changes. */;
 
+/** A failed reconcile (0.3): the error, which drives the retry (backoff, `last-error`, the
+ * error metrics), and actions the host executes anyway — a Warning Event, a status
+ * condition saying why — checked and admitted exactly as an outcome's. A refused or failed
+ * action is reported with the error; it does not change how the key is retried. */
+export interface Failure {
+  error: ReconcileError;
+  actions: Action[];
+}
+
+/** Which value of a related object is looked up in an index of the primary kind (0.3). */
+export type IndexValue =
+  | { tag: "name" } /* Its name. When both kinds are namespaced, only primaries in its namespace match. */
+  | { tag: "namespaced-name" } /* `<namespace>/<name>` (`<name>` if it is cluster-scoped), matched in every namespace: for primaries that name objects in other namespaces. */
+  | { tag: "field"; val: string } /* The values of a dotted field path (as `index.path`) of the object, each looked up. When both kinds are namespaced, only primaries in its namespace match. */;
+
+/** Enqueue the primaries found through an index (0.3): "who names me" as one declaration. */
+export interface IndexMapping {
+  /** An index of the primary kind, declared in `plugin-metadata.indexes`. */
+  index: string;
+  /** What of the related object is looked up in it. */
+  value: IndexValue;
+}
+
 /** How events on a secondary kind turn into keys of the primary kind. */
 export type Mapping =
   | { tag: "owner" } /* Enqueue the object's controller owner (ownerReferences with controller=true) if it is of the primary kind. */
   | { tag: "label"; val: string } /* Enqueue the primary object named by this label's value, in the object's namespace (or cluster-scoped when the primary kind is). */
   | { tag: "same-name" } /* Enqueue the primary object with the same name as this object, in the object's namespace. */
-  | { tag: "namespace" } /* Enqueue the primary object whose name is the object's namespace (e.g. Namespace ← ConfigMap). */;
+  | { tag: "namespace" } /* Enqueue the primary object whose name is the object's namespace (e.g. Namespace ← ConfigMap). */
+  | { tag: "index"; val: IndexMapping } /* Enqueue every primary object whose index holds the object's value (0.3), e.g. the Foos whose `spec.deploymentName` (an index `deployment` on Foo) is this Deployment's name: `index({index: "deployment", value: name})`. */;
 
 export interface Watch {
   kind: KindRef;
   mapping: Mapping;
   /** Optional label selector (`app=web,tier!=db`) limiting which objects are watched and cached. */
   selector: string | null;
+  /** Optional selector in the same syntax matched against annotations (0.3): objects that
+   * do not match are neither cached nor mapped (the host filters them as they arrive). */
+  annotationSelector: string | null;
 }
 
 /** An index the plugin reads through `cache.by-index`. */
@@ -133,6 +160,8 @@ export interface PluginMetadata {
   reconciles: KindRef;
   /** Label selector for the reconciled kind, if only some objects matter. */
   selector: string | null;
+  /** Annotation selector for the reconciled kind (0.3), as `watch.annotation-selector`. */
+  annotationSelector: string | null;
   /** Kinds whose events map to primary keys (children via `owner`, others via other mappings). */
   watches: Watch[];
   /** Extra indexes the plugin needs. `namespace` and `owner` exist on every kind. */
@@ -206,7 +235,7 @@ export interface PluginInterface {
   /** Static description; called once at load. */
   metadata(): PluginMetadata;
   /** Reconcile one key: read the cache, return the actions that move the world to the desired state.
-   * @throws ReconcileError */
+   * @throws Failure */
   reconcile(request: Request): Outcome;
 }
 

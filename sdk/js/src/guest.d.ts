@@ -7,7 +7,8 @@ export function toWitMetadata(metadata: Metadata): contract.PluginMetadata;
 export function fromWitRequest(request: contract.Request): Request;
 export function toWitOutcome(outcome: Outcome, u64?: (n: number) => unknown): contract.Outcome;
 export function toWitError(e: unknown): contract.ReconcileError;
+export function toWitFailure(e: unknown): contract.Failure;
 export function exportPlugin(
   reconciler: Reconciler,
-  options?: { bindings?: { cache: contract.CacheInterface; log: contract.LogInterface }; u64?: (n: number) => unknown; fail?: (err: contract.ReconcileError) => never },
+  options?: { bindings?: { cache: contract.CacheInterface; log: contract.LogInterface }; u64?: (n: number) => unknown; fail?: (err: contract.Failure) => never },
 ): contract.PluginInterface;

@@ -24,6 +24,20 @@ function preconditions(p = {}) {
   return { uid: opt(p.uid), resourceVersion: opt(p.resourceVersion) };
 }
 
+function mapping(m) {
+  switch (m.tag) {
+    case "label":
+      return { tag: "label", val: m.val };
+    case "index": {
+      const v = m.val.value;
+      const value = v.tag === "field" ? { tag: "field", val: v.val } : { tag: v.tag };
+      return { tag: "index", val: { index: m.val.index, value } };
+    }
+    default:
+      return { tag: m.tag };
+  }
+}
+
 /** The contract's `plugin-metadata` record of a `Metadata`. */
 export function toWitMetadata(metadata) {
   const m = metadata instanceof Metadata ? metadata.spec : metadata;
@@ -33,7 +47,8 @@ export function toWitMetadata(metadata) {
     version: m.version,
     reconciles: kindRef(m.reconciles),
     selector: opt(m.selector),
-    watches: m.watches.map((w) => ({ kind: kindRef(w.kind), mapping: w.mapping.tag === "label" ? { tag: "label", val: w.mapping.val } : { tag: w.mapping.tag }, selector: opt(w.selector) })),
+    annotationSelector: opt(m.annotationSelector),
+    watches: m.watches.map((w) => ({ kind: kindRef(w.kind), mapping: mapping(w.mapping), selector: opt(w.selector), annotationSelector: opt(w.annotationSelector) })),
     indexes: m.indexes.map((i) => ({ kind: kindRef(i.kind), name: i.name, path: i.path })),
     fields: m.fields.map((f) => ({ kind: kindRef(f.kind), path: f.path })),
   };
@@ -89,9 +104,27 @@ export function toWitError(e) {
 }
 
 /**
+ * What a thrown value becomes: the contract's `failure` record, the error and the actions to
+ * execute anyway (a ReconcileError's `withActions`). Unusable actions (a builder refused an
+ * object) are not sent, and the message says so.
+ */
+export function toWitFailure(e) {
+  const outcome = e instanceof ReconcileError ? e.actions : undefined;
+  if (outcome === undefined) return { error: toWitError(e), actions: [] };
+  if (outcome.invalid !== undefined) {
+    return { error: toWitError(e.context(`its actions were not sent (invalid action: ${outcome.invalid})`)), actions: [] };
+  }
+  try {
+    return { error: toWitError(e), actions: outcome.actions.map(toWitAction) };
+  } catch (bad) {
+    return { error: toWitError(e.context(`its actions were not sent (${bad?.message ?? bad})`)), actions: [] };
+  }
+}
+
+/**
  * The contract's `plugin` export for `reconciler`. `options.bindings` is the host (`{cache, log}`)
  * to bind; `options.u64` converts numbers for engines whose u64 is a BigInt; `options.fail`
- * throws a `reconcile-error` the way the engine expects.
+ * throws a `failure` the way the engine expects.
  */
 export function exportPlugin(reconciler, { bindings, u64 = (n) => n, fail = (err) => { throw err; } } = {}) {
   if (bindings) bindHost(bindings);
@@ -108,7 +141,7 @@ export function exportPlugin(reconciler, { bindings, u64 = (n) => n, fail = (err
         if (declared && !sameKind(req.key, declared.reconciles)) throw new Error("a key of another kind");
         result = toWitOutcome(reconciler.reconcile(req), u64);
       } catch (e) {
-        return fail(toWitError(e));
+        return fail(toWitFailure(e));
       }
       return result;
     },

@@ -67,24 +67,46 @@ export function keyOf(kind: KindRef, namespace: string | null | undefined, name:
 export function keyString(key: ObjectKey): string;
 export function sameKind(a: KindRef, b: KindRef): boolean;
 
-export type MappingValue = { readonly tag: "owner" } | { readonly tag: "label"; readonly val: string } | { readonly tag: "same-name" } | { readonly tag: "namespace" };
+/** Which value of a related object an index mapping looks up (contract 0.3). */
+export type IndexValueValue = { readonly tag: "name" } | { readonly tag: "namespaced-name" } | { readonly tag: "field"; readonly val: string };
+export const IndexValue: {
+  /** Its name; when both kinds are namespaced, only primaries in its namespace match. */
+  readonly name: IndexValueValue;
+  /** `<namespace>/<name>` (`<name>` if cluster-scoped), matched in every namespace. */
+  readonly namespacedName: IndexValueValue;
+  /** The values of a dotted field path of it; when both kinds are namespaced, only primaries in its namespace match. */
+  field(path: string): IndexValueValue;
+};
+
+export type MappingValue =
+  | { readonly tag: "owner" }
+  | { readonly tag: "label"; readonly val: string }
+  | { readonly tag: "same-name" }
+  | { readonly tag: "namespace" }
+  | { readonly tag: "index"; readonly val: { readonly index: string; readonly value: IndexValueValue } };
 export const Mapping: {
   readonly owner: MappingValue;
   label(label: string): MappingValue;
   readonly sameName: MappingValue;
   readonly namespace: MappingValue;
+  /** Every reconciled object whose index `index` (on the reconciled kind) holds `value` of the related object (contract 0.3). */
+  index(index: string, value: IndexValueValue): MappingValue;
 };
 
 export interface WatchSpec {
   kind: KindRef;
   mapping: MappingValue;
   selector?: string;
+  /** Annotation selector (label-selector syntax; contract 0.3). */
+  annotationSelector?: string;
 }
 
 export class Watch {
   constructor(kind: KindRef, mapping: MappingValue);
   readonly spec: WatchSpec;
   selector(selector: string): this;
+  /** Cache (and map) only objects whose annotations match this selector (contract 0.3). */
+  annotationSelector(selector: string): this;
 }
 
 export interface MetadataSpec {
@@ -92,6 +114,7 @@ export interface MetadataSpec {
   version: string;
   reconciles?: KindRef;
   selector?: string;
+  annotationSelector?: string;
   watches: WatchSpec[];
   indexes: { kind: KindRef; name: string; path: string }[];
   fields: { kind: KindRef; path: string }[];
@@ -104,6 +127,10 @@ export class Metadata {
   readonly version: string;
   reconciles(kind: KindRef): this;
   selector(selector: string): this;
+  /** Only objects of the reconciled kind whose annotations match this selector (contract 0.3). */
+  annotationSelector(selector: string): this;
+  /** Watch `kind`, named by the reconciled objects: index `index` on the reconciled kind over `path`, and an index mapping looking up `value` (contract 0.3). */
+  namedBy(kind: KindRef, index: string, path: string, value: IndexValueValue): this;
   owns(kind: KindRef): this;
   watches(kind: KindRef, mapping: MappingValue): this;
   watch(watch: Watch | WatchSpec): this;
@@ -117,7 +144,11 @@ export class ReconcileError extends Error {
   constructor(kind: "transient" | "permanent", message: string);
   readonly kind: "transient" | "permanent";
   readonly isTransient: boolean;
+  /** The actions the host executes anyway (contract 0.3), if any. */
+  actions: Outcome | undefined;
   context(context: string): ReconcileError;
+  /** This error, with actions for the host to execute anyway (contract 0.3): Events, status or condition patches. */
+  withActions(outcome: Outcome | Action[]): this;
 }
 export class CacheError extends ReconcileError {
   readonly tag: "not-granted" | "unknown-index" | "invalid";

@@ -2,8 +2,10 @@
 //
 // The same surface as the Rust SDK (guest-sdk/): kinds, the Metadata builder, Outcome builders
 // (create, apply, createOwned, delete, status, event, patch, requeueAfter), owner references and
-// deletion checks, transient/permanent errors, logging, and cache reads (get, list, byIndex and
-// their metadata-only forms). Objects are plain JSON objects (the Kubernetes wire form).
+// deletion checks, transient/permanent errors (carrying actions: withActions), logging, and cache
+// reads (get, list, byIndex and their metadata-only forms); contract 0.3's index mappings
+// (Metadata.namedBy, Mapping.index) and annotation selectors. Objects are plain JSON objects
+// (the Kubernetes wire form).
 //
 // Nothing here imports the host: `wasmloop-js build` binds the contract's imports (cache, log)
 // into the component, and `@wasmloop/sdk/testing` binds a FakeCache in unit tests under Node.
@@ -62,17 +64,42 @@ export const Mapping = Object.freeze({
   sameName: Object.freeze({ tag: "same-name" }),
   /** The reconciled object whose name is the object's namespace (Namespace ← ConfigMap). */
   namespace: Object.freeze({ tag: "namespace" }),
+  /**
+   * Every reconciled object whose index `index` (declared on the reconciled kind) holds `value`
+   * of the related object, an `IndexValue` (contract 0.3): "who names me" as one declaration.
+   */
+  index: (index, value) => Object.freeze({ tag: "index", val: Object.freeze({ index, value }) }),
 });
 
-/** A watch: a kind, its mapping and an optional label selector (`.spec` holds them). */
+/** Which value of a related object an index mapping (`Mapping.index`) looks up (contract 0.3). */
+export const IndexValue = Object.freeze({
+  /** Its name; when both kinds are namespaced, only primaries in its namespace match. */
+  name: Object.freeze({ tag: "name" }),
+  /** `<namespace>/<name>` (`<name>` if cluster-scoped), matched in every namespace. */
+  namespacedName: Object.freeze({ tag: "namespaced-name" }),
+  /** The values of a dotted field path of it; when both kinds are namespaced, only primaries in its namespace match. */
+  field: (path) => Object.freeze({ tag: "field", val: path }),
+});
+
+/** A watch: a kind, its mapping and optional label and annotation selectors (`.spec` holds them). */
 export class Watch {
   constructor(kindRef, mapping) {
-    this.spec = { kind: kindRef, mapping, selector: undefined };
+    this.spec = { kind: kindRef, mapping, selector: undefined, annotationSelector: undefined };
   }
 
   /** Watch (and cache) only objects matching this label selector. */
   selector(selector) {
     this.spec.selector = selector;
+    return this;
+  }
+
+  /**
+   * Cache (and map) only objects whose annotations match this selector, in label-selector
+   * syntax (`example.com/managed=true`, `!example.com/skip`; contract 0.3). The host filters
+   * objects as they arrive: the API server cannot select annotations.
+   */
+  annotationSelector(selector) {
+    this.spec.annotationSelector = selector;
     return this;
   }
 }
@@ -83,7 +110,7 @@ export class Watch {
  */
 export class Metadata {
   constructor(name, version) {
-    this.spec = { name, version, reconciles: undefined, selector: undefined, watches: [], indexes: [], fields: [] };
+    this.spec = { name, version, reconciles: undefined, selector: undefined, annotationSelector: undefined, watches: [], indexes: [], fields: [] };
   }
 
   /** The plugin's name. */
@@ -108,6 +135,25 @@ export class Metadata {
     return this;
   }
 
+  /** Only objects of the reconciled kind whose annotations match this selector (label-selector syntax; contract 0.3). */
+  annotationSelector(selector) {
+    this.spec.annotationSelector = selector;
+    return this;
+  }
+
+  /**
+   * Watch `kindRef`, whose objects the reconciled objects *name* (not own): declare index
+   * `index` on the reconciled kind over `path` (where a reconciled object names the related
+   * one, e.g. `spec.deploymentName`), and enqueue, for an event on a related object, every
+   * reconciled object whose index holds `value` (an `IndexValue`) of it (contract 0.3). Call
+   * after `reconciles`.
+   */
+  namedBy(kindRef, index, path, value) {
+    const primary = this.spec.reconciles;
+    if (!primary) throw new Error("Metadata.namedBy: call reconciles(kind) first (the index is on the reconciled kind)");
+    return this.index(primary, index, path).watches(kindRef, Mapping.index(index, value));
+  }
+
   /** Watch children of `kindRef` through their controller owner reference. */
   owns(kindRef) {
     return this.watch(new Watch(kindRef, Mapping.owner));
@@ -118,10 +164,10 @@ export class Metadata {
     return this.watch(new Watch(kindRef, mapping));
   }
 
-  /** Add a watch (a `Watch`, or `{kind, mapping, selector}`). */
+  /** Add a watch (a `Watch`, or `{kind, mapping, selector, annotationSelector}`). */
   watch(watch) {
     const w = watch instanceof Watch ? watch.spec : watch;
-    this.spec.watches.push({ kind: w.kind, mapping: w.mapping, selector: w.selector ?? undefined });
+    this.spec.watches.push({ kind: w.kind, mapping: w.mapping, selector: w.selector ?? undefined, annotationSelector: w.annotationSelector ?? undefined });
     return this;
   }
 
@@ -153,22 +199,47 @@ export class Metadata {
 // ---------------------------------------------------------------------------------------------
 // Errors
 
-/** A reconcile error: `transient` (retried with backoff) or `permanent` (until something changes). */
+/**
+ * A reconcile error: `transient` (retried with backoff) or `permanent` (until something
+ * changes). It can carry actions the host executes anyway (`withActions`, contract 0.3).
+ */
 export class ReconcileError extends Error {
   constructor(kind, message) {
     super(message);
     this.name = "ReconcileError";
     /** `"transient"` or `"permanent"`. */
     this.kind = kind;
+    /** The actions to execute anyway (an Outcome), if any. */
+    this.actions = undefined;
   }
 
   get isTransient() {
     return this.kind === "transient";
   }
 
-  /** The same error with `context: ` before its message. */
+  /** The same error with `context: ` before its message (and the same actions). */
   context(context) {
-    return new ReconcileError(this.kind, `${context}: ${this.message}`);
+    const e = new ReconcileError(this.kind, `${context}: ${this.message}`);
+    e.actions = this.actions;
+    return e;
+  }
+
+  /**
+   * This error, with actions for the host to execute anyway (contract 0.3): an Outcome (or a
+   * list of its actions) holding Events, status or condition patches saying why. They are
+   * checked and admitted like an outcome's; the error still decides the retry (backoff,
+   * `lastError`, the error metrics), and the outcome's `requeueAfter` is ignored.
+   * `throw transient("quota exceeded").withActions(new Outcome().event(foo, "warning", "QuotaExceeded", "retrying"))`.
+   */
+  withActions(outcome) {
+    if (Array.isArray(outcome)) {
+      const o = new Outcome();
+      o.actions.push(...outcome);
+      outcome = o;
+    }
+    if (!(outcome instanceof Outcome)) throw new TypeError("withActions takes an Outcome or a list of actions");
+    this.actions = outcome;
+    return this;
   }
 }
 

@@ -62,6 +62,11 @@ export function matchesSelector(text, obj) {
   return parseSelector(text)(obj?.metadata?.labels ?? {});
 }
 
+/** Whether `obj`'s annotations match the (annotation) selector text, in label-selector syntax. */
+export function matchesAnnotationSelector(text, obj) {
+  return parseSelector(text)(obj?.metadata?.annotations ?? {});
+}
+
 function splitMapKey(path) {
   for (const map of ["metadata.annotations", "metadata.labels"]) {
     if (path.startsWith(map + ".")) return [map, path.slice(map.length + 1)];

@@ -1,6 +1,6 @@
 // Types of @wasmloop/sdk/testing.
 
-import type { Action, KindRef, KubeObject, Metadata, ObjectKey, Outcome, Reconciler, Request } from "./index.js";
+import type { Action, KindRef, KubeObject, Metadata, ObjectKey, Outcome, ReconcileError, Reconciler, Request } from "./index.js";
 
 export class FakeCache {
   constructor(metadataOrReconciler: Metadata | Reconciler);
@@ -18,7 +18,10 @@ export class FakeCache {
   enter<T>(f: () => T): T;
   reconcile(key: ObjectKey, reconciler?: Reconciler): Outcome;
   reconcileRequest(request: Request, reconciler?: Reconciler): Outcome;
-  execute(outcome: Outcome): void;
+  /** Carry out an outcome's actions, or those a failure carries (contract 0.3). */
+  execute(outcome: Outcome | ReconcileError): void;
+  /** The keys of the reconciled kind the host would queue for an event on `related` (contract 0.3: index mappings too). */
+  mappedKeys(related: ObjectKey): ObjectKey[];
   converge(key: ObjectKey, maxRounds?: number, reconciler?: Reconciler): Outcome[];
   logs(): [string, string][];
   events(): Omit<Extract<Action, { type: "event" }>, "type">[];

@@ -1,18 +1,20 @@
 // Unit-test reconcilers under Node (`node --test`): a fake of the host's cache built from
 // objects, JSON or YAML, no wasm, no cluster. It answers reads like the host (and like the Rust
 // SDK's `testing::FakeCache`): only kinds the metadata declares are readable, watch and
-// reconcile selectors limit what is cached, `byIndex` knows `namespace`, `owner` (the
-// controller owner's UID) and the declared `labels.<key>` / dotted-path indexes, and metadata
-// reads return the declared fields. `execute` and `converge` play the host's part of carrying
-// out the actions, so a test can check that a reconciler converges and then writes nothing.
+// reconcile selectors (label and annotation) limit what is cached, `byIndex` knows `namespace`,
+// `owner` (the controller owner's UID) and the declared `labels.<key>` / dotted-path indexes,
+// and metadata reads return the declared fields. `mappedKeys` maps an event on a related object
+// to the keys the host would queue (owner, label, same name, namespace and index mappings).
+// `execute` and `converge` play the host's part of carrying out the actions (a failure's too),
+// so a test can check that a reconciler converges and then writes nothing.
 
 import { readdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 
-import { toWitOutcome } from "./guest.js";
+import { toWitFailure, toWitOutcome } from "./guest.js";
 import { bindHost } from "./host.js";
 import { Metadata, Outcome, ReconcileError, keyString, objectKey, permanent, request as makeRequest, sameKind } from "./index.js";
-import { checkPath, fieldValue, indexValues, matchesSelector, parseSelector } from "./paths.js";
+import { checkPath, fieldValue, indexValues, matchesAnnotationSelector, matchesSelector, parseSelector } from "./paths.js";
 import { parseYamlStream } from "./yaml.js";
 
 const kindId = (k) => `${k.apiVersion}/${k.kind}`;
@@ -120,6 +122,39 @@ function hasFinalizers(obj) {
   return (obj?.metadata?.finalizers ?? []).length > 0;
 }
 
+/** What one informer of the host caches: a label selector and an annotation selector, both optional. */
+function selection(labels, annotations) {
+  return (obj) => (labels == null || matchesSelector(labels, obj)) && (annotations == null || matchesAnnotationSelector(annotations, obj));
+}
+
+/** The API group of an apiVersion (`""` for the core group). */
+function group(apiVersion) {
+  const i = apiVersion.indexOf("/");
+  return i < 0 ? "" : apiVersion.slice(0, i);
+}
+
+/** The values an index mapping looks up for a related object, and whether matches stay in its namespace (wasmloop-model's `IndexValue::lookup`). */
+function lookup(value, ns, name, obj) {
+  switch (value.tag) {
+    case "name":
+      return [[name], true];
+    case "namespaced-name":
+      return [[ns ? `${ns}/${name}` : name], false];
+    case "field": {
+      let values = [];
+      try {
+        checkPath(value.val);
+        values = indexValues(value.val, obj);
+      } catch {
+        values = [];
+      }
+      return [values, true];
+    }
+    default:
+      throw new Error(`unknown index value ${JSON.stringify(value)}`);
+  }
+}
+
 /** A fake of the host's cache (and of its action executor) for tests under Node. */
 export class FakeCache {
   /**
@@ -144,7 +179,26 @@ export class FakeCache {
       }
     };
     sel(m.selector, "reconciled kind");
-    for (const w of m.watches) sel(w.selector, `watch of ${kindId(w.kind)}`);
+    sel(m.annotationSelector, "reconciled kind");
+    for (const w of m.watches) {
+      sel(w.selector, `watch of ${kindId(w.kind)}`);
+      sel(w.annotationSelector, `watch of ${kindId(w.kind)}`);
+      // As the host refuses at load: an index mapping names an index of the reconciled kind.
+      if (w.mapping?.tag === "index") {
+        const { index, value } = w.mapping.val;
+        if (!m.indexes.some((i) => sameKind(i.kind, m.reconciles) && i.name === index)) {
+          throw new Error(`watch of ${kindId(w.kind)}: the index mapping names index ${JSON.stringify(index)}, which is not declared on ${kindId(m.reconciles)}`);
+        }
+        if (!["name", "namespaced-name", "field"].includes(value?.tag)) throw new Error(`watch of ${kindId(w.kind)}: unknown index value ${JSON.stringify(value)}`);
+        if (value.tag === "field") {
+          try {
+            checkPath(value.val);
+          } catch (e) {
+            throw new Error(`watch of ${kindId(w.kind)}: the index mapping's field: ${e.message}`);
+          }
+        }
+      }
+    }
     for (const i of m.indexes) {
       try {
         checkPath(i.path);
@@ -252,14 +306,14 @@ export class FakeCache {
     const selectors = [];
     let unrestricted = false;
     let declared = false;
-    const note = (s) => {
+    const note = (labels, annotations) => {
       declared = true;
-      if (s == null) unrestricted = true;
-      else selectors.push(s);
+      if (labels == null && annotations == null) unrestricted = true;
+      else selectors.push(selection(labels, annotations));
     };
-    if (m.reconciles && sameKind(m.reconciles, kindRef)) note(m.selector);
-    for (const w of m.watches.filter((w) => sameKind(w.kind, kindRef))) note(w.selector);
-    if (m.indexes.some((i) => sameKind(i.kind, kindRef))) note(null);
+    if (m.reconciles && sameKind(m.reconciles, kindRef)) note(m.selector, m.annotationSelector);
+    for (const w of m.watches.filter((w) => sameKind(w.kind, kindRef))) note(w.selector, w.annotationSelector);
+    if (m.indexes.some((i) => sameKind(i.kind, kindRef))) note(null, null);
     if (!declared) {
       throw { tag: "not-granted", val: `${kindId(kindRef)} is not declared in the metadata of plugin ${JSON.stringify(m.name)} (reconciles, watches or indexes)` };
     }
@@ -268,13 +322,13 @@ export class FakeCache {
 
   _visible(kindRef, filter = () => true) {
     const selectors = this._grant(kindRef);
-    return this.objects(kindRef).filter((o) => (selectors === null || selectors.some((s) => matchesSelector(s, o))) && filter(o));
+    return this.objects(kindRef).filter((o) => (selectors === null || selectors.some((s) => s(o))) && filter(o));
   }
 
   _get(kindRef, ns, name) {
     const selectors = this._grant(kindRef);
     const o = this.get({ ...kindRef, namespace: ns ?? undefined, name });
-    return o && (selectors === null || selectors.some((s) => matchesSelector(s, o))) ? o : undefined;
+    return o && (selectors === null || selectors.some((s) => s(o))) ? o : undefined;
   }
 
   _list(kindRef, ns, selector) {
@@ -384,7 +438,13 @@ export class FakeCache {
     const reconciled = this.metadata.spec.reconciles;
     if (!sameKind(req.key, reconciled)) throw new Error(`FakeCache: the host only reconciles keys of the reconciled kind ${kindId(reconciled)}`);
     return this.enter(() => {
-      const out = reconciler.reconcile(req);
+      let out;
+      try {
+        out = reconciler.reconcile(req);
+      } catch (e) {
+        if (e instanceof ReconcileError) toWitFailure(e); // what the component would send: its actions convert (or are dropped)
+        throw e;
+      }
       if (!(out instanceof Outcome)) throw permanent("reconcile must return an Outcome");
       out.intoResult();
       toWitOutcome(out); // what the component would send: every action converts
@@ -393,12 +453,75 @@ export class FakeCache {
   }
 
   /**
+   * The keys of the reconciled kind the host would queue for an event on `related` (the key of
+   * an object in this fake, of a watched kind), through each of the plugin's watches of its kind
+   * and their mappings: owner, label, same name, namespace, and index (contract 0.3), after the
+   * watch's label and annotation selectors. Test that a change to an object a primary only
+   * *names* reaches it: `assert.deepEqual(fake.mappedKeys(deploymentKey), [fooKey])`.
+   */
+  mappedKeys(related) {
+    const obj = this.get(related);
+    if (obj === undefined) return [];
+    const m = this.metadata.spec;
+    const primary = m.reconciles;
+    const stored = this.objects(primary);
+    // Whether the primary kind is namespaced: as its stored objects are; unknown (none stored yet): as the related object is.
+    const namespaced = stored.length > 0 ? stored[0].metadata.namespace != null && stored[0].metadata.namespace !== "" : related.namespace != null;
+    const key = (ns, name) => ({ apiVersion: primary.apiVersion, kind: primary.kind, namespace: (namespaced ? ns : undefined) ?? undefined, name });
+    const ns = related.namespace ?? undefined;
+    const keys = [];
+    for (const w of m.watches.filter((w) => sameKind(w.kind, related))) {
+      if (!selection(w.selector, w.annotationSelector)(obj)) continue;
+      let found = [];
+      switch (w.mapping.tag) {
+        case "owner": {
+          const ref = (obj.metadata.ownerReferences ?? []).find((r) => r.controller === true);
+          if (ref && ref.kind === primary.kind && group(ref.apiVersion ?? "") === group(primary.apiVersion) && ref.name) found = [key(ns, ref.name)];
+          break;
+        }
+        case "label": {
+          const v = obj.metadata.labels?.[w.mapping.val];
+          if (v) found = [key(ns, v)];
+          break;
+        }
+        case "same-name":
+          found = [key(ns, related.name)];
+          break;
+        case "namespace":
+          if (ns) found = [{ apiVersion: primary.apiVersion, kind: primary.kind, namespace: undefined, name: ns }];
+          break;
+        case "index": {
+          const { index, value } = w.mapping.val;
+          const [values, sameNamespace] = lookup(value, ns, related.name, obj);
+          const decl = m.indexes.find((i) => sameKind(i.kind, primary) && i.name === index);
+          found = stored
+            .filter((p) => !(sameNamespace && namespaced && ns) || p.metadata.namespace === ns)
+            .filter((p) => decl && indexValues(decl.path, p).some((v) => values.includes(v)))
+            .map((p) => objectKey(p));
+          break;
+        }
+        default:
+          throw new Error(`FakeCache: unknown mapping ${w.mapping.tag}`);
+      }
+      for (const k of found) if (!keys.some((o) => keyString(o) === keyString(k))) keys.push(k);
+    }
+    return keys;
+  }
+
+  /**
    * Carry out the actions as the host would, against the fake: create adds the object unless it
    * exists, apply merges it in (a rough stand-in for server-side apply), delete removes it (or
    * marks it deleting while it has finalizers), status merge-patches `.status`, patch applies
    * a merge or JSON patch (nothing if a precondition or `test` fails), events are recorded.
+   * Given a ReconcileError, executes the actions it carries (`withActions`), as the host does
+   * with a failure's: none if they are unusable.
    */
   execute(outcome) {
+    if (outcome instanceof ReconcileError) {
+      const actions = outcome.actions;
+      if (actions === undefined || actions.invalid !== undefined) return;
+      outcome = actions;
+    }
     for (const a of outcome.actions) {
       switch (a.type) {
         case "create": {
@@ -464,8 +587,8 @@ export class FakeCache {
 
   /**
    * Reconcile `key` and execute the outcome until a reconcile returns no actions; returns the
-   * outcomes that had actions. Throws if the reconciler fails or has not converged after
-   * `maxRounds` reconciles.
+   * outcomes that had actions. Throws if the reconciler fails (after executing the actions its
+   * error carries, as the host does) or has not converged after `maxRounds` reconciles.
    */
   converge(key, maxRounds = 10, reconciler = this.reconciler) {
     const done = [];
@@ -474,7 +597,11 @@ export class FakeCache {
       try {
         out = this.reconcile(key, reconciler);
       } catch (e) {
-        if (e instanceof ReconcileError) throw new Error(`reconcile of ${keyString(key)} failed: ${e.message}`);
+        if (e instanceof ReconcileError) {
+          this.execute(e);
+          const error = toWitFailure(e).error;
+          throw new Error(`reconcile of ${keyString(key)} failed: ${error.tag}: ${error.val}`);
+        }
         throw e;
       }
       if (out.actions.length === 0) return done;

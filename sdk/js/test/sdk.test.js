@@ -2,8 +2,8 @@ import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import { test } from "node:test";
 
-import { Mapping, Metadata, Outcome, ReconcileError, cache, controllerRef, defineReconciler, hasFinalizer, isDeleting, keyOf, kinds, log, objectKey, permanent, request, transient, withContext } from "@wasmloop/sdk";
-import { exportPlugin, fromWitRequest, toWitError, toWitMetadata, toWitOutcome } from "@wasmloop/sdk/guest";
+import { IndexValue, Mapping, Metadata, Outcome, ReconcileError, Watch, cache, controllerRef, defineReconciler, hasFinalizer, isDeleting, keyOf, kind, kinds, log, objectKey, permanent, request, transient, withContext } from "@wasmloop/sdk";
+import { exportPlugin, fromWitRequest, toWitError, toWitFailure, toWitMetadata, toWitOutcome } from "@wasmloop/sdk/guest";
 import { FakeCache } from "@wasmloop/sdk/testing";
 
 import { PROVIDED, componentImports } from "../tools/imports.js";
@@ -148,13 +148,17 @@ test("the component export converts requests, metadata, outcomes and errors", ()
   const plugin = exportPlugin(pods, { bindings: fake.host() });
   const m = plugin.metadata();
   assert.deepEqual(m.reconciles, { apiVersion: "v1", kind: "Namespace" });
-  assert.deepEqual(m.watches[0], { kind: { apiVersion: "v1", kind: "Pod" }, mapping: { tag: "namespace" }, selector: null });
+  assert.deepEqual(m.watches[0], { kind: { apiVersion: "v1", kind: "Pod" }, mapping: { tag: "namespace" }, selector: null, annotationSelector: null });
   assert.equal(m.selector, null);
+  assert.equal(m.annotationSelector, null);
   const out = plugin.reconcile({ key: { apiVersion: "v1", kind: "Namespace", namespace: null, name: "team-a" }, reason: { tag: "event" }, lastError: null });
   assert.equal(out.actions[0].val.status, '{"pods":2}');
   assert.equal(out.requeueAfterMs, null);
   const failing = defineReconciler({ metadata: pods.metadata, reconcile: () => { throw permanent("no"); } });
-  assert.throws(() => exportPlugin(failing, { bindings: fake.host() }).reconcile({ key: { apiVersion: "v1", kind: "Namespace", namespace: null, name: "x" }, reason: { tag: "event" }, lastError: null }), (e) => e.tag === "permanent" && e.val === "no");
+  assert.throws(
+    () => exportPlugin(failing, { bindings: fake.host() }).reconcile({ key: { apiVersion: "v1", kind: "Namespace", namespace: null, name: "x" }, reason: { tag: "event" }, lastError: null }),
+    (e) => e.error.tag === "permanent" && e.error.val === "no" && e.actions.length === 0,
+  );
   assert.deepEqual(fromWitRequest({ key: { apiVersion: "v1", kind: "Namespace", namespace: null, name: "x" }, reason: { tag: "retry", val: 3 }, lastError: "boom" }), {
     key: { apiVersion: "v1", kind: "Namespace", namespace: undefined, name: "x" }, reason: "retry", attempt: 3, lastError: "boom",
   });
@@ -202,4 +206,146 @@ test("the build's list of provided imports is the host's", () => {
   const block = /pub const PROVIDED: &\[&str\] = &\[([\s\S]*?)\];/.exec(rust)[1];
   assert.deepEqual([...block.matchAll(/"([^"]+)"/g)].map((m) => m[1]), PROVIDED);
   assert.throws(() => componentImports(new Uint8Array([0, 0x61, 0x73, 0x6d, 1, 0, 0, 0])), /core module/);
+});
+
+// ---- contract 0.3: index mappings, annotation selectors, failures carrying actions
+
+const FOO = kind("example.com/v1", "Foo");
+
+const namer = defineReconciler({
+  metadata: () =>
+    new Metadata("namer", "0")
+      .reconciles(FOO)
+      .namedBy(kinds.DEPLOYMENT, "deployment", "spec.deploymentName", IndexValue.name)
+      .namedBy(kinds.CONFIG_MAP, "source", "spec.source", IndexValue.namespacedName)
+      .namedBy(kinds.SERVICE, "services", "spec.services", IndexValue.field("metadata.labels.app"))
+      .watch(new Watch(kinds.SECRET, Mapping.sameName).annotationSelector("example.com/managed=true")),
+  reconcile(req) {
+    const foo = cache.getKey(req.key);
+    if (!foo) throw permanent("gone");
+    if (foo.metadata.labels?.broken) {
+      throw transient("broken on purpose").withActions(new Outcome().event(foo, "warning", "Broken", "cannot work with this").status(foo, { ok: false }));
+    }
+    return new Outcome();
+  },
+});
+
+const NAMER_FIXTURE = `
+apiVersion: example.com/v1
+kind: Foo
+metadata: {name: f1, namespace: a, uid: f1}
+spec: {deploymentName: web, source: shared/cfg, services: [front]}
+---
+apiVersion: example.com/v1
+kind: Foo
+metadata: {name: f2, namespace: b, uid: f2}
+spec: {deploymentName: web, source: shared/cfg, services: [front, back]}
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web, namespace: a}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: cfg, namespace: shared}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: s, namespace: b, labels: {app: back}}
+---
+apiVersion: v1
+kind: Secret
+metadata: {name: f1, namespace: a, annotations: {example.com/managed: "true"}}
+---
+apiVersion: v1
+kind: Secret
+metadata: {name: f2, namespace: b}
+`;
+
+test("0.3 metadata: namedBy declares the index and the index mapping, selectors on annotations", () => {
+  const m = toWitMetadata(namer.metadata());
+  assert.deepEqual(m.indexes[0], { kind: { apiVersion: "example.com/v1", kind: "Foo" }, name: "deployment", path: "spec.deploymentName" });
+  assert.deepEqual(m.watches[0], { kind: { apiVersion: "apps/v1", kind: "Deployment" }, mapping: { tag: "index", val: { index: "deployment", value: { tag: "name" } } }, selector: null, annotationSelector: null });
+  assert.deepEqual(m.watches[1].mapping, { tag: "index", val: { index: "source", value: { tag: "namespaced-name" } } });
+  assert.deepEqual(m.watches[2].mapping, { tag: "index", val: { index: "services", value: { tag: "field", val: "metadata.labels.app" } } });
+  assert.equal(m.watches[3].annotationSelector, "example.com/managed=true");
+  const own = toWitMetadata(new Metadata("x", "0").reconciles(FOO).annotationSelector("!example.com/skip").watches(kinds.POD, Mapping.index("pods", IndexValue.name)).index(FOO, "pods", "spec.pod"));
+  assert.equal(own.annotationSelector, "!example.com/skip");
+  assert.deepEqual(own.watches[0].mapping, { tag: "index", val: { index: "pods", value: { tag: "name" } } });
+  assert.throws(() => new Metadata("x", "0").namedBy(kinds.POD, "i", "spec.x", IndexValue.name), /call reconciles/);
+  assert.throws(() => new FakeCache(new Metadata("x", "0").reconciles(FOO).watches(kinds.DEPLOYMENT, Mapping.index("nope", IndexValue.name))), /names index "nope", which is not declared on example.com\/v1\/Foo/);
+  assert.throws(() => new FakeCache(new Metadata("x", "0").reconciles(FOO).namedBy(kinds.POD, "i", "spec.x", IndexValue.field("spec..x"))), /the index mapping's field/);
+  assert.throws(() => new FakeCache(new Metadata("x", "0").reconciles(FOO).annotationSelector("a in (")), /invalid selector/);
+});
+
+test("0.3 index mappings reach the primaries that name an object, as the host maps them", () => {
+  const fake = FakeCache.forReconciler(namer).withYaml(NAMER_FIXTURE);
+  // By name: only the Foo in the Deployment's namespace.
+  assert.deepEqual(fake.mappedKeys(keyOf(kinds.DEPLOYMENT, "a", "web")), [keyOf(FOO, "a", "f1")]);
+  // By namespace/name: Foos anywhere that name the ConfigMap.
+  assert.deepEqual(fake.mappedKeys(keyOf(kinds.CONFIG_MAP, "shared", "cfg")), [keyOf(FOO, "a", "f1"), keyOf(FOO, "b", "f2")]);
+  // By a field of the related object, in its namespace.
+  assert.deepEqual(fake.mappedKeys(keyOf(kinds.SERVICE, "b", "s")), [keyOf(FOO, "b", "f2")]);
+  // An object no primary names maps to nothing; an unannotated Secret is not even cached.
+  fake.addYaml("apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: db, namespace: a}");
+  assert.deepEqual(fake.mappedKeys(keyOf(kinds.DEPLOYMENT, "a", "db")), []);
+  assert.deepEqual(fake.mappedKeys(keyOf(kinds.SECRET, "a", "f1")), [keyOf(FOO, "a", "f1")]);
+  assert.deepEqual(fake.mappedKeys(keyOf(kinds.SECRET, "b", "f2")), []);
+  assert.deepEqual(fake.mappedKeys(keyOf(kinds.SECRET, "b", "missing")), []);
+  fake.enter(() => assert.deepEqual(cache.list(kinds.SECRET).map((s) => s.metadata.name), ["f1"], "the annotation selector limits what is cached"));
+  // The other mappings, as the host's.
+  const other = new FakeCache(
+    new Metadata("o", "0").reconciles(kinds.REPLICA_SET).owns(kinds.POD).watches(kinds.CONFIG_MAP, Mapping.label("app")).watches(kinds.SECRET, Mapping.sameName),
+  ).withYaml(CLUSTER + "\n---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: c, namespace: team-a, labels: {app: web}}\n");
+  assert.deepEqual(other.mappedKeys(keyOf(kinds.POD, "team-a", "p1")), [keyOf(kinds.REPLICA_SET, "team-a", "rs")]);
+  assert.deepEqual(other.mappedKeys(keyOf(kinds.POD, "team-a", "p2")), []);
+  assert.deepEqual(other.mappedKeys(keyOf(kinds.CONFIG_MAP, "team-a", "c")), [keyOf(kinds.REPLICA_SET, "team-a", "web")]);
+  assert.deepEqual(other.mappedKeys(keyOf(kinds.SECRET, "team-a", "s")), [keyOf(kinds.REPLICA_SET, "team-a", "s")]);
+  assert.deepEqual(FakeCache.forReconciler(pods).withYaml(CLUSTER).mappedKeys(keyOf(kinds.POD, "team-a", "p2")), [keyOf(kinds.NAMESPACE, null, "team-a")]);
+});
+
+test("0.3 annotation selectors on the reconciled kind limit what is cached", () => {
+  const fake = new FakeCache(new Metadata("a", "0").reconciles(kinds.CONFIG_MAP).annotationSelector("example.com/managed=true")).with([
+    { apiVersion: "v1", kind: "ConfigMap", metadata: { name: "yes", namespace: "n", annotations: { "example.com/managed": "true" } } },
+    { apiVersion: "v1", kind: "ConfigMap", metadata: { name: "no", namespace: "n" } },
+  ]);
+  fake.enter(() => {
+    assert.deepEqual(cache.list(kinds.CONFIG_MAP).map((c) => c.metadata.name), ["yes"]);
+    assert.equal(cache.get(kinds.CONFIG_MAP, "n", "no"), undefined);
+  });
+});
+
+test("0.3 a failure carries its actions: the component sends them, execute and converge carry them out", () => {
+  const e = transient("quota exceeded").withActions(new Outcome().eventKey(keyOf(FOO, "a", "f1"), "warning", "QuotaExceeded", "retrying").requeueAfter(5));
+  assert.equal(e.actions.actions.length, 1);
+  assert.equal(e.context("reconciling").actions, e.actions, "context keeps the actions");
+  const wit = toWitFailure(e);
+  assert.deepEqual(wit.error, { tag: "transient", val: "quota exceeded" });
+  assert.deepEqual(wit.actions.map((a) => a.tag), ["event"]);
+  assert.deepEqual(toWitFailure(permanent("bad spec")), { error: { tag: "permanent", val: "bad spec" }, actions: [] });
+  assert.deepEqual(toWitFailure(new Error("x")).error.tag, "transient");
+  // A list of actions works too; unusable ones are not sent, and the message says so.
+  assert.equal(toWitFailure(transient("t").withActions(new Outcome().statusKey(keyOf(FOO, "a", "f1"), { a: 1 }).actions)).actions[0].tag, "update-status");
+  const bad = toWitFailure(transient("t").withActions(new Outcome().apply({ kind: "X", metadata: { name: "x" } })));
+  assert.deepEqual(bad, { error: { tag: "transient", val: "its actions were not sent (invalid action: apply: object has no apiVersion): t" }, actions: [] });
+
+  const fake = FakeCache.forReconciler(namer).withYaml(NAMER_FIXTURE);
+  const broken = fake.get(keyOf(FOO, "a", "f1"));
+  broken.metadata.labels = { broken: "yes" };
+  fake.add(broken);
+  const err = assert.throws(() => fake.reconcile(keyOf(FOO, "a", "f1")), (e) => e instanceof ReconcileError && e.isTransient && e.actions.actions.length === 2);
+  void err;
+  assert.throws(() => fake.converge(keyOf(FOO, "a", "f1"), 3), /reconcile of example.com\/v1\/Foo\/a\/f1 failed: transient: broken on purpose/);
+  assert.deepEqual(fake.events().map((e) => e.reason), ["Broken"]);
+  assert.deepEqual(fake.get(keyOf(FOO, "a", "f1")).status, { ok: false });
+  // The component export throws the failure with its actions.
+  const plugin = exportPlugin(namer, { bindings: fake.host() });
+  plugin.metadata();
+  assert.throws(
+    () => plugin.reconcile({ key: { apiVersion: "example.com/v1", kind: "Foo", namespace: "a", name: "f1" }, reason: { tag: "event" }, lastError: null }),
+    (f) => f.error.tag === "transient" && f.actions.map((a) => a.tag).join() === "event,update-status",
+  );
+  // execute takes the error itself.
+  fake.execute(transient("again").withActions(new Outcome().eventKey(keyOf(FOO, "a", "f1"), "warning", "Again", "m")));
+  assert.deepEqual(fake.events().map((e) => e.reason), ["Broken", "Again"]);
 });

@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 
 from wasmloop_sdk import (
-    CacheError, Mapping, Metadata, Outcome, ReconcileError, Watch, cache, controller_ref, has_finalizer, is_deleting,
-    kinds, log, object_key, permanent, request, transient, with_context,
+    CacheError, EventType, IndexValue, KindRef, Mapping, Metadata, Outcome, ReconcileError, Watch, cache, controller_ref,
+    has_finalizer, is_deleting, kinds, log, object_key, permanent, request, transient, with_context,
 )
+from wasmloop_sdk.guest import failure_parts
 from wasmloop_sdk.build import PROVIDED, component_imports
 from wasmloop_sdk.testing import FakeCache
 
@@ -197,6 +198,154 @@ def test_execute_and_converge_play_the_hosts_part() -> None:
         FakeCache(Never()).with_({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "x"}}).converge(kinds.NAMESPACE.key(None, "x"), 3)
 
 
+# ---- contract 0.3: index mappings, annotation selectors, failures carrying actions
+
+FOO = KindRef("example.com/v1", "Foo")
+
+
+class Namer:
+    def metadata(self) -> Metadata:
+        return (
+            Metadata("namer", "0")
+            .reconciles(FOO)
+            .annotation_selector("!example.com/skip")
+            .named_by(kinds.DEPLOYMENT, "deployment", "spec.deploymentName", IndexValue.NAME)
+            .named_by(kinds.CONFIG_MAP, "source", "spec.source", IndexValue.NAMESPACED_NAME)
+            .named_by(kinds.SERVICE, "services", "spec.services", IndexValue.field("metadata.labels.app"))
+            .watch(Watch(kinds.SECRET, Mapping.SAME_NAME).annotation_selector("example.com/managed=true"))
+        )
+
+    def reconcile(self, req):  # type: ignore[no-untyped-def]
+        foo = cache.get_key(req.key)
+        if foo is None:
+            raise permanent("gone")
+        if (foo["metadata"].get("labels") or {}).get("broken"):
+            say = Outcome().event(foo, EventType.WARNING, "Broken", "cannot work with this").status(foo, {"ok": False})
+            raise transient("broken on purpose").with_actions(say)
+        return Outcome()
+
+
+NAMER_FIXTURE = """
+apiVersion: example.com/v1
+kind: Foo
+metadata: {name: f1, namespace: a, uid: f1}
+spec: {deploymentName: web, source: shared/cfg, services: [front]}
+---
+apiVersion: example.com/v1
+kind: Foo
+metadata: {name: f2, namespace: b, uid: f2}
+spec: {deploymentName: web, source: shared/cfg, services: [front, back]}
+---
+apiVersion: example.com/v1
+kind: Foo
+metadata: {name: f3, namespace: a, uid: f3, annotations: {example.com/skip: "yes"}}
+spec: {deploymentName: web}
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web, namespace: a}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: cfg, namespace: shared}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: s, namespace: b, labels: {app: back}}
+---
+apiVersion: v1
+kind: Secret
+metadata: {name: f1, namespace: a, annotations: {example.com/managed: "true"}}
+---
+apiVersion: v1
+kind: Secret
+metadata: {name: f2, namespace: b}
+"""
+
+
+def test_named_by_declares_the_index_and_the_index_mapping() -> None:
+    m = Namer().metadata()
+    assert [(i.kind, i.name, i.path) for i in m.indexes][0] == (FOO, "deployment", "spec.deploymentName")
+    assert m.watches_[0].mapping == Mapping.index("deployment", IndexValue.NAME)
+    assert m.watches_[2].mapping.index_value == IndexValue.field("metadata.labels.app")
+    with pytest.raises(ValueError, match="call reconciles"):
+        Metadata("x", "0").named_by(kinds.POD, "i", "spec.x", IndexValue.NAME)
+    with pytest.raises(ValueError, match='names index "nope", which is not declared on example.com/v1/Foo'):
+        FakeCache(Metadata("x", "0").reconciles(FOO).watches(kinds.DEPLOYMENT, Mapping.index("nope", IndexValue.NAME)))
+    with pytest.raises(ValueError, match="the index mapping's field"):
+        FakeCache(Metadata("x", "0").reconciles(FOO).named_by(kinds.POD, "i", "spec.x", IndexValue.field("spec..x")))
+    with pytest.raises(ValueError, match="invalid selector"):
+        FakeCache(Metadata("x", "0").reconciles(FOO).annotation_selector("a in ("))
+
+
+def test_index_mappings_reach_the_primaries_that_name_an_object_as_the_host_maps_them() -> None:
+    fake = FakeCache.for_reconciler(Namer()).with_yaml(NAMER_FIXTURE)
+    # By name: only the Foos in the Deployment's namespace.
+    assert fake.mapped_keys(kinds.DEPLOYMENT.key("a", "web")) == [FOO.key("a", "f1"), FOO.key("a", "f3")]
+    # By namespace/name: Foos anywhere that name the ConfigMap.
+    assert fake.mapped_keys(kinds.CONFIG_MAP.key("shared", "cfg")) == [FOO.key("a", "f1"), FOO.key("b", "f2")]
+    # By a field of the related object, in its namespace.
+    assert fake.mapped_keys(kinds.SERVICE.key("b", "s")) == [FOO.key("b", "f2")]
+    # An object no primary names maps to nothing; an unannotated Secret is not even cached.
+    fake.add_yaml("apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: db, namespace: a}")
+    assert fake.mapped_keys(kinds.DEPLOYMENT.key("a", "db")) == []
+    assert fake.mapped_keys(kinds.SECRET.key("a", "f1")) == [FOO.key("a", "f1")]
+    assert fake.mapped_keys(kinds.SECRET.key("b", "f2")) == []
+    assert fake.mapped_keys(kinds.SECRET.key("b", "missing")) == []
+
+    assert fake.enter(lambda: names(cache.list(kinds.SECRET))) == ["f1"], "the annotation selector limits what is cached"
+    # The other mappings, as the host's.
+    other = FakeCache(
+        Metadata("o", "0").reconciles(kinds.REPLICA_SET).owns(kinds.POD).watches(kinds.CONFIG_MAP, Mapping.label("app")).watches(kinds.SECRET, Mapping.SAME_NAME)
+    ).with_yaml(CLUSTER + "\n---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: c, namespace: team-a, labels: {app: web}}\n")
+    assert other.mapped_keys(kinds.POD.key("team-a", "p1")) == [kinds.REPLICA_SET.key("team-a", "rs")]
+    assert other.mapped_keys(kinds.POD.key("team-a", "p2")) == []
+    assert other.mapped_keys(kinds.CONFIG_MAP.key("team-a", "c")) == [kinds.REPLICA_SET.key("team-a", "web")]
+    assert other.mapped_keys(kinds.SECRET.key("team-a", "s")) == [kinds.REPLICA_SET.key("team-a", "s")]
+    assert FakeCache.for_reconciler(Pods()).with_yaml(CLUSTER).mapped_keys(kinds.POD.key("team-a", "p2")) == [kinds.NAMESPACE.key(None, "team-a")]
+
+
+def test_annotation_selectors_on_the_reconciled_kind_limit_what_is_cached() -> None:
+    fake = FakeCache(Metadata("a", "0").reconciles(kinds.CONFIG_MAP).annotation_selector("example.com/managed=true")).with_(
+        [
+            {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "yes", "namespace": "n", "annotations": {"example.com/managed": "true"}}},
+            {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "no", "namespace": "n"}},
+        ]
+    )
+    assert fake.enter(lambda: names(cache.list(kinds.CONFIG_MAP))) == ["yes"]
+    assert fake.enter(lambda: cache.get(kinds.CONFIG_MAP, "n", "no")) is None
+
+
+def test_a_failure_carries_its_actions_and_execute_and_converge_carry_them_out() -> None:
+    key = FOO.key("a", "f1")
+    e = transient("quota exceeded").with_actions(Outcome().event_key(key, EventType.WARNING, "QuotaExceeded", "retrying").requeue_after(5))
+    assert e.actions is not None and len(e.actions.actions) == 1
+    assert e.context("reconciling").actions is e.actions, "context keeps the actions"
+    error, actions = failure_parts(e)
+    assert error is e and [a.type for a in actions] == ["event"]
+    assert failure_parts(permanent("bad spec"))[1] == []
+    assert failure_parts(ValueError("x"))[0].message == "uncaught exception: ValueError: x"
+    # A list of actions works too; unusable ones are not sent, and the message says so.
+    assert [a.type for a in failure_parts(transient("t").with_actions(Outcome().status_key(key, {"a": 1}).actions))[1]] == ["status"]
+    error, actions = failure_parts(transient("t").with_actions(Outcome().apply({"kind": "X", "metadata": {"name": "x"}})))
+    assert (error.message, actions) == ("its actions were not sent (invalid action: apply: object has no apiVersion): t", [])
+
+    fake = FakeCache.for_reconciler(Namer()).with_yaml(NAMER_FIXTURE)
+    broken = fake.get(key)
+    assert broken is not None
+    broken["metadata"]["labels"] = {"broken": "yes"}
+    fake.add(broken)
+    with pytest.raises(ReconcileError, match="broken on purpose") as raised:
+        fake.reconcile(key)
+    assert raised.value.is_transient and raised.value.actions is not None and len(raised.value.actions.actions) == 2
+    with pytest.raises(AssertionError, match="reconcile of example.com/v1/Foo/a/f1 failed: transient: broken on purpose"):
+        fake.converge(key, 3)
+    assert [ev.reason for ev in fake.events()] == ["Broken"]
+    assert (fake.get(key) or {}).get("status") == {"ok": False}
+    fake.execute(transient("again").with_actions(Outcome().event_key(key, EventType.WARNING, "Again", "m")))
+    assert [ev.reason for ev in fake.events()] == ["Broken", "Again"]
+
+
 def test_the_sdks_wit_is_the_repositorys() -> None:
     assert (ROOT / "sdk/python/wasmloop_sdk/wit/controller.wit").read_text() == (ROOT / "wit/controller.wit").read_text()
 
@@ -238,6 +387,7 @@ def test_generated_bindings_convert_both_ways(tmp_path: Path) -> None:
         m = plugin.metadata()
         assert m.reconciles == types.KindRef(api_version="v1", kind="Namespace")
         assert m.watches[0].mapping == types.Mapping_Namespace() and m.watches[0].selector is None
+        assert m.watches[0].annotation_selector is None and m.annotation_selector is None
         req = types.Request(key=types.ObjectKey(api_version="v1", kind="Namespace", namespace=None, name="team-a"), reason=types.Reason_Event(), last_error=None)
         out = plugin.reconcile(req)
         assert isinstance(out.actions[0], types.Action_UpdateStatus)
@@ -251,6 +401,24 @@ def test_generated_bindings_convert_both_ways(tmp_path: Path) -> None:
 
         with pytest.raises(Err) as e:
             export_plugin(Failing(), WitBindings(types, wcache, wlog, Err)).reconcile(req)
-        assert e.value.value == types.ReconcileError_Permanent("no")
+        assert e.value.value == types.Failure(error=types.ReconcileError_Permanent("no"), actions=[])
+
+        # Contract 0.3: a failure carries its actions; index mappings and annotation selectors.
+        class Carrying(Pods):
+            def reconcile(self, req):  # type: ignore[no-untyped-def]
+                raise transient("later").with_actions(Outcome().event_key(req.key, EventType.WARNING, "Later", "waiting"))
+
+        with pytest.raises(Err) as e:
+            export_plugin(Carrying(), WitBindings(types, wcache, wlog, Err)).reconcile(req)
+        failure = e.value.value
+        assert failure.error == types.ReconcileError_Transient("later")
+        assert [type(a) for a in failure.actions] == [types.Action_Event] and failure.actions[0].value.reason == "Later"
+        m = export_plugin(Namer(), WitBindings(types, wcache, wlog, Err)).metadata()
+        assert m.annotation_selector == "!example.com/skip"
+        assert m.watches[0].mapping == types.Mapping_Index(types.IndexMapping(index="deployment", value=types.IndexValue_Name()))
+        assert m.watches[1].mapping == types.Mapping_Index(types.IndexMapping(index="source", value=types.IndexValue_NamespacedName()))
+        assert m.watches[2].mapping == types.Mapping_Index(types.IndexMapping(index="services", value=types.IndexValue_Field("metadata.labels.app")))
+        assert m.watches[3].annotation_selector == "example.com/managed=true" and m.watches[3].mapping == types.Mapping_SameName()
+        assert m.indexes[0] == types.Index(kind=types.KindRef(api_version="example.com/v1", kind="Foo"), name="deployment", path="spec.deploymentName")
     finally:
         sys.path.remove(str(tmp_path))

@@ -2,9 +2,10 @@
 
 The same surface as the Rust SDK (``guest-sdk/``): kinds, the :class:`Metadata` builder,
 :class:`Outcome` builders (create, apply, create_owned, delete, status, event, patch,
-requeue_after), owner references and deletion checks, transient/permanent errors, logging, and
-cache reads (get, list, by_index and their metadata-only forms). Objects are plain ``dict``s
-(the Kubernetes wire form, parsed JSON).
+requeue_after), owner references and deletion checks, transient/permanent errors (carrying
+actions: ``with_actions``), logging, and cache reads (get, list, by_index and their metadata-only
+forms); contract 0.3's index mappings (``Metadata.named_by``, ``Mapping.index``) and annotation
+selectors. Objects are plain ``dict``s (the Kubernetes wire form, parsed JSON).
 
 Nothing here imports the host: ``python -m wasmloop_sdk.build`` binds the contract's imports
 into the component, and :mod:`wasmloop_sdk.testing` binds a FakeCache in unit tests.
@@ -15,12 +16,13 @@ from __future__ import annotations
 import copy
 import json
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Literal, Optional, Protocol, TypeVar
+from typing import Any, Callable, Iterable, Literal, Optional, Protocol, TypeVar, Union
 
 from ._host import HostCacheError, host
 
 __all__ = [
-    "KindRef", "ObjectKey", "kinds", "Mapping", "MappingValue", "Watch", "Metadata", "ReconcileError", "CacheError",
+    "KindRef", "ObjectKey", "kinds", "Mapping", "MappingValue", "IndexValue", "IndexValueValue", "Watch", "Metadata",
+    "ReconcileError", "CacheError",
     "transient", "permanent", "with_context", "name", "namespace", "uid", "label", "annotation", "is_deleting",
     "controller_of", "controller_uid", "is_controlled_by", "controller_ref", "has_finalizer", "object_key",
     "EventType", "Action", "Outcome", "NAMESPACE_INDEX", "OWNER_INDEX", "Meta", "cache", "log", "Request",
@@ -90,15 +92,44 @@ class kinds:
 
 
 @dataclass(frozen=True)
+class IndexValueValue:
+    """Which value of a related object an index mapping looks up (see :class:`IndexValue`)."""
+
+    tag: Literal["name", "namespaced-name", "field"]
+    path: Optional[str] = None
+    """With ``field``: the dotted field path."""
+
+
+class IndexValue:
+    """What an index mapping (:meth:`Mapping.index`, contract 0.3) looks up of a related object:
+    ``IndexValue.NAME``, ``IndexValue.NAMESPACED_NAME``, ``IndexValue.field("spec.x")``."""
+
+    NAME = IndexValueValue("name")
+    """Its name; when both kinds are namespaced, only primaries in its namespace match."""
+    NAMESPACED_NAME = IndexValueValue("namespaced-name")
+    """``<namespace>/<name>`` (``<name>`` if cluster-scoped), matched in every namespace."""
+
+    @staticmethod
+    def field(path: str) -> IndexValueValue:
+        """The values of a dotted field path of it; when both kinds are namespaced, only
+        primaries in its namespace match."""
+        return IndexValueValue("field", path)
+
+
+@dataclass(frozen=True)
 class MappingValue:
     """How events on a watched kind map to keys of the reconciled kind (see :class:`Mapping`)."""
 
-    tag: Literal["owner", "label", "same-name", "namespace"]
+    tag: Literal["owner", "label", "same-name", "namespace", "index"]
     value: Optional[str] = None
+    """With ``label``: the label; with ``index``: the index's name."""
+    index_value: Optional[IndexValueValue] = None
+    """With ``index``: what of the related object is looked up."""
 
 
 class Mapping:
-    """The mappings: ``Mapping.OWNER``, ``Mapping.label("app")``, ``Mapping.SAME_NAME``, ``Mapping.NAMESPACE``."""
+    """The mappings: ``Mapping.OWNER``, ``Mapping.label("app")``, ``Mapping.SAME_NAME``,
+    ``Mapping.NAMESPACE``, ``Mapping.index("deployment", IndexValue.NAME)``."""
 
     OWNER = MappingValue("owner")
     """The object's controller owner, if of the reconciled kind."""
@@ -112,18 +143,32 @@ class Mapping:
         """The reconciled object named by this label's value, in the object's namespace."""
         return MappingValue("label", label)
 
+    @staticmethod
+    def index(index: str, value: IndexValueValue) -> MappingValue:
+        """Every reconciled object whose index ``index`` (declared on the reconciled kind) holds
+        ``value`` of the related object (contract 0.3): "who names me" as one declaration."""
+        return MappingValue("index", index, value)
+
 
 @dataclass
 class Watch:
-    """A watched kind, its mapping and an optional label selector."""
+    """A watched kind, its mapping and optional label and annotation selectors."""
 
     kind: KindRef
     mapping: MappingValue
     label_selector: Optional[str] = None
+    annotation_selector_: Optional[str] = None
 
     def selector(self, selector: str) -> "Watch":
         """Watch (and cache) only objects matching this label selector."""
         self.label_selector = selector
+        return self
+
+    def annotation_selector(self, selector: str) -> "Watch":
+        """Cache (and map) only objects whose annotations match this selector, in label-selector
+        syntax (``example.com/managed=true``, ``!example.com/skip``; contract 0.3). The host
+        filters objects as they arrive: the API server cannot select annotations."""
+        self.annotation_selector_ = selector
         return self
 
 
@@ -149,6 +194,7 @@ class Metadata:
     version: str
     reconciled: Optional[KindRef] = None
     label_selector: Optional[str] = None
+    annotation_selector_: Optional[str] = None
     watches_: list[Watch] = field(default_factory=list)
     indexes: list[Index] = field(default_factory=list)
     fields: list[Field] = field(default_factory=list)
@@ -162,6 +208,22 @@ class Metadata:
         """Only objects of the reconciled kind matching this label selector."""
         self.label_selector = selector
         return self
+
+    def annotation_selector(self, selector: str) -> "Metadata":
+        """Only objects of the reconciled kind whose annotations match this selector
+        (label-selector syntax; contract 0.3)."""
+        self.annotation_selector_ = selector
+        return self
+
+    def named_by(self, kind: KindRef, index: str, path: str, value: IndexValueValue) -> "Metadata":
+        """Watch ``kind``, whose objects the reconciled objects *name* (not own): declare index
+        ``index`` on the reconciled kind over ``path`` (where a reconciled object names the related
+        one, e.g. ``spec.deploymentName``), and enqueue, for an event on a related object, every
+        reconciled object whose index holds ``value`` of it (contract 0.3). Call after
+        :meth:`reconciles`."""
+        if self.reconciled is None:
+            raise ValueError("Metadata.named_by: call reconciles(kind) first (the index is on the reconciled kind)")
+        return self.index(self.reconciled, index, path).watches(kind, Mapping.index(index, value))
 
     def owns(self, kind: KindRef) -> "Metadata":
         """Watch children of ``kind`` through their controller owner reference."""
@@ -204,20 +266,40 @@ class Metadata:
 
 
 class ReconcileError(Exception):
-    """A reconcile error: ``transient`` (retried with backoff) or ``permanent`` (until something changes)."""
+    """A reconcile error: ``transient`` (retried with backoff) or ``permanent`` (until something
+    changes). It can carry actions the host executes anyway (:meth:`with_actions`, contract 0.3)."""
 
     def __init__(self, kind: Literal["transient", "permanent"], message: str) -> None:
         super().__init__(message)
         self.kind = kind
         self.message = message
+        self.actions: Optional["Outcome"] = None
+        """The actions to execute anyway, if any."""
 
     @property
     def is_transient(self) -> bool:
         return self.kind == "transient"
 
     def context(self, context: str) -> "ReconcileError":
-        """The same error with ``context: `` before its message."""
-        return ReconcileError(self.kind, f"{context}: {self.message}")
+        """The same error with ``context: `` before its message (and the same actions)."""
+        e = ReconcileError(self.kind, f"{context}: {self.message}")
+        e.actions = self.actions
+        return e
+
+    def with_actions(self, outcome: "Union[Outcome, list[Action]]") -> "ReconcileError":
+        """This error, with actions for the host to execute anyway (contract 0.3): an
+        :class:`Outcome` (or a list of its actions) holding Events, status or condition patches
+        saying why. They are checked and admitted like an outcome's; the error still decides the
+        retry (backoff, ``last_error``, the error metrics), and the outcome's requeue is ignored:
+        ``raise transient("quota exceeded").with_actions(Outcome().event(foo, EventType.WARNING, "QuotaExceeded", "retrying"))``."""
+        if isinstance(outcome, list):
+            o = Outcome()
+            o.actions.extend(outcome)
+            outcome = o
+        if not isinstance(outcome, Outcome):
+            raise TypeError("with_actions takes an Outcome or a list of actions")
+        self.actions = outcome
+        return self
 
     def __str__(self) -> str:
         return f"{self.kind}: {self.message}"

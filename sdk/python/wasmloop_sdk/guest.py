@@ -21,8 +21,30 @@ _REASONS = {"Reason_Event": "event", "Reason_Resync": "resync", "Reason_Requeue"
 def to_wit_outcome_checked(outcome: Outcome) -> list[dict[str, Any]]:
     """The actions as the component sends them, at the SDK's level (objects and patches as JSON
     text); raises if one does not convert."""
+    return _actions_checked(outcome.actions)
+
+
+def failure_parts(e: BaseException) -> tuple[ReconcileError, list[Action]]:
+    """What a raised exception becomes (the contract's ``failure``): the error, and the actions
+    to execute anyway (a :class:`ReconcileError`'s ``with_actions``). Unusable actions (a builder
+    refused an object, or one does not convert) are not sent, and the message says so."""
+    if not isinstance(e, ReconcileError):
+        return ReconcileError("transient", f"uncaught exception: {type(e).__name__}: {e}"), []
+    outcome = e.actions
+    if outcome is None:
+        return e, []
+    if outcome.invalid is not None:
+        return e.context(f"its actions were not sent (invalid action: {outcome.invalid})"), []
+    try:
+        _actions_checked(outcome.actions)
+    except (TypeError, ValueError) as bad:
+        return e.context(f"its actions were not sent ({bad})"), []
+    return e, list(outcome.actions)
+
+
+def _actions_checked(actions: list[Action]) -> list[dict[str, Any]]:
     out = []
-    for a in outcome.actions:
+    for a in actions:
         d: dict[str, Any] = {"type": a.type}
         if a.object is not None:
             d["object"] = json.dumps(a.object)
@@ -133,6 +155,16 @@ class _Plugin:
             return t.Mapping_Label(m.value)
         if m.tag == "same-name":
             return t.Mapping_SameName()
+        if m.tag == "index":
+            v = m.index_value
+            assert v is not None and m.value is not None
+            if v.tag == "name":
+                value = t.IndexValue_Name()
+            elif v.tag == "namespaced-name":
+                value = t.IndexValue_NamespacedName()
+            else:
+                value = t.IndexValue_Field(v.path or "")
+            return t.Mapping_Index(t.IndexMapping(index=m.value, value=value))
         return t.Mapping_Namespace()
 
     def metadata(self) -> Any:
@@ -145,7 +177,11 @@ class _Plugin:
             version=m.version,
             reconciles=self._kind(m.reconciled),
             selector=m.label_selector,
-            watches=[t.Watch(kind=self._kind(w.kind), mapping=self._mapping(w.mapping), selector=w.label_selector) for w in m.watches_],
+            annotation_selector=m.annotation_selector_,
+            watches=[
+                t.Watch(kind=self._kind(w.kind), mapping=self._mapping(w.mapping), selector=w.label_selector, annotation_selector=w.annotation_selector_)
+                for w in m.watches_
+            ],
             indexes=[t.Index(kind=self._kind(i.kind), name=i.name, path=i.path) for i in m.indexes],
             fields=[t.Field(kind=self._kind(f.kind), path=f.path) for f in m.fields],
         )
@@ -187,11 +223,10 @@ class _Plugin:
                 raise ReconcileError("permanent", "reconcile must return an Outcome")
             out.into_result()
             return t.Outcome(actions=[self._action(a) for a in out.actions], requeue_after_ms=out.requeue_after_ms)
-        except ReconcileError as e:
-            error = t.ReconcileError_Transient(e.message) if e.is_transient else t.ReconcileError_Permanent(e.message)
-        except Exception as e:  # noqa: BLE001 - any failure is the reconcile's transient error
-            error = t.ReconcileError_Transient(f"uncaught exception: {type(e).__name__}: {e}")
-        raise self.b.err(error)
+        except Exception as e:  # noqa: BLE001 - any failure is the reconcile's error (uncaught ones transient)
+            failed, actions = failure_parts(e)
+        error = t.ReconcileError_Transient(failed.message) if failed.is_transient else t.ReconcileError_Permanent(failed.message)
+        raise self.b.err(t.Failure(error=error, actions=[self._action(a) for a in actions]))
 
 
 def export_plugin(reconciler: Reconciler, bindings: WitBindings) -> _Plugin:

@@ -71,6 +71,11 @@ def matches_selector(text: str, obj: dict[str, Any]) -> bool:
     return parse_selector(text)((obj.get("metadata") or {}).get("labels") or {})
 
 
+def matches_annotation_selector(text: str, obj: dict[str, Any]) -> bool:
+    """Whether ``obj``'s annotations match the (annotation) selector text, in label-selector syntax."""
+    return parse_selector(text)((obj.get("metadata") or {}).get("annotations") or {})
+
+
 def _split_map_key(path: str) -> tuple[str, Optional[str]]:
     for m in ("metadata.annotations", "metadata.labels"):
         if path.startswith(m + "."):

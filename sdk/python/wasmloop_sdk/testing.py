@@ -2,11 +2,13 @@
 JSON or YAML, no wasm, no cluster.
 
 It answers reads like the host (and like the Rust SDK's ``testing::FakeCache``): only kinds the
-metadata declares are readable, watch and reconcile selectors limit what is cached,
-``by_index`` knows ``namespace``, ``owner`` (the controller owner's UID) and the declared
-``labels.<key>`` / dotted-path indexes, and metadata reads return the declared fields.
-:meth:`FakeCache.execute` and :meth:`FakeCache.converge` play the host's part of carrying out the
-actions, so a test can check that a reconciler converges and then writes nothing.
+metadata declares are readable, watch and reconcile selectors (label and annotation) limit what
+is cached, ``by_index`` knows ``namespace``, ``owner`` (the controller owner's UID) and the
+declared ``labels.<key>`` / dotted-path indexes, and metadata reads return the declared fields.
+:meth:`FakeCache.mapped_keys` maps an event on a related object to the keys the host would queue
+(owner, label, same name, namespace and index mappings). :meth:`FakeCache.execute` and
+:meth:`FakeCache.converge` play the host's part of carrying out the actions (a failure's too), so
+a test can check that a reconciler converges and then writes nothing.
 
 YAML fixtures need PyYAML (``pip install wasmloop-sdk[testing]``); objects and JSON need nothing.
 """
@@ -19,11 +21,11 @@ import os
 import sys
 from typing import Any, Callable, Optional, TypeVar, Union
 
-from . import Action, KindRef, Metadata, Object, ObjectKey, Outcome, ReconcileError, Reconciler, Request, object_key, permanent
+from . import Action, IndexValueValue, KindRef, Metadata, Object, ObjectKey, Outcome, ReconcileError, Reconciler, Request, object_key, permanent
 from . import request as make_request
 from ._host import HostCacheError, bind_host
-from .guest import to_wit_outcome_checked
-from .paths import check_path, field_value, index_values, matches_selector, parse_selector
+from .guest import failure_parts, to_wit_outcome_checked
+from .paths import check_path, field_value, index_values, matches_annotation_selector, matches_selector, parse_selector
 
 T = TypeVar("T")
 
@@ -109,6 +111,30 @@ def _has_finalizers(obj: Object) -> bool:
     return bool((obj.get("metadata") or {}).get("finalizers"))
 
 
+def _selection(labels: Optional[str], annotations: Optional[str]) -> Callable[[Object], bool]:
+    """What one informer of the host caches: a label selector and an annotation selector, both optional."""
+    return lambda o: (labels is None or matches_selector(labels, o)) and (annotations is None or matches_annotation_selector(annotations, o))
+
+
+def _group(api_version: str) -> str:
+    """The API group of an apiVersion (``""`` for the core group)."""
+    return api_version.split("/", 1)[0] if "/" in api_version else ""
+
+
+def _lookup(value: IndexValueValue, namespace: Optional[str], name: str, obj: Object) -> tuple[list[str], bool]:
+    """The values an index mapping looks up for a related object, and whether matches stay in its
+    namespace (wasmloop-model's ``IndexValue::lookup``)."""
+    if value.tag == "name":
+        return [name], True
+    if value.tag == "namespaced-name":
+        return [f"{namespace}/{name}" if namespace else name], False
+    try:
+        check_path(value.path or "")
+        return index_values(value.path or "", obj), True
+    except ValueError:
+        return [], True
+
+
 class _FakeCacheHost:
     def __init__(self, fake: "FakeCache") -> None:
         self.fake = fake
@@ -175,8 +201,22 @@ class FakeCache:
                     raise ValueError(f"{what}: invalid selector {json.dumps(s)}: {e}") from None
 
         sel(m.label_selector, "reconciled kind")
+        sel(m.annotation_selector_, "reconciled kind")
         for w in m.watches_:
             sel(w.label_selector, f"watch of {w.kind}")
+            sel(w.annotation_selector_, f"watch of {w.kind}")
+            # As the host refuses at load: an index mapping names an index of the reconciled kind.
+            if w.mapping.tag == "index":
+                index, value = w.mapping.value, w.mapping.index_value
+                if not any(i.kind == m.reconciled and i.name == index for i in m.indexes):
+                    raise ValueError(f"watch of {w.kind}: the index mapping names index {json.dumps(index)}, which is not declared on {m.reconciled}")
+                if value is None or value.tag not in ("name", "namespaced-name", "field"):
+                    raise ValueError(f"watch of {w.kind}: unknown index value {value!r}")
+                if value.tag == "field":
+                    try:
+                        check_path(value.path or "")
+                    except ValueError as e:
+                        raise ValueError(f"watch of {w.kind}: the index mapping's field: {e}") from None
         for i in m.indexes:
             try:
                 check_path(i.path)
@@ -275,38 +315,38 @@ class FakeCache:
 
     # ---- the host's side of reads
 
-    def _grant(self, kind: KindRef) -> Optional[list[str]]:
+    def _grant(self, kind: KindRef) -> Optional[list[Callable[[Object], bool]]]:
         m = self.metadata
-        selectors: list[str] = []
+        selectors: list[Callable[[Object], bool]] = []
         unrestricted = declared = False
 
-        def note(s: Optional[str]) -> None:
+        def note(labels: Optional[str], annotations: Optional[str]) -> None:
             nonlocal unrestricted, declared
             declared = True
-            if s is None:
+            if labels is None and annotations is None:
                 unrestricted = True
             else:
-                selectors.append(s)
+                selectors.append(_selection(labels, annotations))
 
         if m.reconciled == kind:
-            note(m.label_selector)
+            note(m.label_selector, m.annotation_selector_)
         for w in m.watches_:
             if w.kind == kind:
-                note(w.label_selector)
+                note(w.label_selector, w.annotation_selector_)
         if any(i.kind == kind for i in m.indexes):
-            note(None)
+            note(None, None)
         if not declared:
             raise HostCacheError("not-granted", f"{kind} is not declared in the metadata of plugin {json.dumps(m.name)} (reconciles, watches or indexes)")
         return None if unrestricted else selectors
 
     def _visible(self, kind: KindRef, keep: Callable[[Object], bool] = lambda o: True) -> list[Object]:
         selectors = self._grant(kind)
-        return [o for o in self.objects(kind) if (selectors is None or any(matches_selector(s, o) for s in selectors)) and keep(o)]
+        return [o for o in self.objects(kind) if (selectors is None or any(s(o) for s in selectors)) and keep(o)]
 
     def _get(self, kind: KindRef, namespace: Optional[str], name: str) -> Optional[Object]:
         selectors = self._grant(kind)
         o = self.get(kind.key(namespace, name))
-        if o is not None and (selectors is None or any(matches_selector(s, o) for s in selectors)):
+        if o is not None and (selectors is None or any(s(o) for s in selectors)):
             return o
         return None
 
@@ -392,7 +432,11 @@ class FakeCache:
             raise ValueError(f"FakeCache: the host only reconciles keys of the reconciled kind {self.metadata.reconciled}")
 
         def run() -> Outcome:
-            out = r.reconcile(req)
+            try:
+                out = r.reconcile(req)
+            except ReconcileError as e:
+                failure_parts(e)  # what the component would send: its actions convert (or are dropped)
+                raise
             if not isinstance(out, Outcome):
                 raise permanent("reconcile must return an Outcome")
             out.into_result()
@@ -401,13 +445,70 @@ class FakeCache:
 
         return self.enter(run)
 
-    def execute(self, outcome: Outcome) -> None:
+    def mapped_keys(self, related: ObjectKey) -> list[ObjectKey]:
+        """The keys of the reconciled kind the host would queue for an event on ``related`` (the
+        key of an object in this fake, of a watched kind), through each of the plugin's watches
+        of its kind and their mappings: owner, label, same name, namespace, and index (contract
+        0.3), after the watch's label and annotation selectors. Test that a change to an object
+        a primary only *names* reaches it: ``assert fake.mapped_keys(deployment) == [foo]``."""
+        obj = self.get(related)
+        if obj is None:
+            return []
+        m = self.metadata
+        primary = m.reconciled
+        assert primary is not None
+        stored = self.objects(primary)
+        # Whether the primary kind is namespaced: as its stored objects are; unknown (none stored yet): as the related object is.
+        namespaced = bool(stored[0]["metadata"].get("namespace")) if stored else related.namespace is not None
+        ns = related.namespace
+
+        def key(namespace: Optional[str], name: str) -> ObjectKey:
+            return primary.key(namespace if namespaced else None, name)
+
+        keys: list[ObjectKey] = []
+        for w in m.watches_:
+            if w.kind != related.kind_ref or not _selection(w.label_selector, w.annotation_selector_)(obj):
+                continue
+            found: list[ObjectKey] = []
+            meta = obj.get("metadata") or {}
+            if w.mapping.tag == "owner":
+                ref = next((r for r in meta.get("ownerReferences") or [] if r.get("controller") is True), None)
+                if ref and ref.get("kind") == primary.kind and _group(ref.get("apiVersion") or "") == _group(primary.api_version) and ref.get("name"):
+                    found = [key(ns, ref["name"])]
+            elif w.mapping.tag == "label":
+                v = (meta.get("labels") or {}).get(w.mapping.value or "")
+                if v:
+                    found = [key(ns, v)]
+            elif w.mapping.tag == "same-name":
+                found = [key(ns, related.name)]
+            elif w.mapping.tag == "namespace":
+                if ns:
+                    found = [primary.key(None, ns)]
+            elif w.mapping.tag == "index":
+                assert w.mapping.index_value is not None
+                values, same_namespace = _lookup(w.mapping.index_value, ns, related.name, obj)
+                decl = next((i for i in m.indexes if i.kind == primary and i.name == w.mapping.value), None)
+                found = [
+                    object_key(p)
+                    for p in stored
+                    if (not (same_namespace and namespaced and ns) or p["metadata"].get("namespace") == ns)
+                    and decl is not None
+                    and any(v in values for v in index_values(decl.path, p))
+                ]
+            for k in found:
+                if k not in keys:
+                    keys.append(k)
+        return keys
+
+    def execute(self, outcome: Union[Outcome, ReconcileError]) -> None:
         """Carry out the actions as the host would, against the fake: create adds the object
         unless it exists, apply merges it in (a rough stand-in for server-side apply), delete
         removes it (or marks it deleting while it has finalizers), status merge-patches
         ``.status``, patch applies a merge or JSON patch (nothing if a precondition or ``test``
-        fails), events are recorded."""
-        for a in outcome.actions:
+        fails), events are recorded. Given a :class:`ReconcileError`, executes the actions it
+        carries (``with_actions``), as the host does with a failure's: none if they are unusable."""
+        actions = failure_parts(outcome)[1] if isinstance(outcome, ReconcileError) else outcome.actions
+        for a in actions:
             if a.type == "create" and a.object is not None:
                 obj = copy.deepcopy(a.object)
                 if not obj["metadata"].get("name"):
@@ -468,13 +569,15 @@ class FakeCache:
 
     def converge(self, key: ObjectKey, max_rounds: int = 10, reconciler: Optional[Reconciler] = None) -> list[Outcome]:
         """Reconcile ``key`` and execute the outcome until a reconcile returns no actions; returns
-        the outcomes that had actions. Raises if the reconciler fails or has not converged."""
+        the outcomes that had actions. Raises if the reconciler fails (after executing the actions
+        its error carries, as the host does) or has not converged."""
         done: list[Outcome] = []
         for _ in range(max_rounds):
             try:
                 out = self.reconcile(key, reconciler)
             except ReconcileError as e:
-                raise AssertionError(f"reconcile of {key} failed: {e}") from e
+                self.execute(e)
+                raise AssertionError(f"reconcile of {key} failed: {failure_parts(e)[0]}") from e
             if out.is_empty():
                 return done
             self.execute(out)
