@@ -22,7 +22,7 @@
 //!   running reconciles finish on the old one, the next one runs the new one.
 
 mod apply;
-pub mod expectations;
+mod expectations;
 mod mapping;
 mod metrics;
 pub mod slow_start;

@@ -20,8 +20,8 @@
 //! write for it, and when a shard was just taken over (its keys are then queued from the cache).
 
 pub mod coordinator;
-pub mod lease;
-pub mod rendezvous;
+mod lease;
+mod rendezvous;
 
 pub use coordinator::{ShardConfig, Sharding};
 
