@@ -28,11 +28,9 @@ pub mod cache;
 pub mod client;
 #[allow(missing_docs)] // TODO(#27): document
 pub mod controller;
-#[allow(missing_docs)] // TODO(#27): document
 pub mod duration;
 #[allow(missing_docs)] // TODO(#27): document
 pub mod executor;
-#[allow(missing_docs)] // TODO(#27): document
 pub mod fence;
 // The fuzz harnesses' runner, shared with wasmloop-model (one file, so both run them alike).
 #[cfg(test)]
@@ -46,18 +44,13 @@ pub mod hotload;
 pub mod identity;
 #[allow(missing_docs)] // TODO(#27): document
 pub mod informer;
-#[allow(missing_docs)] // TODO(#27): document
 pub mod kinds;
 pub(crate) mod labels;
 pub mod leader;
-#[allow(missing_docs)] // TODO(#27): document
 pub mod native;
 #[allow(missing_docs)] // TODO(#27): document
 pub mod plugin;
 pub mod queue;
-#[allow(missing_docs)] // TODO(#27): document
 pub mod reconciler;
-#[allow(missing_docs)] // TODO(#27): document
 pub mod server;
-#[allow(missing_docs)] // TODO(#27): document
 pub mod shard;

@@ -73,6 +73,7 @@ impl Ownership {
         }
     }
 
+    /// The plugin whose shards these are.
     pub fn plugin(&self) -> &str {
         &self.plugin
     }
