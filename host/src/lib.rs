@@ -18,13 +18,11 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
-#[allow(missing_docs)] // TODO(#27): document
 pub mod actions;
 #[allow(missing_docs)] // TODO(#27): document
 pub mod admission;
 #[allow(missing_docs)] // TODO(#27): document
 pub mod cache;
-#[allow(missing_docs)] // TODO(#27): document
 pub mod client;
 #[allow(missing_docs)] // TODO(#27): document
 pub mod controller;
@@ -40,9 +38,7 @@ mod fuzz;
 pub mod grants;
 #[allow(missing_docs)] // TODO(#27): document
 pub mod hotload;
-#[allow(missing_docs)] // TODO(#27): document
 pub mod identity;
-#[allow(missing_docs)] // TODO(#27): document
 pub mod informer;
 pub mod kinds;
 pub(crate) mod labels;
