@@ -24,17 +24,14 @@ pub mod admission;
 #[allow(missing_docs)] // TODO(#27): document
 pub mod cache;
 pub mod client;
-#[allow(missing_docs)] // TODO(#27): document
 pub mod controller;
 pub mod duration;
-#[allow(missing_docs)] // TODO(#27): document
 pub mod executor;
 pub mod fence;
 // The fuzz harnesses' runner, shared with wasmloop-model (one file, so both run them alike).
 #[cfg(test)]
 #[path = "../../model/src/fuzz.rs"]
 mod fuzz;
-#[allow(missing_docs)] // TODO(#27): document
 pub mod grants;
 #[allow(missing_docs)] // TODO(#27): document
 pub mod hotload;
