@@ -19,9 +19,7 @@
 #![warn(missing_docs)]
 
 pub mod actions;
-#[allow(missing_docs)] // TODO(#27): document
 pub mod admission;
-#[allow(missing_docs)] // TODO(#27): document
 pub mod cache;
 pub mod client;
 pub mod controller;
