@@ -39,7 +39,6 @@ pub mod kinds;
 pub(crate) mod labels;
 pub mod leader;
 pub mod native;
-#[allow(missing_docs)] // TODO(#27): document
 pub mod plugin;
 pub mod queue;
 pub mod reconciler;
