@@ -31,7 +31,6 @@ pub mod fence;
 #[path = "../../model/src/fuzz.rs"]
 mod fuzz;
 pub mod grants;
-#[allow(missing_docs)] // TODO(#27): document
 pub mod hotload;
 pub mod identity;
 pub mod informer;
