@@ -24,10 +24,18 @@ use tower::util::{MapRequestLayer, MapResponseLayer};
 /// Errors building the client.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
+    /// The kubeconfig file named does not read or parse.
     #[error("cannot read kubeconfig {path}: {source}")]
-    Kubeconfig { path: String, source: kube::config::KubeconfigError },
+    Kubeconfig {
+        /// The file's path.
+        path: String,
+        /// What is wrong with it.
+        source: kube::config::KubeconfigError,
+    },
+    /// Neither `KUBECONFIG`, `~/.kube/config` nor the in-cluster environment gives a configuration.
     #[error("no Kubernetes configuration found (KUBECONFIG, ~/.kube/config or in-cluster): {0}")]
     Infer(#[from] kube::config::InferConfigError),
+    /// The configuration does not make a client (bad TLS material, for one).
     #[error("cannot build the API client: {0}")]
     Build(#[from] kube::Error),
     /// An executor made without a [`Connection`] was asked to act as another identity.
@@ -35,6 +43,7 @@ pub enum Error {
     NoConnection,
 }
 
+/// A result whose error is the client's.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// Counts requests sent to the API server, by verb (method + whether it is a watch), and the
@@ -65,14 +74,18 @@ struct CodeLabel {
 /// A snapshot of [`ApiRequests`].
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct RequestCounts {
+    /// GETs of one object.
     pub get: u64,
+    /// GETs of a collection, not watching.
     pub list: u64,
+    /// Watches (long-running GETs of a collection).
     pub watch: u64,
     /// POST, PUT, PATCH and DELETE.
     pub write: u64,
 }
 
 impl RequestCounts {
+    /// Every request, of any verb.
     pub fn total(&self) -> u64 {
         self.get + self.list + self.watch + self.write
     }
@@ -83,6 +96,7 @@ impl RequestCounts {
 }
 
 impl ApiRequests {
+    /// The counts so far.
     pub fn snapshot(&self) -> RequestCounts {
         let c = &self.0;
         RequestCounts {

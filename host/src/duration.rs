@@ -6,10 +6,13 @@ use std::time::Duration;
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("invalid duration {input:?}: {reason}")]
 pub struct Error {
+    /// The text as given.
     pub input: String,
+    /// What is wrong with it.
     pub reason: String,
 }
 
+/// A result whose error is a duration that does not parse.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// The longest duration [`parse`] accepts: 100 years (`876000h`).
@@ -107,11 +110,13 @@ pub mod serde {
 
     use ::serde::{Deserialize, Deserializer, Serializer};
 
+    /// Parse a Go-style duration string.
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
         let text = String::deserialize(d)?;
         super::parse(&text).map_err(::serde::de::Error::custom)
     }
 
+    /// Write the duration in its shortest Go-style form.
     pub fn serialize<S: Serializer>(v: &Duration, s: S) -> Result<S::Ok, S::Error> {
         s.serialize_str(&super::format(*v))
     }
@@ -124,6 +129,7 @@ pub mod serde_opt {
 
     use ::serde::{Deserialize, Deserializer, Serializer};
 
+    /// Parse a Go-style duration string; `null`, `""`, `"0"` and `"never"` are `None`.
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
         match Option::<String>::deserialize(d)? {
             None => Ok(None),
@@ -132,6 +138,7 @@ pub mod serde_opt {
         }
     }
 
+    /// Write `Some` in its shortest Go-style form, `None` as `null`.
     pub fn serialize<S: Serializer>(v: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
         match v {
             Some(d) => s.serialize_str(&super::format(*d)),

@@ -24,12 +24,15 @@ use tokio::time::Instant;
 /// Why a write was not sent.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Error {
+    /// This replica is not (or no longer) the leader.
     #[error("not sent: this replica does not hold the Lease")]
     NotLeader,
+    /// The Lease ran out this long ago without a renewal.
     #[error("not sent: this replica's Lease expired {0:?} ago (fenced)")]
     Expired(Duration),
 }
 
+/// A result whose error is a write the fence held back.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// Whether this replica may write now. Cheap to clone; clones share the state.

@@ -26,21 +26,42 @@ use crate::reconciler::ReconcilerSpec;
 pub enum Error {
     /// An action, or a declared read, that no grant covers.
     #[error("plugin {plugin} may not {verb} {target}: {reason}")]
-    Denied { plugin: String, verb: Verb, target: String, reason: String },
+    Denied {
+        /// The plugin's name.
+        plugin: String,
+        /// What was asked.
+        verb: Verb,
+        /// The action's target (kind, namespace, name).
+        target: String,
+        /// Why no grant covers it.
+        reason: String,
+    },
     /// A plugin declares reading a kind it has no read grant for.
     #[error(
         "plugin {plugin} declares reading {kind} ({role}) but has no read grant for it: \
          add `{{kinds: [\"{kind}\"], verbs: [read]}}` to its grants"
     )]
-    MissingRead { plugin: String, kind: KindRef, role: &'static str },
+    MissingRead {
+        /// The plugin's name.
+        plugin: String,
+        /// The kind it declares reading.
+        kind: KindRef,
+        /// How it reads it (reconciled, watched, indexed, ...).
+        /// How it reads it: `reconciles`, `watches` or `indexes`.
+        role: &'static str,
+    },
+    /// A grant's kind is neither `<apiVersion>/<Kind>` nor `*`.
     #[error("invalid kind {0:?} in grants: expected \"<apiVersion>/<Kind>\" (e.g. \"v1/Pod\", \"apps/v1/ReplicaSet\") or \"*\"")]
     InvalidKind(String),
+    /// A grant's verb is not one of the grant verbs.
     #[error("invalid verb {0:?} in grants: expected one of read, create, apply, patch, delete, update-status, event, *")]
     InvalidVerb(String),
+    /// The manifest's `grants:` does not parse.
     #[error("invalid grants YAML: {0}")]
     Yaml(String),
 }
 
+/// A result whose error is a grant's.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 pub use wasmloop_model::Verb;
@@ -97,11 +118,14 @@ impl<'de> Deserialize<'de> for VerbPattern {
 /// A kind in a grant: one `<apiVersion>/<Kind>`, or `*` for any kind.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum KindPattern {
+    /// `*`: every kind.
     Any,
+    /// This kind only.
     Exact(KindRef),
 }
 
 impl KindPattern {
+    /// Whether `kind` is one the pattern names.
     pub fn matches(&self, kind: &KindRef) -> bool {
         match self {
             KindPattern::Any => true,
@@ -153,7 +177,9 @@ impl<'de> Deserialize<'de> for KindPattern {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Grant {
+    /// The kinds the rule covers.
     pub kinds: Vec<KindPattern>,
+    /// The verbs it allows on them.
     pub verbs: Vec<VerbPattern>,
     /// `None` = every namespace and cluster-scoped objects.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -208,6 +234,7 @@ pub struct Grants {
 }
 
 impl Grants {
+    /// `plugin`'s grants: these rules (a verb on a target is allowed if any rule allows it).
     pub fn new(plugin: impl Into<String>, rules: Vec<Grant>) -> Self {
         Self { rules, plugin: plugin.into() }
     }
@@ -239,10 +266,12 @@ impl Grants {
         self
     }
 
+    /// The plugin the grants are for, as messages name it.
     pub fn plugin(&self) -> &str {
         &self.plugin
     }
 
+    /// The rules, as given.
     pub fn rules(&self) -> &[Grant] {
         &self.rules
     }

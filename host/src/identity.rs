@@ -30,12 +30,31 @@ pub enum Error {
         "{identity} may not {verbs} {resource} {scope}: add a rule {{apiGroups: [\"{group}\"], resources: [\"{plural}\"], \
          verbs: [list, watch]}} to its RBAC (`wasmloop pack --rbac` prints what the manifest needs)"
     )]
-    MissingRead { identity: Identity, verbs: String, resource: String, scope: String, group: String, plural: String },
+    MissingRead {
+        /// Who lacks the rule.
+        identity: Identity,
+        /// The verbs it may not use, e.g. `list and watch`.
+        verbs: String,
+        /// The kind read.
+        resource: String,
+        /// Where: `in namespace <ns>`, `in all namespaces` or `(cluster-scoped)`.
+        scope: String,
+        /// The resource's API group (empty for the core group).
+        group: String,
+        /// The resource's plural name.
+        plural: String,
+    },
     /// The API server did not answer the review (or the host may not ask it).
     #[error("cannot check the RBAC of {identity} (SubjectAccessReview): {source}")]
-    Review { identity: Identity, source: kube::Error },
+    Review {
+        /// Whose rights were asked about.
+        identity: Identity,
+        /// The API server's error.
+        source: kube::Error,
+    },
 }
 
+/// A result whose error is an identity check's.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// A ServiceAccount a plugin acts as.
@@ -87,7 +106,9 @@ pub enum PluginIdentity {
 /// One read the plugin will make: a kind, everywhere (`None`) or in one namespace.
 #[derive(Clone, Debug)]
 pub struct Read {
+    /// The kind read, as discovery resolved it.
     pub kind: ResolvedKind,
+    /// The namespace read, or `None` for all of them.
     pub namespace: Option<String>,
 }
 

@@ -12,14 +12,18 @@ use kube::discovery::{self, Scope};
 /// Errors resolving a kind.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
+    /// The kind's `apiVersion` is not `group/version` or `version`.
     #[error(transparent)]
     InvalidApiVersion(#[from] wasmloop_model::InvalidApiVersion),
+    /// The API server does not serve the kind.
     #[error("kind {0} is not served by the API server (is its CRD installed?): {1}")]
     NotServed(KindRef, #[source] kube::Error),
+    /// Discovery failed for a transient reason, retries included.
     #[error("discovering kind {0} failed: the API server did not answer after retries: {1}")]
     Discovery(KindRef, #[source] kube::Error),
 }
 
+/// A result whose error is a kind that did not resolve.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 pub use wasmloop_model::{KindRef, ObjectKey};
@@ -33,8 +37,11 @@ pub fn gvk(kind: &KindRef) -> Result<GroupVersionKind> {
 /// A kind resolved through discovery: where it is served and whether it is namespaced.
 #[derive(Clone, Debug)]
 pub struct ResolvedKind {
+    /// The kind as asked for.
     pub kind: KindRef,
+    /// Its group, version, plural resource name and kind, as kube's `Api` takes them.
     pub resource: ApiResource,
+    /// Whether its objects live in namespaces.
     pub namespaced: bool,
 }
 
@@ -46,10 +53,12 @@ pub struct KindResolver {
 }
 
 impl KindResolver {
+    /// A resolver asking the API server behind `client`, with an empty cache.
     pub fn new(client: kube::Client) -> Self {
         Self { client, cache: Default::default() }
     }
 
+    /// The client the resolver asks through.
     pub fn client(&self) -> &kube::Client {
         &self.client
     }

@@ -16,6 +16,7 @@
 // Unsafe code needs a reason: the one block (deserialising a precompiled component, which
 // wasmtime cannot check fully) allows it where it is, with its SAFETY argument.
 #![deny(unsafe_code)]
+#![warn(missing_docs)]
 
 // The fuzz harnesses' runner is wasmloop-model's (its `fuzz` feature, a dev-dependency here).
 #[cfg(test)]
@@ -33,7 +34,7 @@ pub mod hotload;
 pub mod identity;
 pub mod informer;
 pub mod kinds;
-pub mod labels;
+pub(crate) mod labels;
 pub mod leader;
 pub mod native;
 pub mod plugin;

@@ -111,14 +111,18 @@ pub struct WatchSpec {
 /// A declared index: `labels.<key>` or a dotted field path.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct IndexDecl {
+    /// The kind whose objects are indexed.
     pub kind: KindRef,
+    /// The index's name, as reads name it.
     pub name: String,
+    /// What is indexed: `labels.<key>` or a dotted field path.
     pub path: String,
 }
 
 /// A field a plugin reads through metadata reads (contract 0.2 `plugin-metadata.fields`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FieldDecl {
+    /// The kind the field belongs to.
     pub kind: KindRef,
     /// Dotted path, e.g. `status.phase`.
     pub path: String,
@@ -139,7 +143,9 @@ pub struct ReconcilerSpec {
     pub annotation_selector: Option<String>,
     /// Related kinds and how their events map to reconciled keys.
     pub watches: Vec<WatchSpec>,
+    /// The indexes it reads through.
     pub indexes: Vec<IndexDecl>,
+    /// The fields its metadata reads return, per kind, in declaration order.
     pub fields: Vec<FieldDecl>,
 }
 
@@ -162,7 +168,9 @@ impl ReconcilerSpec {
 /// the controller runs it on a blocking thread and executes the actions itself. The cache comes
 /// shared: what reads it during the call (a plugin's Store) holds its own reference.
 pub trait Reconciler: Send + Sync + 'static {
+    /// What the reconciler reconciles, watches and indexes; fixed for its lifetime.
     fn spec(&self) -> &ReconcilerSpec;
+    /// Reconcile `request`'s key against `cache`: the actions to take, or why it failed.
     fn reconcile(&self, request: &Request, cache: &SharedCache) -> Result<Outcome, ReconcileError>;
     /// Which build this is (a Wasm plugin's `sha256:<hex>`), for logs that must tell two
     /// versions with the same `spec().version` apart; `None` for native reconcilers.

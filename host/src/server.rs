@@ -16,12 +16,20 @@ use tokio::net::TcpListener;
 /// Errors serving HTTP.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
+    /// The listening socket could not be opened.
     #[error("cannot listen on {addr}: {source}")]
-    Bind { addr: SocketAddr, source: std::io::Error },
+    Bind {
+        /// The address asked for.
+        addr: SocketAddr,
+        /// Why it could not be bound.
+        source: std::io::Error,
+    },
+    /// The server stopped on an I/O error.
     #[error("HTTP server failed: {0}")]
     Serve(#[source] std::io::Error),
 }
 
+/// A result whose error is the HTTP server's.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// Readiness: true once caches have synced and the plugins present at start are loaded.
@@ -29,9 +37,11 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 pub struct Readiness(Arc<AtomicBool>);
 
 impl Readiness {
+    /// Mark the host ready (or not).
     pub fn set(&self, ready: bool) {
         self.0.store(ready, Ordering::SeqCst);
     }
+    /// Whether the host is ready.
     pub fn get(&self) -> bool {
         self.0.load(Ordering::SeqCst)
     }

@@ -5,6 +5,8 @@
 //! test in each test binary starts a private control plane with `scripts/control-plane.sh`, and a
 //! small reaper process stops it when the test binary exits, so nothing is left running.
 
+#![forbid(unsafe_code)]
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::OnceLock;

@@ -48,32 +48,54 @@ pub enum PatchType {
 #[serde(tag = "action", rename_all = "camelCase")]
 pub enum Action {
     /// Create an object (AlreadyExists counts as done).
-    Create { object: Value },
+    Create {
+        /// The whole object, `apiVersion`, `kind` and `metadata.name` included.
+        object: Value,
+    },
     /// Server-side apply (field manager = the controller's name).
-    Apply { object: Value },
+    Apply {
+        /// The fields the controller owns, with `apiVersion`, `kind` and `metadata.name`.
+        object: Value,
+    },
     /// Delete an object (NotFound counts as done).
     Delete {
+        /// The object to delete.
         key: ObjectKey,
+        /// What the API server checks before deleting (none by default).
         #[serde(default, skip_serializing_if = "Preconditions::is_empty")]
         preconditions: Preconditions,
     },
     /// JSON merge patch of `.status` through the `/status` subresource.
-    UpdateStatus { key: ObjectKey, status: Value },
+    UpdateStatus {
+        /// The object whose status is patched.
+        key: ObjectKey,
+        /// The merge patch of `.status`.
+        status: Value,
+    },
     /// Record a Kubernetes Event about an object.
     Event {
+        /// The object the Event is about.
         regarding: ObjectKey,
+        /// `Normal` or `Warning`.
         #[serde(rename = "type")]
         event_type: EventType,
+        /// A short CamelCase reason, e.g. `ScalingUp`.
         reason: String,
+        /// The human-readable message.
         message: String,
     },
     /// Patch an object, or its `/status` subresource (`status: true`).
     Patch {
+        /// The object to patch.
         key: ObjectKey,
+        /// Patch the `/status` subresource instead of the object.
         #[serde(default)]
         status: bool,
+        /// How `body` is read.
         patch_type: PatchType,
+        /// The patch document.
         body: Value,
+        /// What the API server checks before patching (none by default).
         #[serde(default, skip_serializing_if = "Preconditions::is_empty")]
         preconditions: Preconditions,
     },

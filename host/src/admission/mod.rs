@@ -48,18 +48,30 @@ use result::Guard;
 /// Why one action was refused.
 #[derive(Debug, thiserror::Error)]
 pub enum Reason {
+    /// The action's target is malformed (no name, a bad kind, ...).
     #[error("invalid action: {0}")]
     InvalidTarget(#[from] TargetError),
+    /// The action's kind does not resolve.
     #[error("{0}")]
     Kind(#[from] kinds::Error),
+    /// No grant of the plugin covers the action.
     #[error("{0}")]
     Grant(#[from] grants::Error),
+    /// The action would touch an object the host protects.
     #[error("{0}")]
     Protected(#[from] Rule),
+    /// An owner reference the action sets is not allowed.
     #[error("ownerReferences[{index}]: {why}")]
-    OwnerReference { index: usize, why: String },
+    OwnerReference {
+        /// Its position in `metadata.ownerReferences`.
+        index: usize,
+        /// Why it is not allowed.
+        why: String,
+    },
+    /// An Event about an object the plugin may not read.
     #[error("an Event may only be about an object the plugin may read: {0}")]
     EventRegarding(String),
+    /// The write cannot succeed as given (a patch that does not apply, for one).
     #[error("{0}")]
     Result(#[from] result::Invalid),
 }
@@ -68,10 +80,13 @@ pub enum Reason {
 #[derive(Debug, thiserror::Error)]
 #[error("action {index} ({verb} {target}) refused, no action of this reconcile was executed: {reason}")]
 pub struct Refusal {
+    /// The action's position in the outcome.
     pub index: usize,
+    /// The action's verb.
     pub verb: Verb,
     /// The target as far as it could be read.
     pub target: String,
+    /// Why it was refused.
     pub reason: Reason,
 }
 
@@ -84,11 +99,29 @@ pub enum Error {
     /// What an action would produce could not be computed now (a dry run or the RBAC cache
     /// failed): nothing was sent, and the key is retried with backoff (fail closed).
     #[error("action {index} ({verb} {target}) not sent, no action of this reconcile was executed: {why}")]
-    Unverifiable { index: usize, verb: Verb, target: String, why: String },
+    Unverifiable {
+        /// The action's position in the outcome.
+        index: usize,
+        /// The action's verb.
+        verb: Verb,
+        /// Its target, as far as it could be read.
+        target: String,
+        /// Why the result could not be computed.
+        why: String,
+    },
     /// The plugin's precondition names an older version than the one its result was checked
     /// on: its view was stale; reconciled again.
     #[error("action {index} ({verb} {target}): conflict: {why}")]
-    Conflict { index: usize, verb: Verb, target: String, why: String },
+    Conflict {
+        /// The action's position in the outcome.
+        index: usize,
+        /// The action's verb.
+        verb: Verb,
+        /// Its target, as far as it could be read.
+        target: String,
+        /// What changed since the plugin read it.
+        why: String,
+    },
 }
 
 impl Error {
@@ -101,6 +134,7 @@ impl Error {
     }
 }
 
+/// A result whose error is an outcome not admitted.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// Where the scope (namespaced or cluster-scoped) of a kind comes from.

@@ -33,7 +33,12 @@ use wasmloop_model::Target;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Rule {
     /// A write in (or of) one of the host's namespaces.
-    HostNamespace { namespace: String, object: bool },
+    HostNamespace {
+        /// The host's namespace.
+        namespace: String,
+        /// The write is of the Namespace object itself (not of something in it).
+        object: bool,
+    },
     /// A result that carries a plugin label.
     PluginLabel,
     /// A binding of an identity.

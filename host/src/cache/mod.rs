@@ -24,27 +24,53 @@ use crate::kinds::KindRef;
 /// Errors reading or indexing the cache.
 #[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
 pub enum Error {
+    /// The reader may not read the kind, or did not declare it.
     #[error("kind {0} is not readable here: declare it in the plugin's metadata and grant it")]
     NotGranted(KindRef),
+    /// A read names an index the kind does not have.
     #[error("no index {index:?} on kind {kind}")]
-    UnknownIndex { kind: KindRef, index: String },
+    UnknownIndex {
+        /// The kind read.
+        kind: KindRef,
+        /// The index named.
+        index: String,
+    },
+    /// A label selector does not parse.
     #[error("invalid label selector {selector:?}: {reason}")]
-    InvalidSelector { selector: String, reason: String },
+    InvalidSelector {
+        /// The selector given.
+        selector: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// An index path is not `labels.<key>` nor a dotted field path.
     #[error("invalid index path {path:?}: {reason}")]
-    InvalidIndexPath { path: String, reason: String },
+    InvalidIndexPath {
+        /// The path given.
+        path: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// An index of this name exists with another definition.
     #[error("index {name:?} already exists with a different definition")]
-    IndexConflict { name: String },
+    IndexConflict {
+        /// The index's name.
+        name: String,
+    },
+    /// The object is not one the cache can hold (not a JSON object, no name, ...), or does not
+    /// decode as the type asked for.
     #[error("object is not valid for the cache: {0}")]
     InvalidObject(String),
 }
 
+/// A result whose error is the cache's.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
-/// Read access to cached objects across kinds. Never calls the API server.
 /// A shared, read-only cache as reconcilers receive it: whoever reads it during a call (a Wasm
 /// plugin's Store, a native backend) holds its own reference, so no lifetime is erased.
 pub type SharedCache = Arc<dyn CacheRead>;
 
+/// Read access to cached objects across kinds. Never calls the API server.
 pub trait CacheRead: Send + Sync {
     /// One object, or None if it is not cached.
     fn get(&self, kind: &KindRef, namespace: Option<&str>, name: &str) -> Result<Option<Arc<CachedObject>>>;

@@ -17,9 +17,13 @@ use super::{Error, Result};
 /// An owner reference of a cached object, borrowed from it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct OwnerRef<'a> {
+    /// The owner's `apiVersion`.
     pub api_version: &'a str,
+    /// The owner's kind.
     pub kind: &'a str,
+    /// The owner's name (in the object's namespace, or cluster-scoped).
     pub name: &'a str,
+    /// The owner's uid.
     pub uid: &'a str,
     /// `controller: true`: this owner manages the object.
     pub controller: bool,

@@ -22,11 +22,16 @@ use crate::kinds::KindRef;
 /// What applying an event did to the store.
 #[derive(Clone, Debug)]
 pub enum Change {
+    /// A new object was stored.
     Added(Arc<CachedObject>),
+    /// A stored object was replaced by a newer version.
     Updated {
+        /// The version that was stored.
         old: Arc<CachedObject>,
+        /// The version now stored.
         new: Arc<CachedObject>,
     },
+    /// The object was removed.
     Deleted(Arc<CachedObject>),
     /// Same resourceVersion as cached (or, without one, the same JSON): nothing was done.
     Unchanged(Arc<CachedObject>),

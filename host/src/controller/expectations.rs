@@ -145,6 +145,7 @@ impl Expectations {
         self.state.lock().by_key.len()
     }
 
+    /// Whether no key has expectations pending.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }

@@ -22,7 +22,7 @@
 //!   running reconciles finish on the old one, the next one runs the new one.
 
 mod apply;
-pub mod expectations;
+mod expectations;
 mod mapping;
 mod metrics;
 pub mod slow_start;
@@ -61,16 +61,47 @@ use worker::KeyStates;
 /// Errors starting or reconfiguring a controller.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
+    /// One of the controller's informers would not start or sync.
     #[error("controller {controller}: {source}")]
-    Informer { controller: String, source: informer::Error },
+    Informer {
+        /// The controller's name.
+        controller: String,
+        /// The informer's error.
+        source: informer::Error,
+    },
+    /// An index the controller declares cannot be added to its kind's cache.
     #[error("controller {controller}: index {index:?} on {kind}: {source}")]
-    Index { controller: String, kind: String, index: String, source: cache::Error },
+    Index {
+        /// The controller's name.
+        controller: String,
+        /// The indexed kind.
+        kind: String,
+        /// The index's name.
+        index: String,
+        /// Why it cannot be added.
+        source: cache::Error,
+    },
+    /// The controller's declared reads are not covered by its grants.
     #[error("controller {controller}: {source}")]
-    Grants { controller: String, source: crate::grants::Error },
+    Grants {
+        /// The controller's name.
+        controller: String,
+        /// What the grants refuse.
+        source: crate::grants::Error,
+    },
+    /// The controller cannot read a kind in the scope it needs.
     #[error("controller {controller}: cannot read {kind}: {reason}")]
-    ReadScope { controller: String, kind: KindRef, reason: String },
+    ReadScope {
+        /// The controller's name.
+        controller: String,
+        /// The kind.
+        kind: KindRef,
+        /// Why not.
+        reason: String,
+    },
 }
 
+/// A result whose error is a controller's.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// How a controller runs. Defaults follow controller-runtime.
@@ -113,7 +144,9 @@ pub struct ControllerConfig {
 #[derive(Clone, Copy, Debug, PartialEq, Deserialize)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
 pub struct RateBudget {
+    /// The sustained rate, per second.
     pub qps: f64,
+    /// How many may go at once after a quiet spell (the bucket's size).
     pub burst: u32,
 }
 

@@ -49,23 +49,67 @@ use crate::kinds::{self, KindResolver, ObjectKey, ResolvedKind};
 /// Errors executing an action.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
+    /// The action's object is not a valid Kubernetes object (no kind, no name, ...).
     #[error("{verb} {object}: invalid object: {reason}")]
-    InvalidObject { verb: Verb, object: String, reason: String },
+    InvalidObject {
+        /// The action's verb.
+        verb: Verb,
+        /// The object, as far as it could be named.
+        object: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The action's kind does not resolve.
     #[error("{verb} {object}: {source}")]
-    Kind { verb: Verb, object: String, source: Box<kinds::Error> },
+    Kind {
+        /// The action's verb.
+        verb: Verb,
+        /// The object, as far as it could be named.
+        object: String,
+        /// Why its kind does not resolve.
+        source: Box<kinds::Error>,
+    },
+    /// The API server refused the action, or could not be reached.
     #[error("{verb} {object}: {}", describe(.source))]
-    Api { verb: Verb, object: String, source: kube::Error },
+    Api {
+        /// The action's verb.
+        verb: Verb,
+        /// The object.
+        object: String,
+        /// The API server's (or the transport's) error.
+        source: kube::Error,
+    },
     /// A precondition failed: the object changed (or was re-created) since the plugin read it.
     #[error("{verb} {object}: conflict: {message}")]
-    Conflict { verb: Verb, object: String, message: String },
+    Conflict {
+        /// The action's verb.
+        verb: Verb,
+        /// The object.
+        object: String,
+        /// The API server's message.
+        message: String,
+    },
     /// Leader election is on and this replica may not write now.
     #[error("{verb} {object}: {source}")]
-    Fenced { verb: Verb, object: String, source: crate::fence::Error },
+    Fenced {
+        /// The action's verb.
+        verb: Verb,
+        /// The object.
+        object: String,
+        /// Why the fence held the write back.
+        source: crate::fence::Error,
+    },
     /// No client could be made for the plugin's identity.
     #[error("cannot act as {identity}: {source}")]
-    Identity { identity: Identity, source: crate::client::Error },
+    Identity {
+        /// The identity asked for.
+        identity: Identity,
+        /// Why no client could be made for it.
+        source: crate::client::Error,
+    },
 }
 
+/// A result whose error is an action's.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 impl Error {

@@ -136,26 +136,41 @@ pub enum LoadOrigin {
 /// What happened to a plugin ConfigMap (for tests and `/metrics`).
 #[derive(Clone, Debug, PartialEq)]
 pub enum LoadEvent {
+    /// A plugin was loaded (or reloaded) and its controller runs.
     Loaded {
+        /// The plugin ConfigMap's name.
         configmap: String,
+        /// The plugin's name.
         plugin: String,
+        /// The plugin's own version.
         version: String,
+        /// `sha256:<hex>` of the component.
         digest: String,
+        /// How the component was obtained.
         origin: LoadOrigin,
+        /// Time from seeing the ConfigMap to the controller running.
         took: Duration,
     },
     /// The ConfigMap waits for something (`reason`, rendered); sent when the wait begins or
     /// its reason changes, not on every retry.
     Waiting {
+        /// The plugin ConfigMap's name.
         configmap: String,
+        /// What it waits for.
         reason: String,
     },
+    /// The ConfigMap's plugin cannot be loaded as it is; the last good version, if any, keeps running.
     Rejected {
+        /// The plugin ConfigMap's name.
         configmap: String,
+        /// Why it was rejected.
         error: String,
     },
+    /// A plugin was stopped and unloaded (its ConfigMap was deleted or no longer names it).
     Removed {
+        /// The plugin ConfigMap's name.
         configmap: String,
+        /// The plugin's name.
         plugin: String,
     },
 }

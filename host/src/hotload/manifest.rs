@@ -75,8 +75,11 @@ pub struct PluginManifest {
     /// `plugin:`: the component's own `metadata().name` when the admin runs it under another
     /// `name` on purpose (several instances of one plugin). Default: it must be `name`.
     pub component: Option<String>,
+    /// `grants:`: what the plugin may read and do (nothing by default).
     pub grants: Grants,
+    /// `limits:`: memory, fuel and time per call.
     pub limits: Limits,
+    /// `controller:`: workers, resync, rate limits and the like.
     pub controller: ControllerConfig,
     /// `serviceAccountName:`: the ServiceAccount (in the plugin ConfigMap's namespace) whose
     /// identity the plugin's writes carry; default `wasmloop-plugin-<name>`.

@@ -49,6 +49,7 @@ pub struct PluginMetrics {
 }
 
 impl PluginMetrics {
+    /// The plugin metrics, registered in `registry`.
     pub fn new(registry: &mut Registry) -> Self {
         let m = Self {
             loads: Family::default(),

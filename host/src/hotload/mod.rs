@@ -16,14 +16,14 @@
 //!   rules, the host's reads and its right to impersonate exactly that account.
 
 mod claims;
-pub mod manager;
-pub mod manifest;
+mod manager;
+mod manifest;
 pub mod metrics;
 pub mod pack;
 pub mod rbac;
-pub mod served;
+mod served;
 pub mod source;
-pub mod status;
+mod status;
 pub mod waiting;
 
 pub use manager::{LoadEvent, LoadOrigin, PluginManager, PluginManagerConfig};

@@ -39,50 +39,83 @@ pub const DEFAULT_PART_BYTES: usize = CONFIGMAP_LIMIT - (64 << 10);
 /// Errors packing a plugin.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
+    /// The file is not WebAssembly.
     #[error("{path} is not a wasm binary (it does not start with \\0asm)")]
-    NotWasm { path: String },
+    NotWasm {
+        /// The file's path.
+        path: String,
+    },
+    /// The inline ConfigMap would be over the ConfigMap size limit.
     #[error(
         "the ConfigMap would be {size} bytes, {over} bytes over the {CONFIGMAP_LIMIT}-byte limit; build with the \
          size-optimised profile (`--profile plugin`: opt-level \"s\", LTO, strip), drop heavy dependencies \
          (e.g. the SDK's `k8s` feature), or pack without --inline (the referenced form splits a large component \
          over several payload ConfigMaps)"
     )]
-    TooLarge { size: usize, over: usize },
+    TooLarge {
+        /// What the ConfigMap's size would be.
+        size: usize,
+        /// By how much it is over the limit.
+        over: usize,
+    },
+    /// Compressing failed.
     #[error("compressing: {0}")]
     Compress(#[source] std::io::Error),
+    /// The ConfigMaps do not serialise to YAML.
     #[error("writing YAML: {0}")]
     Yaml(String),
+    /// The plugin name leaves no room for the payload ConfigMap's name.
     #[error("the plugin name {0:?} is too long for its payload ConfigMap's name (<name>-wasm-<12 hex>, at most 253 characters)")]
     NameTooLong(String),
+    /// The compressed component needs more payload parts than allowed.
     #[error(
         "the component compresses to {compressed} bytes: {parts} parts of at most {part_bytes} bytes, more than the \
          {MAX_PARTS} a payload may be split over"
     )]
-    TooManyParts { compressed: usize, parts: usize, part_bytes: usize },
+    TooManyParts {
+        /// The compressed size.
+        compressed: usize,
+        /// The parts it would need.
+        parts: usize,
+        /// The size of one part.
+        part_bytes: usize,
+    },
+    /// The component is over the size any host accepts.
     #[error("the component is {size} bytes, over the {MAX_PLUGIN_BYTES} bytes any host accepts")]
-    ComponentTooLarge { size: usize },
+    ComponentTooLarge {
+        /// The component's size.
+        size: usize,
+    },
+    /// A part size outside what one ConfigMap can hold.
     #[error("the part size must be between 1 KiB and {CONFIGMAP_LIMIT} bytes (got {0})")]
     BadPartSize(usize),
 }
 
+/// A result whose error is packing's.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// What goes into the ConfigMap.
 pub struct PackInput<'a> {
+    /// The component's bytes.
     pub wasm: &'a [u8],
     /// Where the wasm came from (for error messages).
     pub path: &'a str,
     /// The manifest YAML, already validated and with `name` set.
     pub manifest: String,
+    /// The plugin ConfigMap's name.
     pub name: String,
+    /// The plugin ConfigMap's namespace (none: the one `kubectl apply` uses).
     pub namespace: Option<String>,
 }
 
 /// The packed ConfigMap and its sizes.
 #[derive(Debug)]
 pub struct Packed {
+    /// The plugin ConfigMap, labelled `wasmloop.dev/plugin=true`.
     pub config_map: ConfigMap,
+    /// Size of the component.
     pub raw_bytes: usize,
+    /// Size of the component compressed.
     pub compressed_bytes: usize,
 }
 
@@ -119,7 +152,9 @@ pub struct PackedRef {
     pub payloads: Vec<ConfigMap>,
     /// Labelled `wasmloop.dev/plugin=true`: the manifest and the reference to `payloads`.
     pub plugin: ConfigMap,
+    /// Size of the component.
     pub raw_bytes: usize,
+    /// Size of the component compressed (over all payloads).
     pub compressed_bytes: usize,
     /// `sha256:<hex>` of the component (decompressed), as in `data.plugin.wasm.digest`.
     pub digest: String,

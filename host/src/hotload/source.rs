@@ -46,15 +46,20 @@ pub const MAX_PLUGIN_BYTES: usize = crate::plugin::limits::MAX_COMPONENT_SIZE_CA
 /// How the wasm bytes are stored.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Encoding {
+    /// Stored as is (`plugin.wasm`).
     Raw,
+    /// zstd-compressed (`plugin.wasm.zst`).
     Zstd,
+    /// gzip-compressed (`plugin.wasm.gz`).
     Gzip,
 }
 
 impl Encoding {
+    /// Every encoding with its `binaryData` key.
     pub const ALL: [(Encoding, &'static str); 3] =
         [(Encoding::Raw, "plugin.wasm"), (Encoding::Zstd, "plugin.wasm.zst"), (Encoding::Gzip, "plugin.wasm.gz")];
 
+    /// The `binaryData` key of this encoding.
     pub fn key(self) -> &'static str {
         Self::ALL.iter().find(|(e, _)| *e == self).map(|(_, k)| *k).unwrap_or("plugin.wasm")
     }
@@ -63,37 +68,94 @@ impl Encoding {
 /// Errors reading a plugin ConfigMap.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum Error {
+    /// `binaryData` holds no component.
     #[error("no plugin in binaryData: expected one of plugin.wasm, plugin.wasm.zst, plugin.wasm.gz (found: {found})")]
-    NoPayload { found: String },
+    NoPayload {
+        /// The `binaryData` keys there are.
+        found: String,
+    },
+    /// `binaryData` holds more than one component.
     #[error("more than one plugin in binaryData ({0}); keep exactly one")]
     ManyPayloads(String),
+    /// The component does not decompress.
     #[error("binaryData.{key} does not decompress: {reason}")]
-    BadCompression { key: &'static str, reason: String },
+    BadCompression {
+        /// The component's key.
+        key: &'static str,
+        /// The decoder's error.
+        reason: String,
+    },
+    /// The component decompresses to more than the limit.
     #[error("binaryData.{key} is larger than {limit} bytes once decompressed")]
-    TooLarge { key: &'static str, limit: usize },
+    TooLarge {
+        /// The component's key.
+        key: &'static str,
+        /// The limit, in bytes.
+        limit: usize,
+    },
+    /// The ConfigMap has no manifest.
     #[error("data.{MANIFEST_KEY} is missing")]
     NoManifest,
+    /// The ConfigMap has both an inline component and a reference to a payload.
     #[error("both an inline plugin (binaryData.{0}) and a reference (data.{REF_KEY}); keep one")]
     BothForms(&'static str),
+    /// The reference to the payload does not parse.
     #[error("invalid payload reference: {0}")]
     BadRef(String),
+    /// The referenced payload ConfigMap does not exist (yet).
     #[error(
         "payload ConfigMap {namespace}/{name} not found (a ConfigMap labelled {PAYLOAD_LABEL}=true, in the plugin's \
          own namespace); apply it: the plugin loads when it appears"
     )]
-    PayloadMissing { namespace: String, name: String },
+    PayloadMissing {
+        /// The plugin's namespace.
+        namespace: String,
+        /// The payload ConfigMap's name.
+        name: String,
+    },
+    /// The referenced ConfigMap is not labelled as a payload.
     #[error("ConfigMap {namespace}/{name} is not labelled {PAYLOAD_LABEL}=true, so it is not a plugin payload")]
-    PayloadNotLabelled { namespace: String, name: String },
+    PayloadNotLabelled {
+        /// Its namespace.
+        namespace: String,
+        /// Its name.
+        name: String,
+    },
+    /// The payload ConfigMap is not immutable.
     #[error("payload ConfigMap {name} is not immutable (`immutable: true`); refused, as its bytes could change under the digest")]
-    PayloadNotImmutable { name: String },
+    PayloadNotImmutable {
+        /// Its name.
+        name: String,
+    },
+    /// The payload's bytes do not have the digest the reference declares.
     #[error("payload ConfigMap {name} does not match the digest: data.{DIGEST_KEY} is {declared}, the payload is {actual}")]
-    DigestMismatch { name: String, declared: String, actual: String },
+    DigestMismatch {
+        /// The payload ConfigMap's name.
+        name: String,
+        /// The digest the reference declares.
+        declared: String,
+        /// The digest of the payload's bytes.
+        actual: String,
+    },
+    /// The payload ConfigMap itself does not decode.
     #[error("payload ConfigMap {name}: {source}")]
-    InPayload { name: String, source: Box<Error> },
+    InPayload {
+        /// The payload ConfigMap's name.
+        name: String,
+        /// What is wrong with it.
+        source: Box<Error>,
+    },
+    /// A part of a split payload belongs to another version.
     #[error("payload part {name} does not belong to this plugin version: {reason}")]
-    WrongPart { name: String, reason: String },
+    WrongPart {
+        /// The part's name.
+        name: String,
+        /// How it does not fit.
+        reason: String,
+    },
 }
 
+/// A result whose error is a plugin ConfigMap's.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// The payload of a plugin ConfigMap, decoded.
@@ -103,6 +165,7 @@ pub struct PluginSource {
     pub wasm: Vec<u8>,
     /// `data.plugin.yaml`.
     pub manifest: String,
+    /// How the component was stored.
     pub encoding: Encoding,
     /// Size as stored in the ConfigMap.
     pub stored_bytes: usize,

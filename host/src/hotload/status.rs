@@ -49,6 +49,7 @@ pub enum State {
 }
 
 impl State {
+    /// The state as the status JSON writes it.
     pub fn as_str(self) -> &'static str {
         match self {
             State::Loaded => "Loaded",
@@ -71,6 +72,7 @@ impl State {
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PluginStatus {
+    /// Loaded, Waiting or Rejected (`None` only in a default, empty status).
     pub state: Option<State>,
     /// Why, in one CamelCase word: `Compiled`, `Precompiled`, `Reused`, `Unchanged` (Loaded);
     /// `KindNotServed`, `PayloadMissing`, `NameTaken`, `DiscoveryFailed` (Waiting); `Refused`.
@@ -81,8 +83,10 @@ pub struct PluginStatus {
     /// (a payload that cannot be read has no version yet; its digest is the declared one).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub plugin: Option<String>,
+    /// The plugin's own version.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub version: Option<String>,
+    /// `sha256:<hex>` of its component.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub digest: Option<String>,
     /// Waiting or Rejected while an older version keeps serving: `<name> <version>`.
@@ -103,6 +107,7 @@ pub struct PluginStatus {
     /// Loaded: how ("compiled", "from the precompiled cache", ...) and how long it took.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub origin: Option<String>,
+    /// Loaded: how long the load took, in milliseconds.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub load_millis: Option<u64>,
 }

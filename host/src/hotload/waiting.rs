@@ -32,23 +32,48 @@ pub enum WaitReason {
         "kind {kind} (which the plugin {role}) is not served by the API server (is its CRD installed and established?); \
          the plugin starts when it is"
     )]
-    KindNotServed { kind: KindRef, role: &'static str },
+    KindNotServed {
+        /// The kind.
+        kind: KindRef,
+        /// How the plugin reads it.
+        role: &'static str,
+    },
     /// Discovery of a kind did not answer (the API server busy or unreachable).
     #[error("discovering kind {kind} failed ({error}); trying again")]
-    DiscoveryFailed { kind: KindRef, error: String },
+    DiscoveryFailed {
+        /// The kind.
+        kind: KindRef,
+        /// The discovery error.
+        error: String,
+    },
     /// The payload ConfigMap the plugin ConfigMap references does not exist (yet).
     #[error(
         "payload ConfigMap {namespace}/{name} not found (a ConfigMap labelled wasmloop.dev/plugin-payload=true, in the \
          plugin's own namespace); apply it: the plugin loads when it appears"
     )]
-    PayloadMissing { namespace: String, name: String },
+    PayloadMissing {
+        /// The plugin's namespace.
+        namespace: String,
+        /// The payload ConfigMap's name.
+        name: String,
+    },
     /// Another ConfigMap holds the plugin's name.
     #[error("plugin name {name:?} is already used by ConfigMap {holder}; this one loads when that one goes away")]
-    NameTaken { name: String, holder: String },
+    NameTaken {
+        /// The plugin's name.
+        name: String,
+        /// The ConfigMap that holds it.
+        holder: String,
+    },
     /// The plugin's identity may not (yet) list and watch what it reads, or the host could not
     /// ask (SubjectAccessReview).
     #[error("{detail}; the plugin starts when its RBAC allows it")]
-    ReadsNotAuthorized { identity: String, detail: String },
+    ReadsNotAuthorized {
+        /// The plugin's identity.
+        identity: String,
+        /// What it may not do, as the RBAC check says.
+        detail: String,
+    },
 }
 
 impl WaitReason {
@@ -84,6 +109,7 @@ impl WaitReason {
 /// Why a load attempt did not end with the plugin serving.
 #[derive(Clone, Debug, thiserror::Error)]
 pub enum NotLoaded {
+    /// It waits for something; it loads when that comes.
     #[error(transparent)]
     Waiting(#[from] WaitReason),
     /// Refused, with the reason as the host reports it.
@@ -122,6 +148,7 @@ impl Default for WaitPolicy {
 pub struct Pending {
     /// The fingerprint of the ConfigMap content it was built from.
     pub payload: String,
+    /// The loaded plugin.
     pub plugin: Arc<WasmPlugin>,
     /// How it was first loaded (compiled, or from the precompiled cache).
     pub origin: super::LoadOrigin,
@@ -153,6 +180,7 @@ pub struct Waiting {
 }
 
 impl Waiting {
+    /// Nothing waiting yet; waits follow `policy`.
     pub fn new(policy: WaitPolicy) -> Self {
         Self { policy, entries: Default::default(), pending: Default::default() }
     }

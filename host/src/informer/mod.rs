@@ -31,6 +31,7 @@ use crate::kinds::{self, KindRef, KindResolver};
 /// Errors starting or waiting for an informer.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
+    /// The informer's kind does not resolve.
     #[error(transparent)]
     Kind(#[from] kinds::Error),
     /// A selector of an informer for `kind` does not parse.
@@ -42,10 +43,19 @@ pub enum Error {
         #[source]
         source: cache::Error,
     },
+    /// The informer's first list did not complete in time.
     #[error("informer for {key} did not sync within {timeout:?}; last error: {last_error}")]
-    SyncTimeout { key: InformerKey, timeout: Duration, last_error: String },
+    SyncTimeout {
+        /// The informer waited for.
+        key: InformerKey,
+        /// How long it was waited for.
+        timeout: Duration,
+        /// The last list or watch error it saw (`none` if none).
+        last_error: String,
+    },
 }
 
+/// A result whose error is an informer's.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// What an informer watches: a kind, optionally one namespace, optionally a label selector
@@ -142,6 +152,7 @@ pub struct Informer {
 }
 
 impl Informer {
+    /// What this informer watches.
     pub fn key(&self) -> &InformerKey {
         &self.key
     }
@@ -183,6 +194,7 @@ pub struct Subscription {
 }
 
 impl Subscription {
+    /// The informer subscribed to.
     pub fn informer(&self) -> &Arc<Informer> {
         &self.informer
     }
@@ -204,6 +216,7 @@ pub struct InformerRegistry {
 }
 
 impl InformerRegistry {
+    /// An empty registry resolving kinds through `resolver`.
     pub fn new(resolver: KindResolver) -> Self {
         Self { resolver, informers: Default::default(), event_delay: Duration::ZERO }
     }
@@ -215,6 +228,7 @@ impl InformerRegistry {
         self
     }
 
+    /// The resolver its informers' kinds go through.
     pub fn resolver(&self) -> &KindResolver {
         &self.resolver
     }

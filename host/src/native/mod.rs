@@ -4,6 +4,6 @@
 //! [`SdkReconciler`] runs a plugin crate's own `wasmloop_sdk::Reconciler` natively: the same
 //! source as the plugin's component, without the sandbox.
 
-pub mod sdk;
+mod sdk;
 
 pub use sdk::{Error, SdkReconciler};

@@ -82,6 +82,7 @@ impl<R: sdk::Reconciler> SdkReconciler<R> {
         self
     }
 
+    /// The limits this reconciler applies (see [`Self::with_limits`]).
     pub fn limits(&self) -> &Limits {
         &self.limits
     }

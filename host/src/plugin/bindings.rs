@@ -17,7 +17,6 @@ wasmtime::component::bindgen!({
 });
 
 pub use self::wasmloop::controller::{cache, log, types};
-pub use exports::wasmloop::controller::plugin as guest;
 
 /// The 0.2 contract (`wasmloop:controller@0.2.0`).
 pub mod v0_2 {

@@ -31,32 +31,47 @@ use super::limits::{self, EngineLimits};
 /// Errors creating the engine or compiling a plugin.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
+    /// The engine's limits do not fit together.
     #[error(transparent)]
     Limits(#[from] limits::Error),
+    /// wasmtime refused the engine configuration.
     #[error("cannot create the wasmtime engine: {0}")]
     Engine(String),
+    /// The thread that ticks epochs (for timeouts) did not start.
     #[error("cannot start the epoch ticker thread: {0}")]
     Ticker(#[source] std::io::Error),
+    /// The bytes are not WebAssembly at all.
     #[error("not a WebAssembly binary ({0} bytes, no \\0asm header)")]
     NotWasm(usize),
+    /// A core module where a component was expected.
     #[error(
         "this is a core WebAssembly module, not a component: build the plugin with \
          `--target wasm32-wasip2` (or wrap it with `wasm-tools component new`)"
     )]
     CoreModule,
+    /// A WebAssembly binary of an unknown version or layer.
     #[error("unsupported WebAssembly binary version/layer {0:#010x}: expected a component")]
     UnknownLayer(u32),
+    /// The component does not validate or compile.
     #[error("the component does not compile: {0:#}")]
     Compile(wasmtime::Error),
+    /// The component needs more core instances than the pooling allocator gives one.
     #[error(
         "the component does not fit the host's instance pool: {0:#} (raise it with --max-core-instances-per-component / \
          WASMLOOP_MAX_CORE_INSTANCES_PER_COMPONENT)"
     )]
     TooManyCoreInstances(wasmtime::Error),
+    /// The precompiled cache directory cannot be created or used.
     #[error("precompiled cache {dir}: {source}")]
-    CacheDir { dir: PathBuf, source: std::io::Error },
+    CacheDir {
+        /// The cache directory.
+        dir: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
 }
 
+/// A result whose error is the engine's.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// The shared engine + linker. Cheap to clone.
@@ -109,6 +124,7 @@ impl PluginEngine {
         Ok(Self { inner: Arc::new(Inner { engine, linker, limits, reconcile_slots, _ticker: ticker }) })
     }
 
+    /// The wasmtime engine.
     pub fn engine(&self) -> &Engine {
         &self.inner.engine
     }
@@ -117,6 +133,7 @@ impl PluginEngine {
         &self.inner.linker
     }
 
+    /// The limits the engine was made with.
     pub fn limits(&self) -> &EngineLimits {
         &self.inner.limits
     }
@@ -246,11 +263,13 @@ pub fn digest(bytes: &[u8]) -> String {
 /// A compiled component and where it came from.
 #[derive(Clone)]
 pub struct Compiled {
+    /// The component, ready to instantiate.
     pub component: Component,
     /// `sha256:<hex>` of the plugin bytes.
     pub digest: String,
     /// Size of the plugin bytes.
     pub size: usize,
+    /// Compiled now, or read from the precompiled cache.
     pub origin: Origin,
     /// Time to compile, or to read and deserialise the cached artifact.
     pub elapsed: Duration,
@@ -271,7 +290,10 @@ impl fmt::Debug for Compiled {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Origin {
     /// Compiled now (no cache, a miss, or a bad cache entry, whose problem is kept).
-    Compiled { cache_problem: Option<String> },
+    Compiled {
+        /// Why the cache did not serve it, if it had a bad entry.
+        cache_problem: Option<String>,
+    },
     /// Deserialised from the precompiled cache.
     CacheHit,
 }
@@ -328,6 +350,7 @@ impl PrecompiledCache {
         Ok(Self { dir, capacity })
     }
 
+    /// The directory holding the cached artifacts.
     pub fn dir(&self) -> &Path {
         &self.dir
     }

@@ -16,18 +16,23 @@ use crate::reconciler::{Mapping, ReconcilerSpec};
 pub struct Inspection {
     /// From `metadata()`, if it answered.
     pub name: Option<String>,
+    /// The plugin's own version, from `metadata()`, if it answered.
     pub version: Option<String>,
     /// The `wasmloop:controller` version the plugin exports, if any.
     pub wit_package_version: Option<String>,
     /// Whether this host can run it (contract version).
     pub compatible: bool,
+    /// Size of the component's bytes.
     pub size: usize,
+    /// `sha256:<hex>` of the component's bytes.
     pub digest: String,
+    /// Time taken to compile the component.
     pub compile_time: Duration,
     /// Exported names; instances list their functions: `iface@v: f, g`.
     pub exports: Vec<String>,
     /// Imported names.
     pub imports: Vec<String>,
+    /// What `metadata()` answered, as the host reads it.
     pub metadata: Option<ReconcilerSpec>,
     /// Why there is no metadata (incompatible, link error, trap, invalid answer).
     pub metadata_error: Option<String>,

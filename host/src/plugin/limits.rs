@@ -28,32 +28,67 @@ pub const WASM_PAGE: u64 = 64 * KI;
 /// Limits that do not fit.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Error {
+    /// A size that does not parse.
     #[error("invalid memory size {input:?}: {reason} (write e.g. \"64Mi\", \"1Gi\" or a number of bytes)")]
-    InvalidSize { input: String, reason: &'static str },
+    InvalidSize {
+        /// The text given.
+        input: String,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
+    /// A plugin's memory limit above the engine's per-plugin maximum.
     #[error("limits.memory {memory} is larger than the host's per-plugin maximum {max} (engine maxMemory)")]
-    MemoryAboveEngineMax { memory: ByteSize, max: ByteSize },
+    MemoryAboveEngineMax {
+        /// The plugin's limit.
+        memory: ByteSize,
+        /// The engine's maximum.
+        max: ByteSize,
+    },
+    /// A plugin's memory limit below one page.
     #[error("limits.memory {0} is below one Wasm page (64Ki)")]
     MemoryTooSmall(ByteSize),
+    /// A zero timeout.
     #[error("limits.timeout must be positive")]
     ZeroTimeout,
+    /// Engine limits that do not fit together.
     #[error("engine limits: {0}")]
     Engine(String),
+    /// A maximum component size above the hard cap.
     #[error("max component size {size} is above the host's hard cap of {cap} (what a payload may decompress to)")]
-    ComponentSizeAboveCap { size: ByteSize, cap: ByteSize },
+    ComponentSizeAboveCap {
+        /// The maximum asked for.
+        size: ByteSize,
+        /// The hard cap.
+        cap: ByteSize,
+    },
+    /// A zero compile budget.
     #[error("the compile budget must be positive")]
     ZeroCompileBudget,
+    /// A component larger than the maximum component size.
     #[error(
         "the component is {size} bytes, over the host's {limit} limit for one plugin (raise it with \
          --max-component-size / WASMLOOP_MAX_COMPONENT_SIZE)"
     )]
-    ComponentTooLarge { size: u64, limit: ByteSize },
+    ComponentTooLarge {
+        /// The component's size in bytes.
+        size: u64,
+        /// The maximum component size.
+        limit: ByteSize,
+    },
+    /// Compiling took longer than the compile budget.
     #[error(
         "compiling and validating took {took}, longer than the {budget} budget; refused (raise it with \
          --compile-budget / WASMLOOP_COMPILE_BUDGET)"
     )]
-    CompileOverBudget { took: String, budget: String },
+    CompileOverBudget {
+        /// How long it took.
+        took: String,
+        /// The budget.
+        budget: String,
+    },
 }
 
+/// A result whose error is a limit that does not fit.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// A number of bytes that reads and writes as a quantity (`"64Mi"`).
@@ -61,14 +96,17 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 pub struct ByteSize(pub u64);
 
 impl ByteSize {
+    /// `n` KiB (1024 bytes).
     pub const fn kib(n: u64) -> Self {
         Self(n * KI)
     }
 
+    /// `n` MiB (1024 KiB).
     pub const fn mib(n: u64) -> Self {
         Self(n * MI)
     }
 
+    /// The number of bytes.
     pub const fn bytes(self) -> u64 {
         self.0
     }
@@ -286,6 +324,7 @@ impl EngineLimits {
         self.keep_resident.unwrap_or(if pagemap_scan { KEEP_RESIDENT_PAGEMAP } else { KEEP_RESIDENT_PLAIN })
     }
 
+    /// Check that the engine limits are positive and fit together.
     pub fn validate(&self) -> Result<()> {
         let fail = |m: &str| Err(Error::Engine(m.to_owned()));
         if self.instances == 0 || self.core_instances == 0 || self.memories == 0 || self.tables == 0 {

@@ -13,12 +13,12 @@
 //! - [`imports`]: what a plugin imports that the host does not provide, by interface and function;
 //! - [`inspect`]: describe a plugin file for `wasmloop inspect`.
 
-pub mod bindings;
+pub(crate) mod bindings;
 mod compat;
 pub(crate) mod convert;
 pub mod engine;
-pub mod host;
-pub mod imports;
+pub(crate) mod host;
+mod imports;
 pub mod inspect;
 pub mod limits;
 pub(crate) mod meta;

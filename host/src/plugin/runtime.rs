@@ -29,35 +29,67 @@ use crate::reconciler::{Cause, FieldDecl, Outcome, ReconcileError, Reconciler, R
 /// Why a plugin was not loaded.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
+    /// The component does not compile.
     #[error(transparent)]
     Engine(#[from] engine::Error),
+    /// The plugin's limits do not fit the engine.
     #[error("invalid limits: {0}")]
     Limits(#[from] limits::Error),
+    /// The component does not export the plugin interface.
     #[error("the component does not export {expected}@{version} (it exports: {exports}); build it with the wasmloop SDK")]
-    NoPluginExport { expected: &'static str, version: &'static str, exports: String },
+    NoPluginExport {
+        /// The interface expected.
+        expected: &'static str,
+        /// Its version.
+        version: &'static str,
+        /// What the component exports instead.
+        exports: String,
+    },
+    /// The plugin speaks a contract version this host does not.
     #[error(
         "the plugin targets {package}@{found} but this host speaks {package}@{expected} \
          (compatible: {compatible}); rebuild it against a matching SDK"
     )]
-    WrongVersion { package: &'static str, found: String, expected: &'static str, compatible: String },
+    WrongVersion {
+        /// The contract's package.
+        package: &'static str,
+        /// The version the plugin exports.
+        found: String,
+        /// The version this host speaks.
+        expected: &'static str,
+        /// Every version this host runs.
+        compatible: String,
+    },
+    /// The plugin imports something the host does not provide.
     #[error("the plugin imports what this host does not provide: {0}")]
     Link(String),
+    /// Instantiating the plugin failed (a trap in its start, out of memory, ...).
     #[error("the plugin does not instantiate: {0}")]
     Instantiate(String),
+    /// The plugin's `metadata()` trapped or timed out.
     #[error("metadata() failed: {0}")]
     Metadata(String),
+    /// The plugin's `metadata()` answer is invalid.
     #[error("metadata() returned an invalid description: {0}")]
     InvalidMetadata(#[from] super::convert::MetadataError),
+    /// The plugin's own name differs from the one its manifest gives.
     #[error(
         "the plugin calls itself {own:?} but its manifest (or ConfigMap) names it {manifest:?}: a plugin runs only \
          under its own name (set `name: {own}` in plugin.yaml, or name the ConfigMap {own}; to run it under another \
          name on purpose, say which plugin it is with `plugin: {own}`)"
     )]
-    Identity { own: String, manifest: String },
+    Identity {
+        /// The name its `metadata()` gives.
+        own: String,
+        /// The name its manifest (or ConfigMap) gives.
+        manifest: String,
+    },
+    /// The plugin's declared reads are not covered by its grants.
     #[error(transparent)]
     Grants(#[from] grants::Error),
 }
 
+/// A result whose error is a plugin that did not load.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// Counters of one plugin's calls, for metrics. `traps`, `timeouts` and `ooms` are disjoint.
@@ -256,6 +288,7 @@ impl WasmPlugin {
         })
     }
 
+    /// The plugin's name, as its `metadata()` gives it.
     pub fn name(&self) -> &str {
         &self.name
     }
@@ -275,10 +308,12 @@ impl WasmPlugin {
         &self.contract_version
     }
 
+    /// The limits each call runs under.
     pub fn limits(&self) -> &Limits {
         &self.limits
     }
 
+    /// What the plugin may read and do.
     pub fn grants(&self) -> &Arc<Grants> {
         &self.grants
     }

@@ -21,9 +21,9 @@
 //!
 //! Any number of workers may wait in `get`; they sleep on a [`Notify`] and on the next deadline.
 
-pub mod metrics;
-pub mod priority;
-pub mod rate_limit;
+mod metrics;
+mod priority;
+mod rate_limit;
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;

@@ -45,10 +45,17 @@ pub const SHARD_LEASE_PREFIX: &str = "wasmloop-shard-";
 /// Errors starting sharding.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
+    /// The lease duration is less than twice the grace.
     #[error("the lease duration {duration:?} must be at least twice the grace {grace:?} (renewals every duration - grace)")]
-    Durations { duration: Duration, grace: Duration },
+    Durations {
+        /// The lease duration asked for.
+        duration: Duration,
+        /// The grace asked for.
+        grace: Duration,
+    },
 }
 
+/// A result whose error is sharding's.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// How a replica takes part.

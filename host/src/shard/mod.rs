@@ -20,8 +20,8 @@
 //! write for it, and when a shard was just taken over (its keys are then queued from the cache).
 
 pub mod coordinator;
-pub mod lease;
-pub mod rendezvous;
+mod lease;
+mod rendezvous;
 
 pub use coordinator::{ShardConfig, Sharding};
 
@@ -73,6 +73,7 @@ impl Ownership {
         }
     }
 
+    /// The plugin whose shards these are.
     pub fn plugin(&self) -> &str {
         &self.plugin
     }
