@@ -483,7 +483,10 @@ impl Inner {
         for w in m.watches.iter().filter(|w| &w.kind == kind) {
             note(&w.selector, &w.annotation_selector);
         }
-        if m.indexes.iter().any(|i| &i.kind == kind) {
+        // As the host: an index on a kind it reconciles or watches is built on those informers
+        // (their selectors apply); only a kind read for its index alone is cached whole.
+        let watched = m.reconciles.as_ref() == Some(kind) || m.watches.iter().any(|w| &w.kind == kind);
+        if !watched && m.indexes.iter().any(|i| &i.kind == kind) {
             note(&None, &None);
         }
         if !declared {

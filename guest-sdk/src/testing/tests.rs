@@ -383,3 +383,23 @@ fn an_index_mapping_must_name_an_index_of_the_reconciled_kind() {
         .watches(kinds::DEPLOYMENT, Mapping::Index { index: "nope".into(), value: crate::IndexValue::Name });
     let _ = FakeCache::new(m);
 }
+
+/// An index on the reconciled kind is built on its informer, as the host does: the reconciled
+/// kind's annotation selector still limits what is cached and what the index answers.
+#[test]
+fn an_index_on_the_reconciled_kind_keeps_its_selectors() {
+    let meta = Metadata::new("a", "0").reconciles(kinds::CONFIG_MAP).annotation_selector("example.com/managed=true").index(
+        kinds::CONFIG_MAP,
+        "by-app",
+        "labels.app",
+    );
+    let f = FakeCache::new(meta)
+        .with(serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "yes", "namespace": "n",
+            "labels": {"app": "x"}, "annotations": {"example.com/managed": "true"}}}))
+        .with(serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "no", "namespace": "n",
+            "labels": {"app": "x"}}}));
+    f.enter(|| {
+        assert_eq!(names(cache::list(&kinds::CONFIG_MAP, None, None).unwrap()), ["yes"]);
+        assert_eq!(names(cache::by_index(&kinds::CONFIG_MAP, "by-app", "x").unwrap()), ["yes"]);
+    });
+}

@@ -313,7 +313,9 @@ export class FakeCache {
     };
     if (m.reconciles && sameKind(m.reconciles, kindRef)) note(m.selector, m.annotationSelector);
     for (const w of m.watches.filter((w) => sameKind(w.kind, kindRef))) note(w.selector, w.annotationSelector);
-    if (m.indexes.some((i) => sameKind(i.kind, kindRef))) note(null, null);
+    // As the host: an index on a reconciled or watched kind is built on those informers (their
+    // selectors apply); only a kind read for its index alone is cached whole.
+    if (!declared && m.indexes.some((i) => sameKind(i.kind, kindRef))) note(null, null);
     if (!declared) {
       throw { tag: "not-granted", val: `${kindId(kindRef)} is not declared in the metadata of plugin ${JSON.stringify(m.name)} (reconciles, watches or indexes)` };
     }

@@ -313,6 +313,17 @@ test("0.3 annotation selectors on the reconciled kind limit what is cached", () 
     assert.deepEqual(cache.list(kinds.CONFIG_MAP).map((c) => c.metadata.name), ["yes"]);
     assert.equal(cache.get(kinds.CONFIG_MAP, "n", "no"), undefined);
   });
+  // An index on the reconciled kind is built on its informer, as the host does: the selector still applies.
+  const indexed = new FakeCache(
+    new Metadata("a", "0").reconciles(kinds.CONFIG_MAP).annotationSelector("example.com/managed=true").index(kinds.CONFIG_MAP, "by-app", "labels.app"),
+  ).with([
+    { apiVersion: "v1", kind: "ConfigMap", metadata: { name: "yes", namespace: "n", labels: { app: "x" }, annotations: { "example.com/managed": "true" } } },
+    { apiVersion: "v1", kind: "ConfigMap", metadata: { name: "no", namespace: "n", labels: { app: "x" } } },
+  ]);
+  indexed.enter(() => {
+    assert.deepEqual(cache.list(kinds.CONFIG_MAP).map((c) => c.metadata.name), ["yes"]);
+    assert.deepEqual(cache.byIndex(kinds.CONFIG_MAP, "by-app", "x").map((c) => c.metadata.name), ["yes"]);
+  });
 });
 
 test("0.3 a failure carries its actions: the component sends them, execute and converge carry them out", () => {

@@ -314,6 +314,16 @@ def test_annotation_selectors_on_the_reconciled_kind_limit_what_is_cached() -> N
     )
     assert fake.enter(lambda: names(cache.list(kinds.CONFIG_MAP))) == ["yes"]
     assert fake.enter(lambda: cache.get(kinds.CONFIG_MAP, "n", "no")) is None
+    # An index on the reconciled kind is built on its informer, as the host does: the selector still applies.
+    meta = Metadata("a", "0").reconciles(kinds.CONFIG_MAP).annotation_selector("example.com/managed=true").index(kinds.CONFIG_MAP, "by-app", "labels.app")
+    indexed = FakeCache(meta).with_(
+        [
+            {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "yes", "namespace": "n", "labels": {"app": "x"}, "annotations": {"example.com/managed": "true"}}},
+            {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "no", "namespace": "n", "labels": {"app": "x"}}},
+        ]
+    )
+    assert indexed.enter(lambda: names(cache.list(kinds.CONFIG_MAP))) == ["yes"]
+    assert indexed.enter(lambda: names(cache.by_index(kinds.CONFIG_MAP, "by-app", "x"))) == ["yes"]
 
 
 def test_a_failure_carries_its_actions_and_execute_and_converge_carry_them_out() -> None:

@@ -333,7 +333,9 @@ class FakeCache:
         for w in m.watches_:
             if w.kind == kind:
                 note(w.label_selector, w.annotation_selector_)
-        if any(i.kind == kind for i in m.indexes):
+        # As the host: an index on a reconciled or watched kind is built on those informers (their
+        # selectors apply); only a kind read for its index alone is cached whole.
+        if not declared and any(i.kind == kind for i in m.indexes):
             note(None, None)
         if not declared:
             raise HostCacheError("not-granted", f"{kind} is not declared in the metadata of plugin {json.dumps(m.name)} (reconciles, watches or indexes)")
