@@ -77,14 +77,22 @@ impl DevLoop<'_> {
             }
             writeln!(w)?;
         }
+        let builds: Vec<&str> = self
+            .runs
+            .iter()
+            .map(|r| match r.lang {
+                Lang::Rust => "Rust `cargo build --target wasm32-wasip2 --release` of the edited crate",
+                Lang::Ts => "TypeScript `tsc -p .`, then the SDK's `wasmloop-js build` (QuickJS)",
+                Lang::Python => "Python `python -m wasmloop_sdk.build` (componentize-py)",
+            })
+            .collect();
         writeln!(
             w,
             "\nMedian (min–max) over the edits. The phases are `wasmloop dev`'s own figures, the last column the watch's. Build: \
-             Rust `cargo build --target wasm32-wasip2 --release` of the edited crate; TypeScript `tsc -p .`, then the SDK's \
-             `wasmloop-js build` (QuickJS); Python `python -m wasmloop_sdk.build` (componentize-py). Pack + apply: save → both \
-             ConfigMaps applied, minus the build (includes the file watcher's 50 ms settle). Load: applied → the host reports the \
-             version loaded (watch event, decode, compile, validate, swap). First reconcile: loaded → the version's first reconcile \
-             finished.\n"
+             {}. Pack + apply: save → both ConfigMaps applied, minus the build (includes the file watcher's 50 ms settle). Load: \
+             applied → the host reports the version loaded (watch event, decode, compile, validate, swap). First reconcile: loaded \
+             → the version's first reconcile finished.\n",
+            builds.join("; ")
         )?;
         let mut after = Vec::new();
         for r in &self.runs {
@@ -315,6 +323,7 @@ mod tests {
         assert!(section.contains(" | 1.02 s (0.92–1.12) |\n"), "{section}");
         assert!(section.contains("per edit: Rust 20 ms (20–20)") && section.contains("loaded as: Rust `Compiled`"), "{section}");
         assert!(!section.contains("Target missed"), "{section}");
+        assert!(!section.contains("TypeScript") && !section.contains("Python"), "only Rust measured: {section}");
     }
 
     #[test]
@@ -347,6 +356,7 @@ mod tests {
         assert!(lines[1].starts_with("| TypeScript (2 edits) | 7.50 s (7.00–8.00) |"), "{section}");
         assert!(section.contains("`npm install` before the session took 3.00 s"), "{section}");
         assert!(section.contains("<summary>Every edit (Python)</summary>"), "{section}");
+        assert!(section.contains("Build: Rust `cargo build") && section.contains("; Python `python -m wasmloop_sdk.build`"), "{section}");
         assert!(section.contains("Target missed for TypeScript") && !section.contains("Target missed for Python"), "{section}");
     }
 
