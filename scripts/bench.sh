@@ -16,6 +16,7 @@
 #   4 work queue   5 latency (host pinned apart from the load; taskset): event → reconcile, hot reload
 #   6 scale-out (--shard-mode plugin, 30 shards): 1 vs 3 replicas, imbalance, kill -9 → takeover
 #   7 the plugin author's inner loop: `wasmloop dev` on the guide's plugin, save → new version reconciling
+#     (Rust; the full run also TypeScript and Python)
 # Any failure exits non-zero before a report is written. KEEP_RESULTS=1 keeps the raw results.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -32,7 +33,7 @@ case "${1:-}" in
     "$target_dir/release/wasmloop-bench" report --results "$dir" --out "$root/BENCHMARKS.md"
     exit 0 ;;
   "") ;;
-  *) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+  *) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac
 
 t_start=$(date +%s)
@@ -102,6 +103,7 @@ if [ $quick = 1 ]; then
   scale=(--namespaces 9 --replicasets 1 --replicas 2 --lease-duration 4 --lease-grace 2 --timeout-secs 120)
   # The plugin crate's dependencies as tests/tests/new.rs and dev.rs built them (the full run builds them cold).
   devloop=(--edits 2 --target-dir "$target_dir/new-plugin")
+  devloop_langs=()
   polyglot=(--cpu-seconds 0.2 --loads 2 --copies 1)
 else
   conv=(--runs 5 --replicasets 100 --replicas 10)
@@ -116,6 +118,8 @@ else
   # The Deployment's lease duration and grace (deploy/): what a crash costs in production.
   scale=(--namespaces 90 --replicasets 4 --replicas 10 --lease-duration 15 --lease-grace 5)
   devloop=(--edits 5)
+  # The same in TypeScript and Python (full run only: their builds take tens of seconds each).
+  devloop_langs=(ts python)
   polyglot=()
 fi
 
@@ -165,6 +169,15 @@ say "6. scale-out: 1 vs 3 sharded replicas, kill -9 of one"
 say "7. the plugin author's inner loop: wasmloop dev, save → new version reconciling"
 "$bench_bin" dev-loop --kubeconfig "$kubeconfig" --host-bin "$host_bin" --host-profile "$profile" \
   --work-dir "$results/work-devloop" --out "$results/dev_loop.json" "${devloop[@]}"
+if [ ${#devloop_langs[@]} -gt 0 ]; then
+  # shellcheck source=scripts/polyglot-env.sh
+  source scripts/polyglot-env.sh
+  polyglot_setup
+  for lang in "${devloop_langs[@]}"; do
+    "$bench_bin" dev-loop --lang "$lang" --kubeconfig "$kubeconfig" --host-bin "$host_bin" --host-profile "$profile" \
+      --python "$WASMLOOP_PY" --work-dir "$results/work-devloop-$lang" --out "$results/dev_loop_$lang.json" "${devloop[@]}"
+  done
+fi
 
 say "8. plugins in other languages: the same plugin in Rust, TypeScript and Python"
 "$bench_bin" polyglot --out "$results/polyglot.json" "${polyglot[@]}"

@@ -1,11 +1,13 @@
-//! Section 7: the plugin author's inner loop, `wasmloop dev`. `wasmloop new` creates the guide's
-//! plugin crate (Namespaces labelled `<name>=true` get a ConfigMap `<name>`); `wasmloop dev`
-//! runs on it as a child process against the real API server. Once its version 1 runs, a fresh
-//! labelled Namespace gets its ConfigMap; then each edit rewrites `src/lib.rs` at once so the
-//! plugin names the ConfigMap `<name>-e<i>` (and says so in its message), and the time runs from
-//! just before the write until a watch on the Namespace's ConfigMaps, started before the first
-//! edit, sees `<name>-e<i>`. Next to it, what `wasmloop dev` printed for that version: its
-//! "version N reconciling X s after the save (build, pack + apply, load, first reconcile)" line.
+//! Section 7: the plugin author's inner loop, `wasmloop dev`. `wasmloop new --lang rust|ts|python`
+//! creates the guide's plugin (Namespaces labelled `<name>=true` get a ConfigMap `<name>`): a
+//! crate, an npm package (`npm install`ed) or a Python project; `wasmloop dev` runs on it as a
+//! child process against the real API server. Once its version 1 runs, a fresh labelled Namespace
+//! gets its ConfigMap; then each edit rewrites the plugin's source (`src/lib.rs`, `src/plugin.ts`,
+//! `src/plugin.py`) at once so the plugin names the ConfigMap `<name>-e<i>` (and says so in its
+//! message), and the time runs from just before the write until a watch on the Namespace's
+//! ConfigMaps, started before the first edit, sees `<name>-e<i>`. Next to it, what `wasmloop dev`
+//! printed for that version: its "version N reconciling X s after the save (build, pack + apply,
+//! load, first reconcile)" line.
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -36,8 +38,84 @@ const BETWEEN_EDITS: Duration = Duration::from_secs(1);
 /// The cargo profile `wasmloop dev` builds with by default (the guide's release profile).
 pub const CRATE_PROFILE: &str = "release";
 
+/// The languages of `wasmloop new --lang` the section measures.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Lang {
+    #[default]
+    Rust,
+    /// TypeScript: tsc, then the SDK's `wasmloop-js build` (QuickJS).
+    Ts,
+    /// Python: `python -m wasmloop_sdk.build` (componentize-py).
+    Python,
+}
+
+impl Lang {
+    /// `wasmloop new --lang`'s value.
+    pub fn flag(self) -> &'static str {
+        match self {
+            Lang::Rust => "rust",
+            Lang::Ts => "ts",
+            Lang::Python => "python",
+        }
+    }
+
+    /// The language's name in the report.
+    pub fn title(self) -> &'static str {
+        match self {
+            Lang::Rust => "Rust",
+            Lang::Ts => "TypeScript",
+            Lang::Python => "Python",
+        }
+    }
+
+    /// The SDK `wasmloop new --sdk` gets by default: this workspace's.
+    fn sdk_dir(self) -> &'static str {
+        match self {
+            Lang::Rust => "guest-sdk",
+            Lang::Ts => "sdk/js",
+            Lang::Python => "sdk/python",
+        }
+    }
+
+    /// The template's source file an edit rewrites.
+    pub fn source(self) -> &'static str {
+        match self {
+            Lang::Rust => "src/lib.rs",
+            Lang::Ts => "src/plugin.ts",
+            Lang::Python => "src/plugin.py",
+        }
+    }
+
+    /// The three rewrites of edit `i` of plugin `p` (ConfigMap `cm`): (from, to), each `from`
+    /// once in the template's source — the ConfigMap looked up in the cache, the one created,
+    /// and its message.
+    fn rewrites(self, p: &str, cm: &str, i: usize) -> [(String, String); 3] {
+        match self {
+            Lang::Rust => [
+                (format!("\"{p}\")?"), format!("\"{cm}\")?")),
+                (format!("{{\"name\": \"{p}\", \"namespace\""), format!("{{\"name\": \"{cm}\", \"namespace\"")),
+                ("Welcome to {name}!".to_string(), format!("Welcome to {{name}}, edit {i}!")),
+            ],
+            Lang::Ts => [
+                (format!("name, \"{p}\"))"), format!("name, \"{cm}\"))")),
+                (format!("{{ name: \"{p}\", namespace"), format!("{{ name: \"{cm}\", namespace")),
+                ("`Welcome to ${name}!`".to_string(), format!("`Welcome to ${{name}}, edit {i}!`")),
+            ],
+            Lang::Python => [
+                (format!("name, \"{p}\") is not None"), format!("name, \"{cm}\") is not None")),
+                (format!("{{\"name\": \"{p}\", \"namespace\""), format!("{{\"name\": \"{cm}\", \"namespace\"")),
+                ("f\"Welcome to {name}!\"".to_string(), format!("f\"Welcome to {{name}}, edit {i}!\"")),
+            ],
+        }
+    }
+}
+
 #[derive(clap::Args, Debug, Clone)]
 pub struct Args {
+    /// The plugin's language (`wasmloop new --lang`).
+    #[arg(long, value_enum, default_value = "rust")]
+    pub lang: Lang,
     #[arg(long)]
     pub kubeconfig: PathBuf,
     /// The wasmloop binary (`wasmloop new`, `wasmloop dev`).
@@ -49,13 +127,20 @@ pub struct Args {
     /// The plugin's name for `wasmloop new` (its package, ConfigMap and label).
     #[arg(long, default_value = "welcome")]
     pub name: String,
-    /// The wasmloop SDK for `wasmloop new --sdk` (default: this workspace's `guest-sdk`).
+    /// The wasmloop SDK for `wasmloop new --sdk` (default: this workspace's `guest-sdk`,
+    /// `sdk/js` — with its node_modules, `polyglot_setup` of scripts/polyglot-env.sh — or
+    /// `sdk/python`).
     #[arg(long)]
     pub sdk: Option<PathBuf>,
+    /// Python: the interpreter with componentize-py that builds the plugin (`$WASMLOOP_PY` of
+    /// scripts/polyglot-env.sh by default); the SDK is put on its PYTHONPATH.
+    #[arg(long)]
+    pub python: Option<PathBuf>,
     /// The crate is created here (`<work-dir>/<name>`, which must not exist), with `dev.log`.
     #[arg(long)]
     pub work_dir: PathBuf,
-    /// CARGO_TARGET_DIR of the crate's builds (default `<work-dir>/target`: a cold first build).
+    /// Rust: CARGO_TARGET_DIR of the crate's builds (default `<work-dir>/target`: a cold first
+    /// build).
     #[arg(long)]
     pub target_dir: Option<PathBuf>,
     /// Edits measured.
@@ -190,14 +275,21 @@ impl Summaries {
 /// The raw results of the section.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Results {
+    /// The plugin's language (results before `--lang`: Rust).
+    #[serde(default)]
+    pub lang: Lang,
     /// The plugin's package name (`wasmloop new NAME`).
     pub package: String,
     /// How the wasmloop binary was built.
     pub host_profile: String,
-    /// The cargo profile of the plugin's builds.
+    /// The cargo profile of the plugin's builds (Rust; "-" for the others).
     pub crate_profile: String,
-    /// The target directory did not exist before the first build (dependencies compiled too).
+    /// Rust: the target directory did not exist before the first build (dependencies compiled
+    /// too); the others: always (the project's `build/` is new).
     pub target_dir_fresh: bool,
+    /// TypeScript: `npm install` in the new package before `wasmloop dev`, seconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub install_s: Option<f64>,
     /// What `wasmloop dev` printed for version 1 (the session's first build).
     pub first: DevFigures,
     /// The component of version 1, bytes.
@@ -208,30 +300,34 @@ pub struct Results {
     pub summary: Summaries,
 }
 
-/// The crate `wasmloop new` made, and the three places of its source an edit changes.
+/// The plugin `wasmloop new` made, and the three places of its source an edit changes.
 struct PluginCrate {
+    lang: Lang,
     dir: PathBuf,
     package: String,
+    /// The SDK it was made with (absolute).
+    sdk: PathBuf,
     original: String,
 }
 
 impl PluginCrate {
-    /// `wasmloop new <name> --dir <work-dir>/<name> --sdk <sdk>`.
+    /// `wasmloop new <name> --lang <lang> --dir <work-dir>/<name> --sdk <sdk>`.
     fn create(args: &Args, work_dir: &Path) -> Result<Self> {
         let dir = work_dir.join(&args.name);
         ensure!(!dir.exists(), "{} exists already: give dev-loop a fresh --work-dir", dir.display());
-        let sdk = args.sdk.clone().unwrap_or_else(|| workspace_root().join("guest-sdk"));
+        let sdk = std::path::absolute(args.sdk.clone().unwrap_or_else(|| workspace_root().join(args.lang.sdk_dir())))?;
         let out = std::process::Command::new(&args.host_bin)
-            .args(["new", &args.name, "--dir"])
+            .args(["new", &args.name, "--lang", args.lang.flag(), "--dir"])
             .arg(&dir)
             .arg("--sdk")
             .arg(&sdk)
             .output()
             .with_context(|| format!("running {} new", args.host_bin.display()))?;
         ensure!(out.status.success(), "wasmloop new {} failed: {}", args.name, String::from_utf8_lossy(&out.stderr).trim());
-        let original = std::fs::read_to_string(dir.join("src/lib.rs")).context("reading the new crate's src/lib.rs")?;
-        let krate = Self { dir, package: args.name.clone(), original };
-        krate.edited(0).context("the template's src/lib.rs is not the one dev-loop knows how to edit")?;
+        let source = args.lang.source();
+        let original = std::fs::read_to_string(dir.join(source)).with_context(|| format!("reading the new plugin's {source}"))?;
+        let krate = Self { lang: args.lang, dir, package: args.name.clone(), sdk, original };
+        krate.edited(0).with_context(|| format!("the template's {source} is not the one dev-loop knows how to edit"))?;
         ensure!(
             krate.original.contains(&format!(".selector(\"{}=true\")", krate.label())),
             "the template's plugin does not select Namespaces labelled {}=true",
@@ -253,24 +349,49 @@ impl PluginCrate {
     /// The template's source with edit `i`: the ConfigMap looked up and created is
     /// `configmap(i)`, and its message names the edit.
     fn edited(&self, i: usize) -> Result<String> {
-        let (p, cm) = (&self.package, self.configmap(i));
         let mut source = self.original.clone();
-        for (from, to) in [
-            (format!("\"{p}\")?"), format!("\"{cm}\")?")),
-            (format!("{{\"name\": \"{p}\", \"namespace\""), format!("{{\"name\": \"{cm}\", \"namespace\"")),
-            ("Welcome to {name}!".to_string(), format!("Welcome to {{name}}, edit {i}!")),
-        ] {
+        for (from, to) in self.lang.rewrites(&self.package, &self.configmap(i), i) {
             let n = source.matches(&from).count();
-            ensure!(n == 1, "src/lib.rs has {n} occurrences of {from:?}, expected 1");
+            ensure!(n == 1, "{} has {n} occurrences of {from:?}, expected 1", self.lang.source());
             source = source.replace(&from, &to);
         }
         Ok(source)
     }
 
+    /// What the plugin needs before `wasmloop dev` builds it: TypeScript `npm install` (its SDK
+    /// `file:` linked, tsc), timed; nothing for the others.
+    fn install(&self) -> Result<Option<f64>> {
+        if self.lang != Lang::Ts {
+            return Ok(None);
+        }
+        ensure!(
+            self.sdk.join("node_modules/componentize-qjs").exists(),
+            "{} has no node_modules/componentize-qjs: run `source scripts/polyglot-env.sh && polyglot_setup` first",
+            self.sdk.display()
+        );
+        let mut npm = std::process::Command::new("npm");
+        npm.args(["install", "--no-audit", "--no-fund", "--prefer-offline"]).current_dir(&self.dir);
+        if let Some(cache) = std::env::var_os("WASMLOOP_CACHE") {
+            npm.arg("--cache").arg(Path::new(&cache).join("npm"));
+        }
+        let started = Instant::now();
+        let out = npm.output().context("running npm install")?;
+        ensure!(out.status.success(), "npm install in {} failed: {}", self.dir.display(), String::from_utf8_lossy(&out.stderr).trim());
+        Ok(Some(started.elapsed().as_secs_f64()))
+    }
+
+    /// Where `wasmloop dev` builds the component (`target_dir`: cargo's, Rust only).
+    fn wasm_path(&self, target_dir: &Path) -> PathBuf {
+        match self.lang {
+            Lang::Rust => target_dir.join("wasm32-wasip2").join(CRATE_PROFILE).join(format!("{}.wasm", self.package.replace('-', "_"))),
+            Lang::Ts | Lang::Python => self.dir.join("build/plugin.wasm"),
+        }
+    }
+
     /// Write edit `i` at once; returns the instant just before the write (the save).
     fn save(&self, i: usize) -> Result<Instant> {
         let source = self.edited(i)?;
-        let path = self.dir.join("src/lib.rs");
+        let path = self.dir.join(self.lang.source());
         let saved = Instant::now();
         std::fs::write(&path, source).with_context(|| format!("writing {}", path.display()))?;
         Ok(saved)
@@ -287,7 +408,19 @@ struct DevSession {
 impl DevSession {
     /// Start `wasmloop dev` in `krate.dir`; its stderr goes to `log`, parsed line by line.
     fn start(args: &Args, krate: &PluginCrate, target_dir: &Path, log: PathBuf) -> Result<Self> {
-        let mut child = tokio::process::Command::new(&args.host_bin)
+        let mut command = tokio::process::Command::new(&args.host_bin);
+        if krate.lang == Lang::Python {
+            // The SDK's pinned componentize-py; the SDK itself from the path (the template's
+            // `.venv` would have it installed).
+            let python = match &args.python {
+                Some(p) => p.clone(),
+                None => std::env::var_os("WASMLOOP_PY")
+                    .map(PathBuf::from)
+                    .context("no --python and no $WASMLOOP_PY: `source scripts/polyglot-env.sh && polyglot_setup` first")?,
+            };
+            command.env("WASMLOOP_PYTHON", std::path::absolute(python)?).env("PYTHONPATH", &krate.sdk);
+        }
+        let mut child = command
             .arg("dev")
             .current_dir(&krate.dir)
             .env("KUBECONFIG", &args.kubeconfig)
@@ -445,11 +578,6 @@ async fn measure_edit(krate: &PluginCrate, dev: &mut DevSession, seen: &mut Conf
     Ok(edit)
 }
 
-/// Where cargo puts the component of `package` under `target_dir`.
-fn wasm_path(target_dir: &Path, package: &str) -> PathBuf {
-    target_dir.join("wasm32-wasip2").join(CRATE_PROFILE).join(format!("{}.wasm", package.replace('-', "_")))
-}
-
 /// Create the crate, start `wasmloop dev` on it, wait for version 1 and its ConfigMap in a fresh
 /// Namespace, then measure `args.edits` edits one after another.
 pub async fn run(mut args: Args) -> Result<Results> {
@@ -462,12 +590,16 @@ pub async fn run(mut args: Args) -> Result<Results> {
         Some(dir) => std::path::absolute(dir)?,
         None => work_dir.join("target"),
     };
-    let target_dir_fresh = !target_dir.exists();
+    let target_dir_fresh = args.lang != Lang::Rust || !target_dir.exists();
     let client = kube_util::client(&args.kubeconfig).await?;
     let krate = PluginCrate::create(&args, &work_dir)?;
+    let install_s = krate.install()?;
+    if let Some(s) = install_s {
+        eprintln!("dev-loop: npm install {s:.2} s");
+    }
     let mut dev = DevSession::start(&args, &krate, &target_dir, work_dir.join("dev.log"))?;
     let first = dev.version(1, Duration::from_secs(args.timeout_secs)).await.context("version 1 (the first build)")?;
-    let wasm = wasm_path(&target_dir, &krate.package);
+    let wasm = krate.wasm_path(&target_dir);
     let plugin_bytes = std::fs::metadata(&wasm).with_context(|| format!("reading {}", wasm.display()))?.len();
     eprintln!("dev-loop: version 1 {:.2} s after the start (first build {:.2} s, {plugin_bytes} bytes)", first.total_s, first.build_s);
 
@@ -484,7 +616,8 @@ pub async fn run(mut args: Args) -> Result<Results> {
     remove_labelled_namespace(&client, &ns, krate.label()).await?;
     let summary = Summaries::of(&edits)?;
     eprintln!(
-        "dev-loop: save → ConfigMap seen p50 {:.2} s (max {:.2} s), wasmloop dev's save → reconciling p50 {:.2} s, build p50 {:.2} s, {} edits",
+        "dev-loop ({}): save → ConfigMap seen p50 {:.2} s (max {:.2} s), wasmloop dev's save → reconciling p50 {:.2} s, build p50 {:.2} s, {} edits",
+        args.lang.flag(),
         summary.observed_s.median,
         summary.observed_s.max,
         summary.dev_total_s.median,
@@ -492,10 +625,12 @@ pub async fn run(mut args: Args) -> Result<Results> {
         edits.len()
     );
     Ok(Results {
+        lang: args.lang,
         package: krate.package,
         host_profile: args.host_profile,
-        crate_profile: CRATE_PROFILE.to_string(),
+        crate_profile: if args.lang == Lang::Rust { CRATE_PROFILE } else { "-" }.to_string(),
         target_dir_fresh,
+        install_s,
         first,
         plugin_bytes,
         edits,
@@ -550,7 +685,13 @@ mod tests {
             "metadata": {"name": "welcome-bench", "namespace": name},
             "data": {"message": format!("Welcome to {name}!")},
             .event(&ns, EventType::Normal, "Created", "created ConfigMap welcome-bench")"#;
-        let krate = PluginCrate { dir: PathBuf::new(), package: "welcome-bench".into(), original: original.into() };
+        let krate = PluginCrate {
+            lang: Lang::Rust,
+            dir: PathBuf::new(),
+            package: "welcome-bench".into(),
+            sdk: PathBuf::new(),
+            original: original.into(),
+        };
         let edited = krate.edited(3).unwrap();
         assert!(edited.contains(r#"Some(name), "welcome-bench-e3")?"#), "{edited}");
         assert!(edited.contains(r#"{"name": "welcome-bench-e3", "namespace": name}"#), "{edited}");
@@ -558,5 +699,54 @@ mod tests {
         assert_eq!(krate.configmap(0), "welcome-bench");
         let krate = PluginCrate { original: "no such strings".into(), ..krate };
         assert!(krate.edited(1).is_err());
+    }
+
+    /// `wasmloop new`'s template of `lang` (host/src/cli/template), filled in as it fills it.
+    fn template(lang: Lang, name: &str, type_name: &str) -> String {
+        let text = match lang {
+            Lang::Rust => include_str!("../../host/src/cli/template/src/lib.rs.tmpl"),
+            Lang::Ts => include_str!("../../host/src/cli/template/ts/src/plugin.ts.tmpl"),
+            Lang::Python => include_str!("../../host/src/cli/template/python/src/plugin.py.tmpl"),
+        };
+        text.replace("{{name}}", name).replace("{{type}}", type_name).replace("{{sdk}}", "/sdk")
+    }
+
+    /// Edit 3 of each language's real template: the ConfigMap looked up and created is renamed,
+    /// the message names the edit, nothing else changes (the Event's text keeps the old name).
+    #[test]
+    fn an_edit_of_each_template_renames_the_configmap_and_changes_the_message() {
+        for (lang, lookup, create, message) in [
+            (
+                Lang::Rust,
+                r#"Some(name), "welcome-bench-e3")?"#,
+                r#""metadata": {"name": "welcome-bench-e3", "namespace": name},"#,
+                r#"format!("Welcome to {name}, edit 3!")"#,
+            ),
+            (
+                Lang::Ts,
+                r#"cache.get(kinds.CONFIG_MAP, name, "welcome-bench-e3"))"#,
+                r#"metadata: { name: "welcome-bench-e3", namespace: name },"#,
+                "message: `Welcome to ${name}, edit 3!`",
+            ),
+            (
+                Lang::Python,
+                r#"cache.get(kinds.CONFIG_MAP, name, "welcome-bench-e3") is not None"#,
+                r#""metadata": {"name": "welcome-bench-e3", "namespace": name},"#,
+                r#""message": f"Welcome to {name}, edit 3!""#,
+            ),
+        ] {
+            let original = template(lang, "welcome-bench", "WelcomeBench");
+            assert!(original.contains(r#".selector("welcome-bench=true")"#), "{lang:?}: {original}");
+            let krate =
+                PluginCrate { lang, dir: PathBuf::new(), package: "welcome-bench".into(), sdk: PathBuf::new(), original: original.clone() };
+            let edited = krate.edited(3).unwrap();
+            for want in [lookup, create, message] {
+                assert!(edited.contains(want), "{lang:?}: no {want:?} in\n{edited}");
+            }
+            assert_eq!(edited.matches("welcome-bench-e3").count(), 2, "{lang:?}: {edited}");
+            assert_eq!(edited.lines().count(), original.lines().count(), "{lang:?}");
+            let changed = edited.lines().zip(original.lines()).filter(|(a, b)| a != b).count();
+            assert_eq!(changed, 3, "{lang:?}: {edited}");
+        }
     }
 }

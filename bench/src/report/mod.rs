@@ -33,8 +33,8 @@ pub struct Args {
     pub results: PathBuf,
     #[arg(long)]
     pub out: PathBuf,
-    /// Only this section, from its own result (`dev-loop`: dev_loop.json, `polyglot`:
-    /// polyglot.json): its rows of the targets table, then the section, for a section measured
+    /// Only this section, from its own result (`dev-loop`: dev_loop.json, with
+    /// dev_loop_ts.json and dev_loop_python.json if there; `polyglot`: polyglot.json): its rows of the targets table, then the section, for a section measured
     /// apart from a full run.
     #[arg(long, value_parser = ["dev-loop", "polyglot"])]
     pub section: Option<String>,
@@ -44,6 +44,18 @@ fn read<T: DeserializeOwned>(dir: &Path, name: &str) -> Result<T> {
     let path = dir.join(name);
     let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
     serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))
+}
+
+/// Section 7's results: dev_loop.json (Rust), and dev_loop_ts.json and dev_loop_python.json
+/// where they exist.
+fn read_dev_loop(dir: &Path) -> Result<Vec<crate::devloop::Results>> {
+    let mut runs = vec![read(dir, "dev_loop.json")?];
+    for name in ["dev_loop_ts.json", "dev_loop_python.json"] {
+        if dir.join(name).exists() {
+            runs.push(read(dir, name)?);
+        }
+    }
+    Ok(runs)
 }
 
 /// One criterion benchmark: the median point estimate with its 95% interval, and the fastest and
@@ -109,7 +121,7 @@ pub fn run(args: Args) -> Result<()> {
             writeln!(md)?;
             polyglot.section(&mut md)?;
         } else {
-            let results: crate::devloop::Results = read(dir, "dev_loop.json")?;
+            let results = read_dev_loop(dir)?;
             let dev_loop = DevLoop::new(&results)?;
             dev_loop.target_rows(&mut md)?;
             writeln!(md)?;
@@ -131,7 +143,7 @@ pub fn run(args: Args) -> Result<()> {
     let rel: reload::Results = read(dir, "reload.json")?;
     let scale_results: crate::scaleout::Results = read(dir, "scaleout.json")?;
     let scale = ScaleOut::new(&scale_results)?;
-    let dev_results: crate::devloop::Results = read(dir, "dev_loop.json")?;
+    let dev_results = read_dev_loop(dir)?;
     let dev_loop = DevLoop::new(&dev_results)?;
     let polyglot_results: crate::polyglot::Results = read(dir, "polyglot.json")?;
     let polyglot = Polyglot::new(&polyglot_results)?;
