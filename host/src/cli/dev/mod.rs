@@ -239,7 +239,8 @@ impl<'a> Session<'a> {
             name: name.clone(),
             namespace: Some(self.namespace.clone()),
         };
-        let packed = pack::pack_referenced(input).context("packing")?;
+        // The fast zstd level: packed on every save, applied to a development namespace.
+        let packed = pack::pack_referenced_with(input, pack::DEFAULT_PART_BYTES, pack::FASTEST).context("packing")?;
         let current = packed.payload_names();
         // Subscribed before the apply: no load event or reconcile of this version is missed.
         self.loads = self.loads.resubscribe();
