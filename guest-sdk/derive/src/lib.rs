@@ -11,9 +11,10 @@ use proc_macro2::{Span, TokenStream as TokenStream2};
 use quote::quote;
 use syn::{Data, DeriveInput, Error, LitStr, Type};
 
-/// Derive the object type of a custom resource from its spec struct.
+/// Derive the object type of a custom resource from its spec struct (through
+/// `wasmloop_sdk::CustomResource`, whose documentation has the tested examples):
 ///
-/// ```ignore
+/// ```text
 /// #[derive(CustomResource, Serialize, Deserialize, Clone, Debug)]
 /// #[resource(group = "example.com", version = "v1", kind = "Foo", namespaced, status = "FooStatus")]
 /// pub struct FooSpec { pub replicas: i32 }
