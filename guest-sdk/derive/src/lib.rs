@@ -11,8 +11,8 @@ use proc_macro2::{Span, TokenStream as TokenStream2};
 use quote::quote;
 use syn::{Data, DeriveInput, Error, LitStr, Type};
 
-/// Derive the object type of a custom resource from its spec struct (through
-/// `wasmloop_sdk::CustomResource`, whose documentation has the tested examples):
+/// Derive the object type of a custom resource from its spec struct (used through
+/// `wasmloop_sdk::CustomResource`; the SDK's `typed` tests and plugins/webapp exercise it):
 ///
 /// ```text
 /// #[derive(CustomResource, Serialize, Deserialize, Clone, Debug)]
