@@ -22,7 +22,7 @@ use crate::stats::Summary;
 
 #[derive(clap::Args, Clone)]
 pub struct Args {
-    /// The plugin (contract 0.2; default: the echo test plugin).
+    /// The plugin (contract 0.2 or 0.3; default: the echo test plugin, a 0.2 build).
     #[arg(long)]
     pub plugin: Option<PathBuf>,
     #[arg(long, default_value_t = 20_000)]

@@ -728,10 +728,10 @@ pub struct CallPhases {
 
 impl WasmPlugin {
     /// One reconcile on the same path as [`Reconciler::reconcile`], timed phase by phase.
-    /// Contract 0.2 plugins only. For measurements, not for use.
+    /// Contract 0.2 and 0.3 plugins. For measurements, not for use.
     #[doc(hidden)]
     pub fn profile_reconcile(&self, request: &Request, cache: &SharedCache) -> Result<CallPhases, ReconcileError> {
-        let Pre::V0_3(pre) = &self.pre else { return Err(stopped("profile: contract 0.3 only")) };
+        let pre = &self.pre;
         let t0 = Instant::now();
         let slots = self.engine.reconcile_slots().clone();
         let slot = slots.try_acquire_owned().map_err(|e| stopped(e.to_string()))?;
@@ -751,13 +751,25 @@ impl WasmPlugin {
         let t4 = Instant::now();
         let run = async move {
             let ta = Instant::now();
-            let result = match pre.instantiate_async(&mut store).await {
-                Ok(instance) => {
-                    let tb = Instant::now();
-                    let r = instance.wasmloop_controller_plugin().call_reconcile(&mut store, &wit_request).await;
-                    Ok((r, tb))
-                }
-                Err(e) => Err(e),
+            let result = match pre {
+                Pre::V0_3(pre) => match pre.instantiate_async(&mut store).await {
+                    Ok(instance) => {
+                        let tb = Instant::now();
+                        let r = instance.wasmloop_controller_plugin().call_reconcile(&mut store, &wit_request).await;
+                        Ok((r, tb))
+                    }
+                    Err(e) => Err(e),
+                },
+                Pre::V0_2(pre) => match pre.instantiate_async(&mut store).await {
+                    Ok(instance) => {
+                        let tb = Instant::now();
+                        let request = compat::v0_2::request(&wit_request);
+                        let r = instance.wasmloop_controller_plugin().call_reconcile(&mut store, &request).await;
+                        Ok((r.map(|r| r.map(compat::v0_2::outcome).map_err(compat::v0_2::failure)), tb))
+                    }
+                    Err(e) => Err(e),
+                },
+                Pre::V0_1(_) => Err(wasmtime::Error::msg("contract 0.1 plugins are not profiled")),
             };
             (result, store, ta, Instant::now())
         };
