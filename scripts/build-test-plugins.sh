@@ -27,11 +27,15 @@ for p in "${PLUGINS[@]}"; do
 done
 
 # podset v2 (feature `v2`): a visibly different version for the hot-reload tests. Cargo writes
-# both builds to podset.wasm, so build v2 first, keep a copy, then restore the normal build.
+# every build to podset.wasm, so build the variants first, keep copies, then restore the normal build.
 cargo build --target wasm32-wasip2 --profile plugin -p podset --features v2
 cp "$out/podset.wasm" "$out/podset_v2.wasm"
-cargo build --target wasm32-wasip2 --profile plugin -p podset
 echo "$out/podset_v2.wasm $(stat -c %s "$out/podset_v2.wasm") bytes"
+# podset off-by-one (feature `off-by-one`): a faulty candidate for the shadow-version tests.
+cargo build --target wasm32-wasip2 --profile plugin -p podset --features off-by-one
+cp "$out/podset.wasm" "$out/podset_off_by_one.wasm"
+cargo build --target wasm32-wasip2 --profile plugin -p podset
+echo "$out/podset_off_by_one.wasm $(stat -c %s "$out/podset_off_by_one.wasm") bytes"
 
 # widget v2 (feature `v2`): reconciles the CRD's second version, for the upgrade in
 # tests/tests/lifecycle.rs. Built only when widget is (all test plugins, or widget named).

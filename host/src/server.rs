@@ -1,17 +1,23 @@
-//! HTTP endpoints on one port: `/metrics` (OpenMetrics), `/healthz`, `/readyz`.
+//! HTTP endpoints on one port: `/metrics` (OpenMetrics), `/healthz`, `/readyz`, and `/shadow`
+//! (JSON: how candidate versions compared with the serving ones, with their last differences;
+//! `/shadow?plugin=<name>` for one plugin; what `wasmloop diff` shows).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use axum::Json;
 use axum::Router;
-use axum::extract::State;
+use axum::extract::{Query, State};
 use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
 use axum::routing::get;
 use parking_lot::Mutex;
 use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
+
+use crate::controller::ShadowLog;
+use crate::controller::shadow::PluginReport;
 
 /// Errors serving HTTP.
 #[derive(Debug, thiserror::Error)]
@@ -51,6 +57,7 @@ impl Readiness {
 struct AppState {
     registry: Arc<Mutex<Registry>>,
     ready: Readiness,
+    shadows: Arc<ShadowLog>,
 }
 
 /// Bind `addr` and serve until `shutdown` resolves. Returns the bound address (port 0 picks one).
@@ -58,6 +65,7 @@ pub async fn serve(
     addr: SocketAddr,
     registry: Arc<Mutex<Registry>>,
     ready: Readiness,
+    shadows: Arc<ShadowLog>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(SocketAddr, tokio::task::JoinHandle<Result<()>>)> {
     let listener = TcpListener::bind(addr).await.map_err(|source| Error::Bind { addr, source })?;
@@ -66,7 +74,8 @@ pub async fn serve(
         .route("/metrics", get(metrics))
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
-        .with_state(AppState { registry, ready });
+        .route("/shadow", get(shadow))
+        .with_state(AppState { registry, ready, shadows });
     let task = tokio::spawn(async move { axum::serve(listener, app).with_graceful_shutdown(shutdown).await.map_err(Error::Serve) });
     Ok((bound, task))
 }
@@ -86,4 +95,14 @@ async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
 
 async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
     if state.ready.get() { (StatusCode::OK, "ready") } else { (StatusCode::SERVICE_UNAVAILABLE, "not ready") }
+}
+
+/// `/shadow`'s query.
+#[derive(serde::Deserialize)]
+struct ShadowQuery {
+    plugin: Option<String>,
+}
+
+async fn shadow(State(state): State<AppState>, Query(q): Query<ShadowQuery>) -> Json<Vec<PluginReport>> {
+    Json(state.shadows.reports(q.plugin.as_deref()))
 }

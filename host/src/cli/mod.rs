@@ -1,6 +1,7 @@
 //! Command-line interface. `anyhow` lives here, at the binary's edge, and nowhere else.
 
 mod dev;
+mod diff;
 mod new;
 mod offline;
 mod pack;
@@ -43,6 +44,9 @@ enum Command {
     /// Print a plugin as ConfigMaps for `kubectl apply -f -`: an immutable payload (zstd-compressed
     /// wasm) and the plugin ConfigMap (manifest + reference by digest); `--inline`: one ConfigMap.
     Pack(pack::PackArgs),
+    /// Show how candidate versions (`shadowOf:`) compared with the serving ones, from a running
+    /// host's `/shadow`: counts per plugin, and per key the two outcomes side by side.
+    Diff(diff::DiffArgs),
 }
 
 /// What the host accepts of a plugin at load ([`wasmloop::plugin::LoadLimits`] and the engine's
@@ -176,6 +180,7 @@ pub fn main(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(if inspection.compatible { ExitCode::SUCCESS } else { ExitCode::FAILURE })
         }
         Command::Pack(args) => pack::run(args),
+        Command::Diff(args) => diff::run(args),
         Command::New(args) => new::run(args).map(|()| ExitCode::SUCCESS),
         Command::Dev(args) => dev::run(args),
     }

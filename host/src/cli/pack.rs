@@ -74,10 +74,24 @@ pub fn run(args: PackArgs) -> anyhow::Result<ExitCode> {
     };
     // The name: --name, else the manifest's, else the plugin's own. Written into the manifest.
     let parsed = PluginManifest::parse(&manifest, &spec.name).with_context(|| format!("in {source}"))?;
-    let name = args.name.clone().unwrap_or_else(|| parsed.name.clone());
-    if args.name.is_some() || !manifest.lines().any(|l| l.starts_with("name:")) {
-        manifest = format!("name: {name}\n{}", manifest.lines().filter(|l| !l.starts_with("name:")).collect::<Vec<_>>().join("\n"));
-    }
+    let name = match &parsed.shadow_of {
+        // A candidate version (`shadowOf:`) runs under its plugin's name from a ConfigMap of its
+        // own: --name, else `<plugin>-candidate` (never the serving version's ConfigMap).
+        Some(target) => {
+            let name = args.name.clone().unwrap_or_else(|| format!("{target}-candidate"));
+            if name == *target {
+                bail!("--name {name}: a candidate's ConfigMap is not named like the plugin it shadows (that is the serving version's)");
+            }
+            name
+        }
+        None => {
+            let name = args.name.clone().unwrap_or_else(|| parsed.name.clone());
+            if args.name.is_some() || !manifest.lines().any(|l| l.starts_with("name:")) {
+                manifest = format!("name: {name}\n{}", manifest.lines().filter(|l| !l.starts_with("name:")).collect::<Vec<_>>().join("\n"));
+            }
+            name
+        }
+    };
     let parsed = PluginManifest::parse(&manifest, &name).context("after setting the name")?;
     // What the host checks at load: every declared read is granted.
     if let Err(e) = parsed.grants.check_spec(&spec) {

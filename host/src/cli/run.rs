@@ -200,11 +200,11 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     tokio::spawn(watch_signals(stop_tx));
     let ready = Readiness::default();
     let mut http_stop = stop.clone();
-    let (addr, http) = server::serve(args.listen, prom, ready.clone(), async move {
+    let (addr, http) = server::serve(args.listen, prom, ready.clone(), shared.shadows.clone(), async move {
         let _ = http_stop.wait_for(|s| *s).await;
     })
     .await?;
-    info!(%addr, %identity, "serving /metrics, /healthz, /readyz");
+    info!(%addr, %identity, "serving /metrics, /healthz, /readyz, /shadow");
 
     let config = PluginManagerConfig {
         precompiled_dir: args.load.precompiled_dir(),

@@ -74,6 +74,7 @@ pub struct ControllerMetrics {
     reconcile_time: Family<ControllerLabel, Histogram>,
     active_workers: Family<ControllerLabel, Gauge>,
     actions: Family<ActionLabels, Counter>,
+    shadow: Family<ResultLabels, Counter>,
     queues: QueueMetrics,
 }
 
@@ -86,6 +87,7 @@ impl ControllerMetrics {
             reconcile_time: Family::new_with_constructor(|| Histogram::new(exponential_buckets(0.0001, 2.0, 18))),
             active_workers: Family::default(),
             actions: Family::default(),
+            shadow: Family::default(),
             queues: QueueMetrics::new(registry),
         };
         let r = registry.sub_registry_with_prefix("controller_runtime");
@@ -93,7 +95,13 @@ impl ControllerMetrics {
         r.register("reconcile_errors", "Reconciles that failed", m.reconcile_errors.clone());
         r.register("reconcile_time_seconds", "Time per reconcile, actions included", m.reconcile_time.clone());
         r.register("active_workers", "Workers currently reconciling", m.active_workers.clone());
-        registry.sub_registry_with_prefix("wasmloop").register("actions", "Actions executed by verb and result", m.actions.clone());
+        let w = registry.sub_registry_with_prefix("wasmloop");
+        w.register("actions", "Actions executed by verb and result", m.actions.clone());
+        w.register(
+            "shadow_reconciles",
+            "Reconciles a candidate version shadowed, by how its outcome compared (same, different, skipped)",
+            m.shadow.clone(),
+        );
         m
     }
 
@@ -123,6 +131,10 @@ impl ControllerMetrics {
     pub(crate) fn action_executed(&self, controller: &str, verb: Verb, result: ActionResult) {
         let labels = ActionLabels { controller: controller.into(), verb: verb.as_str().into(), result: result.as_str().into() };
         self.actions.get_or_create(&labels).inc();
+    }
+
+    pub(crate) fn shadowed(&self, controller: &str, compared: super::shadow::Compared) {
+        self.shadow.get_or_create(&ResultLabels { controller: controller.to_string(), result: compared.as_str().to_string() }).inc();
     }
 
     /// Reconciles of `controller` that ended with `result` (`success`, `requeue_after`, `error`,

@@ -25,6 +25,7 @@ mod apply;
 mod expectations;
 mod mapping;
 mod metrics;
+pub mod shadow;
 pub mod slow_start;
 mod wiring;
 mod worker;
@@ -35,6 +36,7 @@ pub use crate::reconciler::{
 };
 pub use expectations::Expectations;
 pub use metrics::{ActionResult, ControllerMetrics};
+pub use shadow::{Shadow, ShadowLog};
 pub use wiring::{ReadScopeError, read_namespaces};
 
 use std::sync::Arc;
@@ -199,6 +201,8 @@ pub struct Shared {
     pub fence: Fence,
     /// The controllers' metrics.
     pub metrics: ControllerMetrics,
+    /// How candidate versions compared with the serving ones ([`shadow`]).
+    pub shadows: Arc<ShadowLog>,
 }
 
 impl Shared {
@@ -208,7 +212,7 @@ impl Shared {
     pub fn new(registry: InformerRegistry, metrics: ControllerMetrics) -> Self {
         let scopes = crate::admission::Scopes::Discovery(registry.resolver().clone());
         let admission = Admission::new(scopes, crate::admission::Protected::minimal());
-        Self { registry, admission, fence: Fence::open(), metrics }
+        Self { registry, admission, fence: Fence::open(), metrics, shadows: Arc::default() }
     }
 
     /// The same, admitting with `admission`.
@@ -260,6 +264,8 @@ struct Inner {
     stopping: tokio::sync::watch::Sender<bool>,
     /// With sharding: which keys this replica reconciles and the fence of each.
     ownership: Option<Arc<Ownership>>,
+    /// A candidate version run beside the serving one, never executed ([`shadow`]).
+    shadow: RwLock<Option<Arc<Shadow>>>,
 }
 
 /// Everything that changes together when the reconciler is replaced.
@@ -318,6 +324,7 @@ impl Controller {
             current: RwLock::new(None),
             stopping: tokio::sync::watch::Sender::new(false),
             ownership,
+            shadow: RwLock::new(None),
         });
         let current = inner.wire(reconciler, grants).await?;
         *inner.current.write() = Some(current);
@@ -360,6 +367,22 @@ impl Controller {
         // new logic applies even to objects that see no event (at low priority, behind events).
         self.inner.enqueue_all(Reason::Resync, crate::queue::Priority::Low);
         Ok(())
+    }
+
+    /// Run `shadow`'s candidate beside the serving version from the next reconcile on (`None`:
+    /// stop shadowing). Nothing the candidate returns is executed; see [`shadow`].
+    pub fn set_shadow(&self, shadow: Option<Shadow>) {
+        let what = shadow.as_ref().map(|s| s.reconciler().digest().unwrap_or("native").to_owned());
+        *self.inner.shadow.write() = shadow.map(Arc::new);
+        match what {
+            Some(digest) => info!(controller = %self.inner.name, candidate = %digest, "shadowing with a candidate version"),
+            None => info!(controller = %self.inner.name, "no longer shadowed"),
+        }
+    }
+
+    /// The digest of the candidate shadowing this controller, if any.
+    pub fn shadowed_by(&self) -> Option<String> {
+        self.inner.shadow.read().as_ref().map(|s| s.reconciler().digest().unwrap_or("native").to_owned())
     }
 
     /// Stop taking keys, let running reconciles finish (up to `grace`), release informers.

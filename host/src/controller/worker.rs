@@ -13,6 +13,7 @@ use tracing::{Instrument, debug, info_span, warn};
 
 use super::apply::summarize;
 use super::expectations::Wait;
+use super::shadow::{self, Shadow};
 use super::{Cause, Current, Inner, RECONCILE_LOG, ReconcileError};
 use crate::admission;
 use crate::cache;
@@ -198,6 +199,30 @@ impl Inner {
         }
     }
 
+    /// Compare the serving version's side with the candidate's once the candidate answers, on a
+    /// task of its own (the serving outcome goes on meanwhile); record how they compared.
+    fn compare_later(&self, key: &ObjectKey, serving: shadow::Side, candidate: Option<Candidate>) {
+        let (name, log, metrics) = (self.name.clone(), self.shared.shadows.clone(), self.shared.metrics.clone());
+        let Some(Candidate { reconciler, answer }) = candidate else {
+            log.record(&name, shadow::Compared::Skipped, None);
+            metrics.shadowed(&name, shadow::Compared::Skipped);
+            return;
+        };
+        let key = key.clone();
+        tokio::spawn(async move {
+            let (compared, difference) = match answer.await {
+                Ok(result) => shadow::compare(&name, &key, serving, shadow::Side::of(reconciler.as_ref(), &result)),
+                Err(_) => (shadow::Compared::Skipped, None),
+            };
+            if let Some(d) = &difference {
+                debug!(controller = %name, key = %key, only_serving = ?d.only_serving(), only_candidate = ?d.only_candidate(),
+                       "the candidate version's outcome differs");
+            }
+            log.record(&name, compared, difference);
+            metrics.shadowed(&name, compared);
+        });
+    }
+
     /// Wait until this replica may write; false if the controller stops first.
     async fn until_writable(&self) -> bool {
         let mut stopping = self.stopping.subscribe();
@@ -222,9 +247,14 @@ impl Inner {
         self.shared.metrics.worker_started(&self.name);
         let reconciler = current.reconciler.clone();
         let view: cache::SharedCache = current.view.clone();
+        let candidate = self.shadow.read().clone().map(|shadow| start_candidate(&shadow, &request, &view));
+        let serving = reconciler.clone();
         let result = tokio::task::spawn_blocking(move || reconciler.reconcile(&request, &view))
             .await
             .unwrap_or_else(|e| Err(ReconcileError::transient(Cause::Stopped(format!("reconciler panicked: {e}")))));
+        if let Some(candidate) = candidate {
+            self.compare_later(key, shadow::Side::of(serving.as_ref(), &result), candidate);
+        }
         // The actions returned, for the reconcile line (only when someone reads it).
         let logging = tracing::enabled!(target: RECONCILE_LOG, tracing::Level::DEBUG);
         let returned = match &result {
@@ -243,6 +273,26 @@ impl Inner {
         let requeues = Requeues { floor: self.config.min_requeue_after, bucket: &self.requeues };
         self.keys.settle(&self.queue, &requeues, key, &result);
     }
+}
+
+/// A candidate's reconcile running beside the serving one.
+struct Candidate {
+    reconciler: Arc<dyn crate::reconciler::Reconciler>,
+    answer: tokio::task::JoinHandle<Result<crate::reconciler::Outcome, ReconcileError>>,
+}
+
+/// Start the candidate's reconcile of `request` on a blocking thread, if one of its slots is
+/// free (`None`: not shadowed this time).
+fn start_candidate(shadow: &Shadow, request: &Request, view: &cache::SharedCache) -> Option<Candidate> {
+    let slot = shadow.try_slot()?;
+    let (reconciler, request, view) = (shadow.reconciler().clone(), request.clone(), view.clone());
+    let candidate = reconciler.clone();
+    let answer = tokio::task::spawn_blocking(move || {
+        let result = candidate.reconcile(&request, &view);
+        drop(slot);
+        result
+    });
+    Some(Candidate { reconciler, answer })
 }
 
 /// One line per reconcile at [`RECONCILE_LOG`]: the key, the actions returned (or why there were

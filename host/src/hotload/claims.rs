@@ -68,6 +68,11 @@ impl Claims {
     }
 
     /// `key` is gone: it holds nothing and waits for no name.
+    /// The name `key` holds, if any.
+    pub(super) fn name_of(&self, key: &ObjectKey) -> Option<String> {
+        self.inner.lock().held.get(key).map(|c| c.name.clone())
+    }
+
     pub(super) fn release(&self, key: &ObjectKey) {
         let mut inner = self.inner.lock();
         inner.held.remove(key);

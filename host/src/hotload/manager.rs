@@ -40,7 +40,8 @@ use super::source::{self, PAYLOAD_LABEL, PLUGIN_LABEL, PayloadRef};
 use super::status::{HOST_ANNOTATIONS, PluginStatus, State, StatusWriter, Written};
 use super::waiting::{NotLoaded, Pending, WaitPolicy, WaitReason, Waiting};
 use crate::cache::{CachedObject, Change, IndexedStore};
-use crate::controller::{Controller, ControllerConfig, Reconciler, Shared};
+use crate::controller::shadow::Difference;
+use crate::controller::{Controller, ControllerConfig, Reconciler, Shadow, Shared};
 use crate::executor::Executor;
 use crate::identity::{self, Identity, PluginIdentity};
 use crate::informer::{self, InformerKey, Subscription};
@@ -217,7 +218,26 @@ struct Inner {
     client: kube::Client,
     /// The Events and status annotations on plugin ConfigMaps.
     status: StatusWriter,
+    /// Candidate versions (`shadowOf:`), by ConfigMap: attached to the serving controller of
+    /// their plugin whenever it runs.
+    shadows: Mutex<HashMap<ObjectKey, Candidate>>,
 }
+
+/// A loaded candidate version ([`crate::controller::shadow`]).
+struct Candidate {
+    /// The plugin it shadows.
+    target: String,
+    plugin: Arc<WasmPlugin>,
+    /// Its calls at once.
+    concurrency: usize,
+    /// Digest of the ConfigMap payload it came from.
+    payload: String,
+    /// The ConfigMap's uid (Events about its differences go there).
+    uid: String,
+}
+
+/// The shortest time between two Events about one candidate's differences.
+pub const DIFFERENCE_EVENT_EVERY: Duration = Duration::from_secs(30);
 
 /// (namespace, name) of a payload ConfigMap.
 type PayloadName = (Option<String>, String);
@@ -329,7 +349,9 @@ impl PluginManager {
             verified: Default::default(),
             client,
             status,
+            shadows: Mutex::new(HashMap::new()),
         });
+        let differences = tokio::spawn(Inner::note_differences(Arc::downgrade(&inner), inner.shared.shadows.subscribe()));
         let weak = Arc::downgrade(&inner);
         let payload_subscription = payload_informer.subscribe(Arc::new(move |change| {
             if let Some(inner) = weak.upgrade() {
@@ -349,6 +371,7 @@ impl PluginManager {
         }
         let mut workers: Vec<JoinHandle<()>> = (0..inner.config.loaders.max(1)).map(|_| tokio::spawn(inner.clone().work())).collect();
         workers.push(tokio::spawn(Inner::rediscover_every(Arc::downgrade(&inner), inner.config.rediscovery)));
+        workers.push(differences);
         Ok(Self { inner, _subscription: subscription, _payload_subscription: payload_subscription, workers })
     }
 
@@ -419,7 +442,10 @@ impl Inner {
         };
         let payload_name = reference.as_ref().ok().and_then(Option::as_ref).map(PayloadRef::names);
         let declared = reference.as_ref().ok().and_then(Option::as_ref).map(|r| r.digest.clone());
-        let serving = self.loaded.lock().await.get(key).filter(|l| l.payload == payload).map(|l| l.plugin.clone());
+        let mut serving = self.loaded.lock().await.get(key).filter(|l| l.payload == payload).map(|l| l.plugin.clone());
+        if serving.is_none() {
+            serving = self.shadows.lock().await.get(key).filter(|c| c.payload == payload).map(|c| c.plugin.clone());
+        }
         if let Some(plugin) = serving {
             // Back to the version that is serving (e.g. after a refused or waiting update): report it again.
             let was_rejected = self.take_refusal(key).is_some();
@@ -707,7 +733,12 @@ impl Inner {
         };
         let load_limits = LoadLimits { max_component_size: self.config.max_component_size, compile_budget: self.config.compile_budget };
         load_limits.check_size(size).map_err(|e| e.to_string())?;
-        let claim = Claim { name: manifest.name.clone(), memory: manifest.limits.memory.bytes() * manifest.controller.workers as u64 };
+        // A candidate claims its own name: one candidate per plugin, beside the serving version.
+        let claim_name = match &manifest.shadow_of {
+            Some(target) => format!("{target} (candidate)"),
+            None => manifest.name.clone(),
+        };
+        let claim = Claim { name: claim_name, memory: manifest.limits.memory.bytes() * manifest.controller.workers as u64 };
         let previous = self.claims.claim(key, claim, self.config.memory_budget)?;
         let installed = async {
             let (plugin, origin) = match (pending, input) {
@@ -722,6 +753,10 @@ impl Inner {
                 self.waiting.hold(key, Pending { payload: payload.to_string(), plugin, origin });
                 return Err(reason.into());
             }
+            if manifest.shadow_of.is_some() {
+                // A candidate never writes: no identity to check, nothing started.
+                return self.install_candidate(key, cm, &plugin, &manifest, payload).await.map(|()| (plugin, origin));
+            }
             let identity = match self.identity_of(key, &plugin, &manifest).await {
                 Ok(identity) => identity,
                 Err(reason) => {
@@ -733,8 +768,8 @@ impl Inner {
         }
         .await;
         match &installed {
-            Ok((plugin, _)) => {
-                if let Some(previous) = previous.filter(|p| p.name != plugin.name()) {
+            Ok(_) => {
+                if let Some(previous) = previous.filter(|p| Some(&p.name) != self.claims.name_of(key).as_ref()) {
                     self.release_name(&previous.name);
                 }
             }
@@ -892,9 +927,98 @@ impl Inner {
             },
         };
         if let Some(entry) = entry {
+            self.attach_candidate(&entry).await;
             self.loaded.lock().await.insert(key.clone(), entry);
         }
         result
+    }
+
+    /// Keep the candidate version of `key` and run it beside its plugin's serving version (now,
+    /// or when that version starts). It must reconcile the same kind.
+    async fn install_candidate(
+        &self,
+        key: &ObjectKey,
+        cm: &ConfigMap,
+        plugin: &Arc<WasmPlugin>,
+        manifest: &PluginManifest,
+        payload: &str,
+    ) -> Result<(), NotLoaded> {
+        let target = manifest.shadow_of.clone().unwrap_or_default();
+        let candidate = Candidate {
+            target: target.clone(),
+            plugin: plugin.clone(),
+            concurrency: manifest.controller.workers,
+            payload: payload.to_string(),
+            uid: cm.metadata.uid.clone().unwrap_or_default(),
+        };
+        let loaded = self.loaded.lock().await;
+        let serving = loaded.values().find(|l| l.plugin.name() == target);
+        if let Some(serving) = serving {
+            let (theirs, ours) = (&serving.plugin.spec().reconciles, &plugin.spec().reconciles);
+            if theirs != ours {
+                return Err(NotLoaded::Refused(format!(
+                    "the candidate reconciles {ours} but plugin {target} (serving) reconciles {theirs}: a candidate version reconciles the same kind"
+                )));
+            }
+            serving.controller.set_shadow(Some(Shadow::new(plugin.clone(), candidate.concurrency)));
+        } else {
+            info!(configmap = %key, plugin = %target, "candidate loaded; plugin {target} is not serving: it runs beside it once it does");
+        }
+        drop(loaded);
+        self.shadows.lock().await.insert(key.clone(), candidate);
+        Ok(())
+    }
+
+    /// Run the candidate of `entry`'s plugin, if one is loaded, beside it (a restarted
+    /// controller starts without one).
+    async fn attach_candidate(&self, entry: &Loaded) {
+        let shadows = self.shadows.lock().await;
+        let name = entry.plugin.name();
+        let candidate = shadows.values().find(|c| c.target == name && c.plugin.spec().reconciles == entry.plugin.spec().reconciles);
+        if let Some(c) = candidate
+            && entry.controller.shadowed_by().as_deref() != Some(c.plugin.digest())
+        {
+            entry.controller.set_shadow(Some(Shadow::new(c.plugin.clone(), c.concurrency)));
+        }
+    }
+
+    /// Stop running the candidate of `key` (its ConfigMap is gone).
+    async fn remove_candidate(&self, key: &ObjectKey) -> Option<Arc<WasmPlugin>> {
+        let candidate = self.shadows.lock().await.remove(key)?;
+        if let Some(serving) = self.loaded.lock().await.values().find(|l| l.plugin.name() == candidate.target) {
+            serving.controller.set_shadow(None);
+        }
+        self.plugin_metrics.set_loaded(&cm_label(key), None);
+        Some(candidate.plugin)
+    }
+
+    /// Differences of candidate versions, sampled into Events on their ConfigMaps: at most one
+    /// per ConfigMap every [`DIFFERENCE_EVENT_EVERY`].
+    async fn note_differences(inner: std::sync::Weak<Self>, mut differences: broadcast::Receiver<Difference>) {
+        let mut last: HashMap<ObjectKey, Instant> = HashMap::new();
+        loop {
+            let d = match differences.recv().await {
+                Ok(d) => d,
+                Err(broadcast::error::RecvError::Lagged(_)) => continue,
+                Err(broadcast::error::RecvError::Closed) => return,
+            };
+            let Some(inner) = inner.upgrade() else { return };
+            let found = inner.shadows.lock().await.iter().find(|(_, c)| c.target == d.plugin).map(|(k, c)| (k.clone(), c.uid.clone()));
+            let Some((key, uid)) = found else { continue };
+            if last.get(&key).is_some_and(|t| t.elapsed() < DIFFERENCE_EVENT_EVERY) {
+                continue;
+            }
+            last.insert(key.clone(), Instant::now());
+            let message = format!(
+                "{}: the candidate ({}) differs from the serving version ({}); only serving: [{}]; only candidate: [{}] (wasmloop diff shows all)",
+                d.key,
+                d.candidate_digest,
+                d.serving_digest,
+                d.only_serving().join(", "),
+                d.only_candidate().join(", ")
+            );
+            inner.status.note(&key, &uid, crate::actions::EventType::Warning, "CandidateDiffers", &message).await;
+        }
     }
 
     /// `name` is free again: retry the ConfigMaps that were refused because it was taken.
@@ -929,6 +1053,12 @@ impl Inner {
         self.tracked.lock().remove(key);
         self.waiting.clear(key);
         self.claims.release(key);
+        if let Some(candidate) = self.remove_candidate(key).await {
+            info!(configmap = %key, plugin = %candidate.name(), "candidate version removed");
+            self.release_name(&format!("{} (candidate)", candidate.name()));
+            let _ = self.events.send(LoadEvent::Removed { configmap: key.name.clone(), plugin: candidate.name().to_string() });
+            return;
+        }
         let Some(plugin) = self.stop(key).await else { return };
         self.plugin_metrics.load(&cm_label(key), "removed");
         info!(configmap = %key, plugin = %plugin.name(), "plugin removed");

@@ -21,6 +21,12 @@
 //! shards: 30                        # key-space shards spread over replicas (--shard-mode plugin)
 //! serviceAccountName: podset        # the identity its writes carry (default wasmloop-plugin-<name>)
 //! ```
+//!
+//! A ConfigMap whose manifest says `shadowOf: <plugin>` holds a **candidate version** of that
+//! plugin: it runs beside the serving version on every reconcile and nothing it returns is
+//! executed ([`crate::controller::shadow`]). Its `name` defaults to (and must be) `<plugin>`;
+//! its `grants` and `limits` apply to it, `concurrency` bounds its calls at once; the
+//! controller settings (queue, resync, namespace, shards, ...) are the serving version's.
 
 use std::time::Duration;
 
@@ -63,6 +69,7 @@ struct Raw {
     expectations_timeout: Option<String>,
     shards: Option<usize>,
     service_account_name: Option<String>,
+    shadow_of: Option<String>,
 }
 
 /// A parsed, validated `plugin.yaml`.
@@ -84,6 +91,8 @@ pub struct PluginManifest {
     /// `serviceAccountName:`: the ServiceAccount (in the plugin ConfigMap's namespace) whose
     /// identity the plugin's writes carry; default `wasmloop-plugin-<name>`.
     pub service_account: Option<String>,
+    /// `shadowOf:`: this is a candidate version shadowing the loaded plugin of that name.
+    pub shadow_of: Option<String>,
 }
 
 impl PluginManifest {
@@ -91,13 +100,23 @@ impl PluginManifest {
     pub fn parse(yaml: &str, default_name: &str) -> Result<Self> {
         let raw: Raw = if yaml.trim().is_empty() { serde_saphyr::from_str("{}") } else { serde_saphyr::from_str(yaml) }
             .map_err(|e| Error::Yaml(e.to_string()))?;
-        let named = raw.name.is_some();
+        let named = raw.name.is_some() || raw.shadow_of.is_some();
         if let Some(plugin) = raw.plugin.as_deref()
             && let Err(e) = name::dns_label(plugin, name::DNS_LABEL_MAX)
         {
             return Err(Error::Invalid(format!("plugin {plugin:?} must be a DNS label (1-63 of a-z, 0-9 and '-'): it {e}")));
         }
-        let name = raw.name.unwrap_or_else(|| default_name.to_string());
+        if let Some(target) = raw.shadow_of.as_deref() {
+            if let Err(e) = name::dns_label(target, name::DNS_LABEL_MAX) {
+                return Err(Error::Invalid(format!("shadowOf {target:?} must be a plugin name (a DNS label): it {e}")));
+            }
+            if let Some(own) = raw.name.as_deref().filter(|n| *n != target) {
+                return Err(Error::Invalid(format!(
+                    "name {own:?} differs from shadowOf {target:?}: a candidate version runs under the name of the plugin it shadows"
+                )));
+            }
+        }
+        let name = raw.name.or_else(|| raw.shadow_of.clone()).unwrap_or_else(|| default_name.to_string());
         if let Err(e) = name::dns_label(&name, name::DNS_LABEL_MAX) {
             return Err(Error::Invalid(format!("name {name:?} must be a DNS label (1-63 of a-z, 0-9 and '-'): it {e}")));
         }
@@ -143,6 +162,7 @@ impl PluginManifest {
             name,
             named,
             service_account: raw.service_account_name,
+            shadow_of: raw.shadow_of,
             component: raw.plugin,
             limits: raw.limits,
             controller: ControllerConfig {
@@ -196,6 +216,11 @@ namespace: shop
         assert!(m.grants.check_target(crate::grants::Verb::Delete, &pod("shop")).is_ok());
         assert!(m.grants.check_target(crate::grants::Verb::Delete, &pod("kube-system")).is_err());
         assert_eq!(m.service_account, None);
+        assert_eq!(m.shadow_of, None);
+        let candidate = PluginManifest::parse("shadowOf: podset", "podset-next").unwrap();
+        assert_eq!((candidate.name.as_str(), candidate.shadow_of.as_deref()), ("podset", Some("podset")));
+        let err = PluginManifest::parse("name: other\nshadowOf: podset", "x").unwrap_err().to_string();
+        assert!(err.contains("runs under the name of the plugin it shadows"), "{err}");
         let named = PluginManifest::parse("serviceAccountName: podsets", "podset").unwrap();
         assert_eq!(named.service_account.as_deref(), Some("podsets"));
         let err = PluginManifest::parse("serviceAccountName: ../admin", "podset").unwrap_err().to_string();

@@ -175,27 +175,7 @@ impl StatusWriter {
         }
         let Some(namespace) = key.namespace.as_deref() else { return Written::Failed };
         let (event_type, reason) = state.event();
-        let event = Event {
-            type_: match event_type {
-                EventType::Normal => KubeEventType::Normal,
-                EventType::Warning => KubeEventType::Warning,
-            },
-            reason: reason.into(),
-            note: Some(truncate(&status.message, 1024)),
-            action: status.action(),
-            secondary: None,
-        };
-        let reference = ObjectReference {
-            api_version: Some("v1".into()),
-            kind: Some("ConfigMap".into()),
-            name: Some(key.name.clone()),
-            namespace: Some(namespace.into()),
-            uid: Some(uid.into()),
-            ..Default::default()
-        };
-        if let Err(e) = self.recorder.publish(&event, &reference).await {
-            warn!(configmap = %key, error = %e, "could not record the plugin Event");
-        }
+        self.publish(key, uid, event_type, reason, &status.message, status.action()).await;
         let api = Api::<ConfigMap>::namespaced(self.client.clone(), namespace);
         let patch = Patch::Merge(json!({"metadata": {"uid": uid, "annotations": status.annotations()}}));
         match api.patch(&key.name, &PatchParams::default(), &patch).await {
@@ -208,6 +188,42 @@ impl StatusWriter {
                 warn!(configmap = %key, error = %e, "could not write the plugin status annotation");
                 Written::Failed
             }
+        }
+    }
+}
+
+impl StatusWriter {
+    /// Record an Event about the ConfigMap `key` (uid `uid`) that is not a status change (e.g. a
+    /// candidate version's difference), behind the same fence and shard ownership.
+    pub async fn note(&self, key: &ObjectKey, uid: &str, event_type: EventType, reason: &str, message: &str) {
+        let label = format!("{}/{}", key.namespace.as_deref().unwrap_or_default(), key.name);
+        if self.fence.check().is_err() || self.sharding.as_ref().is_some_and(|s| !s.speaks_for(&label)) {
+            return;
+        }
+        self.publish(key, uid, event_type, reason, message, reason.to_owned()).await;
+    }
+
+    async fn publish(&self, key: &ObjectKey, uid: &str, event_type: EventType, reason: &str, message: &str, action: String) {
+        let event = Event {
+            type_: match event_type {
+                EventType::Normal => KubeEventType::Normal,
+                EventType::Warning => KubeEventType::Warning,
+            },
+            reason: reason.into(),
+            note: Some(truncate(message, 1024)),
+            action,
+            secondary: None,
+        };
+        let reference = ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("ConfigMap".into()),
+            name: Some(key.name.clone()),
+            namespace: key.namespace.clone(),
+            uid: Some(uid.into()),
+            ..Default::default()
+        };
+        if let Err(e) = self.recorder.publish(&event, &reference).await {
+            warn!(configmap = %key, error = %e, "could not record the plugin Event");
         }
     }
 }

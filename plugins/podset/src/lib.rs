@@ -57,11 +57,15 @@ pub struct PodSetStatus {
 pub type PodSet = Object<PodSetSpec, PodSetStatus>;
 
 /// The plugin's version. The `v2` feature builds a visibly different second version (its Pods
-/// carry [`V2_LABEL`]) for the hot-reload tests and demo.
-#[cfg(not(feature = "v2"))]
+/// carry [`V2_LABEL`]) for the hot-reload tests and demo; `off-by-one` a faulty candidate that
+/// keeps one Pod fewer than asked (the shadow tests: it would delete a Pod the serving version
+/// keeps).
+#[cfg(not(any(feature = "v2", feature = "off-by-one")))]
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 #[cfg(feature = "v2")]
 pub const VERSION: &str = "0.2.0";
+#[cfg(all(feature = "off-by-one", not(feature = "v2")))]
+pub const VERSION: &str = "0.1.1-off-by-one";
 /// The label the `v2` build adds to the Pods it creates (value `v2`).
 pub const V2_LABEL: &str = "wasmloop.dev/podset-version";
 
@@ -88,6 +92,7 @@ impl Reconciler for PodSetReconciler {
         let spec = ps.spec.as_ref().ok_or_else(|| Error::permanent("PodSet has no spec"))?;
         let desired =
             usize::try_from(spec.replicas).map_err(|_| Error::permanent(format!("spec.replicas is negative: {}", spec.replicas)))?;
+        let desired = if cfg!(feature = "off-by-one") { desired.saturating_sub(1) } else { desired };
         let Some(pod_spec) = spec.template.get("spec").filter(|s| s.is_object()) else {
             return Err(Error::permanent("spec.template.spec is missing"));
         };

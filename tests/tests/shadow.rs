@@ -1,0 +1,195 @@
+//! Shadow versions, end to end against a real kube-apiserver: a candidate version (a ConfigMap
+//! whose manifest says `shadowOf: podset`) runs beside the serving podset on every reconcile;
+//! a faulty candidate that would delete a Pod the serving version keeps is reported (the
+//! difference in the shadow log and `/shadow`, a `CandidateDiffers` Event on its ConfigMap) and
+//! writes nothing; a candidate that behaves the same is counted as such; removing it stops it.
+
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::events::v1::Event;
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::core::{ApiResource, GroupVersionKind};
+use serde_json::json;
+use tokio::sync::broadcast;
+use wasmloop::controller::shadow::PluginReport;
+use wasmloop::hotload::{LoadEvent, PluginManager, PluginManagerConfig, PluginMetrics};
+use wasmloop::plugin::PluginEngine;
+use wasmloop_tests::{Host, TestNamespace, apply_plugin, ensure_podset_crd, eventually, init_tracing, plugin_path};
+
+const WAIT: Duration = Duration::from_secs(60);
+
+fn podsets(client: &kube::Client, ns: &str) -> Api<DynamicObject> {
+    let ar = ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("wasmloop.dev", "v1alpha1", "PodSet"), "podsets");
+    Api::namespaced_with(client.clone(), ns, &ar)
+}
+
+fn grants(work: &str) -> String {
+    format!(
+        "namespace: {work}\ngrants:\n  - kinds: [\"wasmloop.dev/v1alpha1/PodSet\"]\n    verbs: [read, update-status, event]\n  - kinds: [\"v1/Pod\"]\n    verbs: [read, create, delete, patch]\n"
+    )
+}
+
+async fn next_load(events: &mut broadcast::Receiver<LoadEvent>, configmap: &str) -> Result<LoadEvent> {
+    tokio::time::timeout(WAIT, async {
+        loop {
+            match events.recv().await {
+                Ok(e @ LoadEvent::Loaded { .. }) if matches!(&e, LoadEvent::Loaded { configmap: cm, .. } if cm == configmap) => {
+                    return Ok(e);
+                }
+                Ok(e @ LoadEvent::Removed { .. }) if matches!(&e, LoadEvent::Removed { configmap: cm, .. } if cm == configmap) => {
+                    return Ok(e);
+                }
+                Ok(LoadEvent::Rejected { configmap: cm, error }) if cm == configmap => bail!("{configmap} was rejected: {error}"),
+                Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => continue,
+                Err(e) => bail!("load events closed: {e}"),
+            }
+        }
+    })
+    .await
+    .with_context(|| format!("waiting for {configmap} to load or go"))?
+}
+
+/// Reconcile the PodSet again (an annotation edit is an event) and wait until the shadow log
+/// has compared `n` more of its reconciles than `before`.
+async fn touch_and_compare(sets: &Api<DynamicObject>, shadows: &wasmloop::controller::ShadowLog, i: u32) -> Result<PluginReport> {
+    let before = report(shadows);
+    let seen = before.same + before.different;
+    let patch = json!({"metadata": {"annotations": {"test/touch": i.to_string()}}});
+    sets.patch("web", &PatchParams::default(), &Patch::Merge(&patch)).await?;
+    eventually("the candidate to shadow the reconcile", WAIT, || {
+        let now = report(shadows);
+        async move { Ok((now.same + now.different > seen).then_some(now)) }
+    })
+    .await
+}
+
+fn report(shadows: &wasmloop::controller::ShadowLog) -> PluginReport {
+    shadows.reports(Some("podset")).into_iter().next().unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_candidate_version_is_compared_on_every_reconcile_and_never_writes() -> Result<()> {
+    init_tracing();
+    let serving = std::fs::read(plugin_path("podset")?)?;
+    let faulty = std::fs::read(plugin_path("podset_off_by_one")?)?;
+    let host = Host::new().await?;
+    ensure_podset_crd(&host.client).await?;
+    let ns = TestNamespace::create(&host.client, "shadow").await?;
+    let work = TestNamespace::create(&host.client, "shadow-work").await?;
+    let (client, n, w) = (host.client.clone(), ns.name.clone(), work.name.clone());
+    let (sets, pods) = (podsets(&client, &w), Api::<Pod>::namespaced(client.clone(), &w));
+
+    let shared = host.shared();
+    let shadows = shared.shadows.clone();
+    let engine = tokio::task::spawn_blocking(PluginEngine::new).await??;
+    let config = PluginManagerConfig { shutdown_grace: Duration::from_secs(10), ..PluginManagerConfig::new(Some(n.clone())) };
+    let manager = PluginManager::start(engine, shared, host.executor.clone(), PluginMetrics::unregistered(), config).await?;
+    let mut events = manager.events();
+
+    // 1. The serving version keeps 3 Pods for PodSet web.
+    apply_plugin(&client, &n, "podset", &serving, &format!("name: podset\n{}", grants(&w))).await?;
+    next_load(&mut events, "podset").await?;
+    let podset = json!({
+        "apiVersion": "wasmloop.dev/v1alpha1", "kind": "PodSet", "metadata": {"name": "web"},
+        "spec": {"replicas": 3, "template": {"metadata": {"labels": {"app": "web"}},
+                 "spec": {"containers": [{"name": "c", "image": "registry.invalid/none"}]}}}
+    });
+    sets.create(&PostParams::default(), &serde_json::from_value(podset)?).await?;
+    let live = |pods: Vec<Pod>| pods.into_iter().filter(|p| p.metadata.deletion_timestamp.is_none()).collect::<Vec<_>>();
+    eventually("3 Pods for web", WAIT, || {
+        let pods = pods.clone();
+        async move { Ok((live(pods.list(&ListParams::default()).await?.items).len() == 3).then_some(())) }
+    })
+    .await?;
+    let before: Vec<(String, String)> = live(pods.list(&ListParams::default()).await?.items)
+        .into_iter()
+        .map(|p| (p.metadata.name.unwrap_or_default(), p.metadata.resource_version.unwrap_or_default()))
+        .collect();
+
+    // 2. A faulty candidate (one Pod fewer) shadows it: the difference is reported, nothing deleted.
+    let candidate = format!("shadowOf: podset\n{}", grants(&w));
+    apply_plugin(&client, &n, "podset-candidate", &faulty, &candidate).await?;
+    next_load(&mut events, "podset-candidate").await?;
+    let r = touch_and_compare(&sets, &shadows, 1).await?;
+    assert!(r.different >= 1, "the faulty candidate differs: {r:?}");
+    let d = r.differences.last().context("a recorded difference")?;
+    assert_eq!(d.key, format!("wasmloop.dev/v1alpha1/PodSet/{w}/web"));
+    assert!(d.serving.actions.iter().all(|a| !a.contains("\"delete\"")), "the serving version deletes nothing: {d:?}");
+    let deletes: Vec<_> = d.only_candidate().into_iter().filter(|a| a.contains("\"action\":\"delete\"")).collect();
+    assert_eq!(deletes.len(), 1, "the candidate would delete one Pod: {d:?}");
+    assert_ne!(d.serving_digest, d.candidate_digest);
+    // What the candidate would have deleted is still there, untouched; no delete went out.
+    let after: Vec<(String, String)> = live(pods.list(&ListParams::default()).await?.items)
+        .into_iter()
+        .map(|p| (p.metadata.name.unwrap_or_default(), p.metadata.resource_version.unwrap_or_default()))
+        .collect();
+    assert_eq!(after, before, "the candidate wrote nothing");
+    assert_eq!(host.metrics.actions("podset", "delete", "ok"), 0, "no delete was executed");
+    // Sampled into an Event on the candidate's ConfigMap.
+    let events_api = Api::<Event>::namespaced(client.clone(), &n);
+    let note = eventually("a CandidateDiffers Event on podset-candidate", WAIT, || {
+        let events_api = events_api.clone();
+        async move {
+            let list = events_api.list(&ListParams::default()).await?.items;
+            Ok(list.into_iter().find(|e| {
+                e.reason.as_deref() == Some("CandidateDiffers")
+                    && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("podset-candidate")
+            }))
+        }
+    })
+    .await?;
+    let text = note.note.unwrap_or_default();
+    assert!(text.contains("/web") && text.contains("only candidate: [{\"action\":\"delete\""), "{text}");
+
+    // `wasmloop diff` shows it from the host's /shadow: exit code 1, the delete only the candidate returns.
+    let (addr, _http) = wasmloop::server::serve(
+        "127.0.0.1:0".parse()?,
+        std::sync::Arc::new(parking_lot::Mutex::new(prometheus_client::registry::Registry::default())),
+        wasmloop::server::Readiness::default(),
+        shadows.clone(),
+        std::future::pending(),
+    )
+    .await?;
+    let url = format!("http://{addr}");
+    let out = tokio::process::Command::new(wasmloop_tests::cluster::host_binary()?)
+        .args(["diff", "--url", &url, "--plugin", "podset"])
+        .output()
+        .await?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "a difference exits 1: {text} {}", String::from_utf8_lossy(&out.stderr));
+    assert!(text.contains("plugin podset: ") && text.contains(&format!("PodSet/{w}/web")), "{text}");
+    assert!(text.contains(&format!("+ delete v1/Pod {w}/web-")), "{text}");
+
+    // 3. A candidate that behaves as the serving version: compared as the same.
+    apply_plugin(&client, &n, "podset-candidate", &serving, &candidate).await?;
+    next_load(&mut events, "podset-candidate").await?;
+    let before = report(&shadows);
+    let r = touch_and_compare(&sets, &shadows, 2).await?;
+    assert!(r.same > before.same, "an identical candidate compares as the same: {r:?}");
+    assert_eq!(r.different, before.different, "and adds no difference: {r:?}");
+
+    // 4. Deleting the candidate's ConfigMap stops the shadowing; the serving version goes on.
+    Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(client.clone(), &n)
+        .delete("podset-candidate", &DeleteParams::default())
+        .await?;
+    match next_load(&mut events, "podset-candidate").await? {
+        LoadEvent::Removed { .. } => {}
+        other => bail!("expected the candidate removed, got {other:?}"),
+    }
+    let compared = report(&shadows);
+    sets.patch("web", &PatchParams::default(), &Patch::Merge(&json!({"spec": {"replicas": 4}}))).await?;
+    eventually("4 Pods for web", WAIT, || {
+        let pods = pods.clone();
+        async move { Ok((live(pods.list(&ListParams::default()).await?.items).len() == 4).then_some(())) }
+    })
+    .await?;
+    let r = report(&shadows);
+    assert_eq!((r.same, r.different, r.skipped), (compared.same, compared.different, compared.skipped), "nothing shadowed any more");
+
+    manager.shutdown().await;
+    work.cleanup().await?;
+    ns.cleanup().await?;
+    Ok(())
+}
