@@ -3,6 +3,10 @@
 //! a faulty candidate that would delete a Pod the serving version keeps is reported (the
 //! difference in the shadow log and `/shadow`, a `CandidateDiffers` Event on its ConfigMap) and
 //! writes nothing; a candidate that behaves the same is counted as such; removing it stops it.
+//! As a canary on 3 of 10 shards, a candidate serves only the keys of those shards; one whose
+//! reconciles fail there (its outcomes refused) is rolled back by itself and says so.
+//!
+//! The tests run one at a time (both load a plugin named podset).
 
 use std::time::Duration;
 
@@ -19,6 +23,9 @@ use wasmloop::plugin::PluginEngine;
 use wasmloop_tests::{Host, TestNamespace, apply_plugin, ensure_podset_crd, eventually, init_tracing, plugin_path};
 
 const WAIT: Duration = Duration::from_secs(60);
+
+/// One test at a time: both load a plugin named podset.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 fn podsets(client: &kube::Client, ns: &str) -> Api<DynamicObject> {
     let ar = ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("wasmloop.dev", "v1alpha1", "PodSet"), "podsets");
@@ -72,6 +79,7 @@ fn report(shadows: &wasmloop::controller::ShadowLog) -> PluginReport {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_candidate_version_is_compared_on_every_reconcile_and_never_writes() -> Result<()> {
     init_tracing();
+    let _serial = SERIAL.lock().await;
     let serving = std::fs::read(plugin_path("podset")?)?;
     let faulty = std::fs::read(plugin_path("podset_off_by_one")?)?;
     let host = Host::new().await?;
@@ -190,6 +198,140 @@ async fn a_candidate_version_is_compared_on_every_reconcile_and_never_writes() -
 
     manager.shutdown().await;
     work.cleanup().await?;
+    ns.cleanup().await?;
+    Ok(())
+}
+
+const V2_LABEL: &str = "wasmloop.dev/podset-version";
+
+fn podset(name: &str) -> Result<DynamicObject> {
+    Ok(serde_json::from_value(json!({
+        "apiVersion": "wasmloop.dev/v1alpha1", "kind": "PodSet", "metadata": {"name": name},
+        "spec": {"replicas": 1, "template": {"metadata": {"labels": {"app": name}},
+                 "spec": {"containers": [{"name": "c", "image": "registry.invalid/none"}]}}}
+    }))?)
+}
+
+/// The live Pods of namespace `ns`: how many carry the v2 build's label, of how many.
+async fn v2_pods(client: &kube::Client, ns: &str) -> Result<(usize, usize)> {
+    let pods = Api::<Pod>::namespaced(client.clone(), ns).list(&ListParams::default()).await?.items;
+    let live: Vec<Pod> = pods.into_iter().filter(|p| p.metadata.deletion_timestamp.is_none()).collect();
+    let v2 = live.iter().filter(|p| p.metadata.labels.as_ref().is_some_and(|l| l.get(V2_LABEL).is_some_and(|v| v == "v2"))).count();
+    Ok((v2, live.len()))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_canary_serves_only_its_shards_and_is_rolled_back_when_it_fails_there() -> Result<()> {
+    init_tracing();
+    let _serial = SERIAL.lock().await;
+    let serving = std::fs::read(plugin_path("podset")?)?;
+    let v2 = std::fs::read(plugin_path("podset_v2")?)?;
+    let host = Host::new().await?;
+    ensure_podset_crd(&host.client).await?;
+    let client = host.client.clone();
+    let ns = TestNamespace::create(&client, "canary").await?;
+    let mut work = Vec::new();
+    for i in 0..6 {
+        work.push(TestNamespace::create(&client, &format!("canary-w{i}")).await?);
+    }
+    // The shards (of 10, by namespace) of the work namespaces; the canary takes those of the
+    // first two and a third shard no other namespace has, so some namespaces stay outside.
+    const SHARDS: usize = 10;
+    let shard = |ns: &str| {
+        wasmloop::shard::shard_of(&wasmloop::kinds::KindRef::new("wasmloop.dev/v1alpha1", "PodSet").key(Some(ns), "web"), SHARDS)
+    };
+    let mut canary: std::collections::BTreeSet<usize> = work[..2].iter().map(|w| shard(&w.name)).collect();
+    let others: std::collections::BTreeSet<usize> = work[2..].iter().map(|w| shard(&w.name)).collect();
+    for s in 0..SHARDS {
+        if canary.len() < 3 && !canary.contains(&s) && !others.contains(&s) {
+            canary.insert(s);
+        }
+    }
+    let inside: Vec<&str> = work.iter().filter(|w| canary.contains(&shard(&w.name))).map(|w| w.name.as_str()).collect();
+    let outside: Vec<&str> = work.iter().filter(|w| !canary.contains(&shard(&w.name))).map(|w| w.name.as_str()).collect();
+    assert!(!outside.is_empty(), "some work namespace is outside the canary shards {canary:?}");
+    eprintln!("canary: shards {canary:?} of {SHARDS}: {} namespaces inside, {} outside", inside.len(), outside.len());
+
+    let namespaces = work.iter().map(|w| format!("{:?}", w.name)).collect::<Vec<_>>().join(", ");
+    let grants = |pod_verbs: &str| {
+        format!(
+            "grants:\n  - kinds: [\"wasmloop.dev/v1alpha1/PodSet\"]\n    verbs: [read, update-status, event]\n    namespaces: [{namespaces}]\n  - kinds: [\"v1/Pod\"]\n    verbs: [{pod_verbs}]\n    namespaces: [{namespaces}]\n"
+        )
+    };
+    let shards = canary.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ");
+    let shared = host.shared();
+    let shadows = shared.shadows.clone();
+    let engine = tokio::task::spawn_blocking(PluginEngine::new).await??;
+    let config = PluginManagerConfig { shutdown_grace: Duration::from_secs(10), ..PluginManagerConfig::new(Some(ns.name.clone())) };
+    let manager = PluginManager::start(engine, shared, host.executor.clone(), PluginMetrics::unregistered(), config).await?;
+    let mut events = manager.events();
+    apply_plugin(
+        &client,
+        &ns.name,
+        "podset",
+        &serving,
+        &format!("name: podset\nshards: {SHARDS}\n{}", grants("read, create, delete, patch")),
+    )
+    .await?;
+    next_load(&mut events, "podset").await?;
+
+    // 1. v2 as a canary on 3 of 10 shards: only the namespaces of those shards get v2's Pods.
+    let candidate =
+        |pod_verbs: &str, extra: &str| format!("shadowOf: podset\ncanary: {{shards: [{shards}]{extra}}}\n{}", grants(pod_verbs));
+    apply_plugin(&client, &ns.name, "podset-candidate", &v2, &candidate("read, create, delete, patch", "")).await?;
+    next_load(&mut events, "podset-candidate").await?;
+    for w in &work {
+        podsets(&client, &w.name).create(&PostParams::default(), &podset("web")?).await?;
+    }
+    for w in &work {
+        let (client, name) = (client.clone(), w.name.clone());
+        let (v2s, all) = eventually("a Pod per PodSet", WAIT, || {
+            let (client, name) = (client.clone(), name.clone());
+            async move { Ok(v2_pods(&client, &name).await.ok().filter(|(_, all)| *all == 1)) }
+        })
+        .await?;
+        let expected = usize::from(inside.contains(&w.name.as_str()));
+        assert_eq!((v2s, all), (expected, 1), "namespace {} (shard {}): v2's Pod only inside the canary", w.name, shard(&w.name));
+    }
+    assert_eq!(host.metrics.actions("podset", "create", "ok"), 6, "one create per PodSet, by one version or the other");
+
+    // 2. A candidate whose outcomes are refused there (it may not create Pods) is rolled back by
+    // itself once over half of at least 2 of its reconciles failed (the first two namespaces are
+    // inside: two refused reconciles at once), says so, and the serving
+    // version takes its shards back.
+    let events_api = Api::<Event>::namespaced(client.clone(), &ns.name);
+    apply_plugin(&client, &ns.name, "podset-candidate", &v2, &candidate("read, delete, patch", ", maxFailureRate: 0.5, minReconciles: 2"))
+        .await?;
+    next_load(&mut events, "podset-candidate").await?;
+    for name in &inside {
+        let patch = json!({"spec": {"replicas": 2}});
+        podsets(&client, name).patch("web", &PatchParams::default(), &Patch::Merge(&patch)).await?;
+    }
+    let note = eventually("a CanaryRolledBack Event on podset-candidate", WAIT, || {
+        let events_api = events_api.clone();
+        async move {
+            let list = events_api.list(&ListParams::default()).await?.items;
+            Ok(list.into_iter().find(|e| e.reason.as_deref() == Some("CanaryRolledBack")))
+        }
+    })
+    .await?;
+    let text = note.note.unwrap_or_default();
+    assert!(text.contains("rolled back") && text.contains("of its") && text.contains("only shadows"), "{text}");
+    assert_eq!(report(&shadows).rollbacks, 1, "{:?}", report(&shadows));
+    for name in &inside {
+        let (client, name) = (client.clone(), name.to_string());
+        let (v2s, all) = eventually("the serving version to scale the canary's PodSets", WAIT, || {
+            let (client, name) = (client.clone(), name.clone());
+            async move { Ok(v2_pods(&client, &name).await.ok().filter(|(_, all)| *all == 2)) }
+        })
+        .await?;
+        assert_eq!((v2s, all), (1, 2), "namespace {name}: the new Pod is the serving version's");
+    }
+
+    manager.shutdown().await;
+    for w in work {
+        w.cleanup().await?;
+    }
     ns.cleanup().await?;
     Ok(())
 }

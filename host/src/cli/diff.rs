@@ -58,7 +58,11 @@ fn render(reports: &[PluginReport]) -> String {
     }
     let mut out = String::new();
     for r in reports {
-        out += &format!("plugin {}: {} same, {} different, {} skipped\n", r.plugin, r.same, r.different, r.skipped);
+        out += &format!("plugin {}: {} same, {} different, {} skipped", r.plugin, r.same, r.different, r.skipped);
+        if r.rollbacks > 0 {
+            out += &format!("; canary rolled back {} time(s)", r.rollbacks);
+        }
+        out += "\n";
         for d in &r.differences {
             out += &render_difference(d);
         }
@@ -150,18 +154,21 @@ mod tests {
             candidate_digest: "sha256:bbbbbbbbbbbbbbbbbbbbbbbb".into(),
             serving: Summary::default(),
             candidate: Summary {
-                actions: vec![r#"{"action":"delete","key":{"kind":{"apiVersion":"v1","kind":"Pod"},"namespace":"shop","name":"web-1"}}"#.into()],
+                actions: vec![
+                    r#"{"action":"delete","key":{"kind":{"apiVersion":"v1","kind":"Pod"},"namespace":"shop","name":"web-1"}}"#.into(),
+                ],
                 ..Default::default()
             },
         };
-        let report = PluginReport { plugin: "podset".into(), same: 3, different: 1, skipped: 0, differences: vec![d] };
+        let report = PluginReport { plugin: "podset".into(), same: 3, different: 1, skipped: 0, rollbacks: 1, differences: vec![d] };
         let text = render(&[report]);
-        assert!(text.contains("plugin podset: 3 same, 1 different, 0 skipped"), "{text}");
+        assert!(text.contains("plugin podset: 3 same, 1 different, 0 skipped; canary rolled back 1 time(s)"), "{text}");
         assert!(text.contains("(no actions)"), "{text}");
         assert!(text.contains("+ delete v1/Pod shop/web-1"), "{text}");
         assert!(text.contains("serving sha256:aaaaaaaaaaaa | candidate sha256:bbbbbbbbbbbb"), "{text}");
         assert!(render(&[]).contains("no candidate version"));
-        let create = r#"{"action":"create","object":{"apiVersion":"v1","kind":"Pod","metadata":{"namespace":"shop","generateName":"web-"}}}"#;
+        let create =
+            r#"{"action":"create","object":{"apiVersion":"v1","kind":"Pod","metadata":{"namespace":"shop","generateName":"web-"}}}"#;
         assert_eq!(describe(create), "create v1/Pod shop/web-*");
     }
 }

@@ -75,6 +75,7 @@ pub struct ControllerMetrics {
     active_workers: Family<ControllerLabel, Gauge>,
     actions: Family<ActionLabels, Counter>,
     shadow: Family<ResultLabels, Counter>,
+    canary: Family<ResultLabels, Counter>,
     queues: QueueMetrics,
 }
 
@@ -88,6 +89,7 @@ impl ControllerMetrics {
             active_workers: Family::default(),
             actions: Family::default(),
             shadow: Family::default(),
+            canary: Family::default(),
             queues: QueueMetrics::new(registry),
         };
         let r = registry.sub_registry_with_prefix("controller_runtime");
@@ -101,6 +103,11 @@ impl ControllerMetrics {
             "shadow_reconciles",
             "Reconciles a candidate version shadowed, by how its outcome compared (same, different, skipped)",
             m.shadow.clone(),
+        );
+        w.register(
+            "canary_reconciles",
+            "Reconciles a candidate version served on its canary shards, by result (ok, failed)",
+            m.canary.clone(),
         );
         m
     }
@@ -135,6 +142,11 @@ impl ControllerMetrics {
 
     pub(crate) fn shadowed(&self, controller: &str, compared: super::shadow::Compared) {
         self.shadow.get_or_create(&ResultLabels { controller: controller.to_string(), result: compared.as_str().to_string() }).inc();
+    }
+
+    pub(crate) fn canary(&self, controller: &str, failed: bool) {
+        let result = if failed { "failed" } else { "ok" };
+        self.canary.get_or_create(&ResultLabels { controller: controller.to_string(), result: result.to_string() }).inc();
     }
 
     /// Reconciles of `controller` that ended with `result` (`success`, `requeue_after`, `error`,

@@ -36,7 +36,7 @@ pub use crate::reconciler::{
 };
 pub use expectations::Expectations;
 pub use metrics::{ActionResult, ControllerMetrics};
-pub use shadow::{Shadow, ShadowLog};
+pub use shadow::{Canary, Shadow, ShadowLog};
 pub use wiring::{ReadScopeError, read_namespaces};
 
 use std::sync::Arc;
@@ -370,19 +370,19 @@ impl Controller {
     }
 
     /// Run `shadow`'s candidate beside the serving version from the next reconcile on (`None`:
-    /// stop shadowing). Nothing the candidate returns is executed; see [`shadow`].
-    pub fn set_shadow(&self, shadow: Option<Shadow>) {
+    /// stop): nothing it returns is executed, except on its canary shards; see [`shadow`].
+    pub fn set_shadow(&self, shadow: Option<Arc<Shadow>>) {
         let what = shadow.as_ref().map(|s| s.reconciler().digest().unwrap_or("native").to_owned());
-        *self.inner.shadow.write() = shadow.map(Arc::new);
+        *self.inner.shadow.write() = shadow;
         match what {
             Some(digest) => info!(controller = %self.inner.name, candidate = %digest, "shadowing with a candidate version"),
             None => info!(controller = %self.inner.name, "no longer shadowed"),
         }
     }
 
-    /// The digest of the candidate shadowing this controller, if any.
-    pub fn shadowed_by(&self) -> Option<String> {
-        self.inner.shadow.read().as_ref().map(|s| s.reconciler().digest().unwrap_or("native").to_owned())
+    /// The candidate beside this controller's serving version, if any.
+    pub fn shadow(&self) -> Option<Arc<Shadow>> {
+        self.inner.shadow.read().clone()
     }
 
     /// Stop taking keys, let running reconciles finish (up to `grace`), release informers.

@@ -13,8 +13,9 @@
 //!   on the host's `/shadow`, shown by `wasmloop diff`), and each is broadcast (the hot-load
 //!   manager samples them into Events on the candidate's ConfigMap).
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use parking_lot::Mutex;
@@ -22,28 +23,145 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, broadcast};
 
 use super::{Outcome, ReconcileError, Reconciler, Retry};
+use crate::grants::Grants;
 use crate::kinds::ObjectKey;
 
 /// The differences kept per plugin (the oldest is dropped first).
 pub const RECENT: usize = 50;
 
-/// A candidate version shadowing a plugin's serving one.
+/// A candidate version beside a plugin's serving version: a shadow everywhere, and optionally
+/// the version that serves the keys of some shards (a [`Canary`]).
 pub struct Shadow {
     reconciler: Arc<dyn Reconciler>,
+    /// What its own manifest grants it (admission of its outcomes where it serves).
+    grants: Arc<Grants>,
     slots: Arc<Semaphore>,
     concurrency: usize,
+    canary: Option<Canary>,
+    /// Canary reconciles that succeeded / failed (an error, a refused or failed action).
+    canary_ok: AtomicU64,
+    canary_failed: AtomicU64,
+    /// Set once the canary is rolled back: it shadows only from then on.
+    rolled_back: AtomicBool,
+}
+
+/// Where a candidate serves instead of shadowing, and when it is rolled back by itself.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Canary {
+    /// The shards (of the plugin's `shards:`, by index from 0) whose keys the candidate serves.
+    pub shards: BTreeSet<usize>,
+    /// Rolled back when more than this share of its reconciles fail (default 0.1)…
+    #[serde(default = "default_max_failure_rate")]
+    pub max_failure_rate: f64,
+    /// …once it has served at least this many (default 10).
+    #[serde(default = "default_min_reconciles")]
+    pub min_reconciles: u64,
+}
+
+fn default_max_failure_rate() -> f64 {
+    0.1
+}
+
+fn default_min_reconciles() -> u64 {
+    10
+}
+
+impl Canary {
+    /// Check the rates; `shards` is the plugin's shard count (every index must be below it).
+    pub fn validate(&self, shards: usize) -> Result<(), String> {
+        if !(0.0..=1.0).contains(&self.max_failure_rate) {
+            return Err(format!("canary.maxFailureRate must be between 0 and 1, got {}", self.max_failure_rate));
+        }
+        if self.min_reconciles == 0 {
+            return Err("canary.minReconciles must be at least 1".into());
+        }
+        if let Some(s) = self.shards.iter().find(|s| **s >= shards) {
+            return Err(format!("canary.shards: shard {s} does not exist: the plugin has {shards} shard(s), 0 to {}", shards - 1));
+        }
+        Ok(())
+    }
+}
+
+/// A canary rolled back by itself.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RolledBack {
+    /// The plugin.
+    pub plugin: String,
+    /// The candidate's digest.
+    pub digest: String,
+    /// Its canary reconciles that failed, of `total`.
+    pub failed: u64,
+    /// Its canary reconciles.
+    pub total: u64,
 }
 
 impl Shadow {
-    /// Shadow with `reconciler`, at most `concurrency` of its calls at once (at least 1).
-    pub fn new(reconciler: Arc<dyn Reconciler>, concurrency: usize) -> Self {
+    /// Shadow with `reconciler` (granted `grants`), at most `concurrency` of its calls at once
+    /// (at least 1).
+    pub fn new(reconciler: Arc<dyn Reconciler>, grants: Arc<Grants>, concurrency: usize) -> Self {
         let concurrency = concurrency.max(1);
-        Self { reconciler, slots: Arc::new(Semaphore::new(concurrency)), concurrency }
+        Self {
+            reconciler,
+            grants,
+            slots: Arc::new(Semaphore::new(concurrency)),
+            concurrency,
+            canary: None,
+            canary_ok: AtomicU64::new(0),
+            canary_failed: AtomicU64::new(0),
+            rolled_back: AtomicBool::new(false),
+        }
+    }
+
+    /// The same, serving the keys of `canary`'s shards.
+    #[must_use]
+    pub fn with_canary(mut self, canary: Option<Canary>) -> Self {
+        self.canary = canary;
+        self
     }
 
     /// The candidate.
     pub fn reconciler(&self) -> &Arc<dyn Reconciler> {
         &self.reconciler
+    }
+
+    /// Its canary, if it has one.
+    pub fn canary(&self) -> Option<&Canary> {
+        self.canary.as_ref()
+    }
+
+    /// What the candidate is granted.
+    pub fn grants(&self) -> &Arc<Grants> {
+        &self.grants
+    }
+
+    /// Whether the candidate serves `key` (its shard, of `shards`, is a canary shard and the
+    /// canary is not rolled back).
+    pub fn serves(&self, key: &ObjectKey, shards: usize) -> bool {
+        self.canary.as_ref().is_some_and(|c| c.shards.contains(&crate::shard::shard_of(key, shards)))
+            && !self.rolled_back.load(Ordering::Acquire)
+    }
+
+    /// Whether the canary was rolled back.
+    pub fn rolled_back(&self) -> bool {
+        self.rolled_back.load(Ordering::Acquire)
+    }
+
+    /// Count one canary reconcile of `plugin`; the roll-back, the first time the failure rate
+    /// goes over the canary's bound.
+    pub fn canary_settled(&self, plugin: &str, failed: bool) -> Option<RolledBack> {
+        let canary = self.canary.as_ref()?;
+        let counter = if failed { &self.canary_failed } else { &self.canary_ok };
+        counter.fetch_add(1, Ordering::AcqRel);
+        let (bad, good) = (self.canary_failed.load(Ordering::Acquire), self.canary_ok.load(Ordering::Acquire));
+        let total = bad + good;
+        let over = total >= canary.min_reconciles && bad as f64 > canary.max_failure_rate * total as f64;
+        (over && !self.rolled_back.swap(true, Ordering::AcqRel)).then(|| RolledBack {
+            plugin: plugin.to_owned(),
+            digest: self.reconciler.digest().unwrap_or("native").to_owned(),
+            failed: bad,
+            total,
+        })
     }
 
     /// How many candidate calls may run at once.
@@ -187,6 +305,9 @@ pub struct PluginReport {
     pub different: u64,
     /// Reconciles not shadowed.
     pub skipped: u64,
+    /// Times its canary was rolled back by itself.
+    #[serde(default)]
+    pub rollbacks: u64,
     /// The last differences, oldest first.
     pub differences: Vec<Difference>,
 }
@@ -195,11 +316,12 @@ pub struct PluginReport {
 pub struct ShadowLog {
     plugins: Mutex<HashMap<String, PluginReport>>,
     differences: broadcast::Sender<Difference>,
+    rollbacks: broadcast::Sender<RolledBack>,
 }
 
 impl Default for ShadowLog {
     fn default() -> Self {
-        Self { plugins: Mutex::new(HashMap::new()), differences: broadcast::channel(64).0 }
+        Self { plugins: Mutex::new(HashMap::new()), differences: broadcast::channel(64).0, rollbacks: broadcast::channel(16).0 }
     }
 }
 
@@ -235,6 +357,21 @@ impl ShadowLog {
     /// Every difference from now on, as it is recorded.
     pub fn subscribe(&self) -> broadcast::Receiver<Difference> {
         self.differences.subscribe()
+    }
+
+    /// Record that a canary rolled back (and tell the subscribers).
+    pub fn rolled_back(&self, rollback: RolledBack) {
+        let mut plugins = self.plugins.lock();
+        let name = rollback.plugin.clone();
+        let report = plugins.entry(name.clone()).or_insert_with(|| PluginReport { plugin: name, ..Default::default() });
+        report.rollbacks += 1;
+        drop(plugins);
+        let _ = self.rollbacks.send(rollback);
+    }
+
+    /// Every canary roll-back from now on.
+    pub fn subscribe_rollbacks(&self) -> broadcast::Receiver<RolledBack> {
+        self.rollbacks.subscribe()
     }
 }
 
@@ -329,6 +466,42 @@ mod tests {
         assert_eq!(p.differences[0].key, "k3", "the oldest went first");
         assert_eq!(log.reports(None).iter().map(|r| r.plugin.as_str()).collect::<Vec<_>>(), ["p", "q"]);
         assert_eq!(rx.try_recv().expect("broadcast").key, "k0");
+    }
+
+    #[test]
+    fn a_canary_serves_its_shards_and_rolls_back_once_over_its_failure_rate() {
+        let canary: Canary =
+            serde_json::from_value(serde_json::json!({"shards": [0, 2], "maxFailureRate": 0.5, "minReconciles": 4})).unwrap();
+        assert!(canary.validate(3).is_ok());
+        assert!(canary.validate(2).unwrap_err().contains("shard 2 does not exist"));
+        let native = crate::native::SdkReconciler::<Never>::new().expect("a native reconciler");
+        let shadow = Shadow::new(Arc::new(native), Arc::new(Grants::all()), 1).with_canary(Some(canary));
+        let kind = KindRef::new("v1", "ConfigMap");
+        let keys: Vec<ObjectKey> = (0..30).map(|i| kind.key(Some(&format!("ns-{i}")), "x")).collect();
+        let served: Vec<usize> = keys.iter().filter(|k| shadow.serves(k, 3)).map(|k| crate::shard::shard_of(k, 3)).collect();
+        assert!(!served.is_empty() && served.iter().all(|s| *s == 0 || *s == 2), "{served:?}");
+        assert!(keys.iter().any(|k| !shadow.serves(k, 3)), "shard 1 is not served");
+        // 2 of 3 failed: below minReconciles; the 4th (3 of 4 failed) is over 50%: rolled back, once.
+        assert_eq!(shadow.canary_settled("p", true), None);
+        assert_eq!(shadow.canary_settled("p", false), None);
+        assert_eq!(shadow.canary_settled("p", true), None);
+        let rb = shadow.canary_settled("p", true).expect("rolled back");
+        assert_eq!((rb.failed, rb.total), (3, 4));
+        assert_eq!(shadow.canary_settled("p", true), None, "only once");
+        assert!(shadow.rolled_back() && keys.iter().all(|k| !shadow.serves(k, 3)));
+    }
+
+    /// A native reconciler for the tests (never called).
+    struct Never;
+
+    impl wasmloop_sdk::Reconciler for Never {
+        fn metadata() -> wasmloop_sdk::Metadata {
+            wasmloop_sdk::Metadata::new("never", "0.1.0").reconciles(wasmloop_sdk::kinds::CONFIG_MAP)
+        }
+
+        fn reconcile(_: wasmloop_sdk::Request) -> Result<wasmloop_sdk::Outcome, wasmloop_sdk::Error> {
+            Ok(wasmloop_sdk::Outcome::new())
+        }
     }
 
     fn difference_template() -> Difference {

@@ -223,6 +223,19 @@ impl Inner {
         });
     }
 
+    /// Count a reconcile the canary served; past its failure rate, roll it back: its shards go
+    /// back to the serving version (every key queued again), and the log and metrics say so.
+    fn canary_settled(&self, canary: &Shadow, result: &Settled) {
+        let failed = matches!(result, Err(f) if f.handling != Handling::Again);
+        self.shared.metrics.canary(&self.name, failed);
+        if let Some(rollback) = canary.canary_settled(&self.name, failed) {
+            warn!(controller = %self.name, candidate = %rollback.digest, failed = rollback.failed, total = rollback.total,
+                  "canary rolled back: too many of its reconciles failed; the serving version takes its shards back");
+            self.shared.shadows.rolled_back(rollback);
+            self.enqueue_all(Reason::Resync, crate::queue::Priority::Low);
+        }
+    }
+
     /// Wait until this replica may write; false if the controller stops first.
     async fn until_writable(&self) -> bool {
         let mut stopping = self.stopping.subscribe();
@@ -235,7 +248,7 @@ impl Inner {
 
     /// Reconcile `key` once (unless it waits for the cache to show its writes) and settle it.
     async fn process(&self, key: &ObjectKey) {
-        let Some(current) = self.current.read().clone() else { return };
+        let Some(mut current) = self.current.read().clone() else { return };
         if let Wait::Until(deadline) = self.expectations.check(key, current.view.as_ref()) {
             // Parked: an event on an expected object (or the deadline) brings it back.
             debug!(key = %key, "waiting for the cache to show this key's creates and deletes");
@@ -245,9 +258,17 @@ impl Inner {
         let request = self.keys.request(key);
         let started = Instant::now();
         self.shared.metrics.worker_started(&self.name);
+        // A canary shard's keys are served by the candidate, under its own grants; elsewhere it
+        // shadows the serving version.
+        let shadow = self.shadow.read().clone();
+        let canary = shadow.clone().filter(|s| s.serves(key, self.config.shards));
+        if let Some(c) = &canary {
+            current.reconciler = c.reconciler().clone();
+            current.grants = c.grants().clone();
+        }
         let reconciler = current.reconciler.clone();
         let view: cache::SharedCache = current.view.clone();
-        let candidate = self.shadow.read().clone().map(|shadow| start_candidate(&shadow, &request, &view));
+        let candidate = shadow.filter(|_| canary.is_none()).map(|shadow| start_candidate(&shadow, &request, &view));
         let serving = reconciler.clone();
         let result = tokio::task::spawn_blocking(move || reconciler.reconcile(&request, &view))
             .await
@@ -267,6 +288,9 @@ impl Inner {
             Err(error) => self.failed(key, &current, error).await,
         };
         self.shared.metrics.worker_finished(&self.name, started.elapsed(), result_label(&result));
+        if let Some(c) = &canary {
+            self.canary_settled(c, &result);
+        }
         if logging {
             log_reconcile(key, &current, started.elapsed(), returned, &result);
         }

@@ -40,7 +40,7 @@ use super::source::{self, PAYLOAD_LABEL, PLUGIN_LABEL, PayloadRef};
 use super::status::{HOST_ANNOTATIONS, PluginStatus, State, StatusWriter, Written};
 use super::waiting::{NotLoaded, Pending, WaitPolicy, WaitReason, Waiting};
 use crate::cache::{CachedObject, Change, IndexedStore};
-use crate::controller::shadow::Difference;
+use crate::controller::shadow::{Difference, RolledBack};
 use crate::controller::{Controller, ControllerConfig, Reconciler, Shadow, Shared};
 use crate::executor::Executor;
 use crate::identity::{self, Identity, PluginIdentity};
@@ -228,8 +228,9 @@ struct Candidate {
     /// The plugin it shadows.
     target: String,
     plugin: Arc<WasmPlugin>,
-    /// Its calls at once.
-    concurrency: usize,
+    /// What runs beside the serving version (its canary's state lives here, across restarts of
+    /// the serving controller).
+    shadow: Arc<Shadow>,
     /// Digest of the ConfigMap payload it came from.
     payload: String,
     /// The ConfigMap's uid (Events about its differences go there).
@@ -351,7 +352,11 @@ impl PluginManager {
             status,
             shadows: Mutex::new(HashMap::new()),
         });
-        let differences = tokio::spawn(Inner::note_differences(Arc::downgrade(&inner), inner.shared.shadows.subscribe()));
+        let differences = tokio::spawn(Inner::note_differences(
+            Arc::downgrade(&inner),
+            inner.shared.shadows.subscribe(),
+            inner.shared.shadows.subscribe_rollbacks(),
+        ));
         let weak = Arc::downgrade(&inner);
         let payload_subscription = payload_informer.subscribe(Arc::new(move |change| {
             if let Some(inner) = weak.upgrade() {
@@ -944,10 +949,11 @@ impl Inner {
         payload: &str,
     ) -> Result<(), NotLoaded> {
         let target = manifest.shadow_of.clone().unwrap_or_default();
+        let shadow = Shadow::new(plugin.clone(), plugin.grants().clone(), manifest.controller.workers).with_canary(manifest.canary.clone());
         let candidate = Candidate {
             target: target.clone(),
             plugin: plugin.clone(),
-            concurrency: manifest.controller.workers,
+            shadow: Arc::new(shadow),
             payload: payload.to_string(),
             uid: cm.metadata.uid.clone().unwrap_or_default(),
         };
@@ -960,7 +966,10 @@ impl Inner {
                     "the candidate reconciles {ours} but plugin {target} (serving) reconciles {theirs}: a candidate version reconciles the same kind"
                 )));
             }
-            serving.controller.set_shadow(Some(Shadow::new(plugin.clone(), candidate.concurrency)));
+            if let Some(canary) = &manifest.canary {
+                canary.validate(serving.config.shards).map_err(NotLoaded::Refused)?;
+            }
+            serving.controller.set_shadow(Some(candidate.shadow.clone()));
         } else {
             info!(configmap = %key, plugin = %target, "candidate loaded; plugin {target} is not serving: it runs beside it once it does");
         }
@@ -975,11 +984,32 @@ impl Inner {
         let shadows = self.shadows.lock().await;
         let name = entry.plugin.name();
         let candidate = shadows.values().find(|c| c.target == name && c.plugin.spec().reconciles == entry.plugin.spec().reconciles);
-        if let Some(c) = candidate
-            && entry.controller.shadowed_by().as_deref() != Some(c.plugin.digest())
-        {
-            entry.controller.set_shadow(Some(Shadow::new(c.plugin.clone(), c.concurrency)));
+        let Some(c) = candidate else { return };
+        if entry.controller.shadow().is_some_and(|s| Arc::ptr_eq(&s, &c.shadow)) {
+            return;
         }
+        let canary = c.shadow.canary();
+        match canary.map(|canary| canary.validate(entry.config.shards)) {
+            Some(Err(e)) => {
+                warn!(plugin = %name, error = %e, "the candidate's canary does not fit the serving version's shards: it only shadows");
+                let grants = c.shadow.grants().clone();
+                let shadow_only = Shadow::new(c.plugin.clone(), grants, c.shadow.slots());
+                entry.controller.set_shadow(Some(Arc::new(shadow_only)));
+            }
+            _ => entry.controller.set_shadow(Some(c.shadow.clone())),
+        }
+    }
+
+    /// A canary rolled back by itself: a Warning Event on its ConfigMap says so.
+    async fn note_rollback(&self, rollback: &RolledBack) {
+        let found = self.shadows.lock().await.iter().find(|(_, c)| c.target == rollback.plugin).map(|(k, c)| (k.clone(), c.uid.clone()));
+        let Some((key, uid)) = found else { return };
+        let message = format!(
+            "canary of {} rolled back: {} of its {} reconciles failed, over its maxFailureRate; the serving version serves \
+             every shard again and the candidate ({}) only shadows (edit or re-apply this ConfigMap to try again)",
+            rollback.plugin, rollback.failed, rollback.total, rollback.digest
+        );
+        self.status.note(&key, &uid, crate::actions::EventType::Warning, "CanaryRolledBack", &message).await;
     }
 
     /// Stop running the candidate of `key` (its ConfigMap is gone).
@@ -994,10 +1024,28 @@ impl Inner {
 
     /// Differences of candidate versions, sampled into Events on their ConfigMaps: at most one
     /// per ConfigMap every [`DIFFERENCE_EVENT_EVERY`].
-    async fn note_differences(inner: std::sync::Weak<Self>, mut differences: broadcast::Receiver<Difference>) {
+    async fn note_differences(
+        inner: std::sync::Weak<Self>,
+        mut differences: broadcast::Receiver<Difference>,
+        mut rollbacks: broadcast::Receiver<RolledBack>,
+    ) {
         let mut last: HashMap<ObjectKey, Instant> = HashMap::new();
         loop {
-            let d = match differences.recv().await {
+            let d = tokio::select! {
+                d = differences.recv() => d,
+                rollback = rollbacks.recv() => {
+                    match rollback {
+                        Ok(rollback) => match inner.upgrade() {
+                            Some(inner) => inner.note_rollback(&rollback).await,
+                            None => return,
+                        },
+                        Err(broadcast::error::RecvError::Lagged(_)) => {}
+                        Err(broadcast::error::RecvError::Closed) => return,
+                    }
+                    continue;
+                }
+            };
+            let d = match d {
                 Ok(d) => d,
                 Err(broadcast::error::RecvError::Lagged(_)) => continue,
                 Err(broadcast::error::RecvError::Closed) => return,

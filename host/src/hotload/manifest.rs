@@ -26,14 +26,17 @@
 //! plugin: it runs beside the serving version on every reconcile and nothing it returns is
 //! executed ([`crate::controller::shadow`]). Its `name` defaults to (and must be) `<plugin>`;
 //! its `grants` and `limits` apply to it, `concurrency` bounds its calls at once; the
-//! controller settings (queue, resync, namespace, shards, ...) are the serving version's.
+//! controller settings (queue, resync, namespace, shards, ...) are the serving version's. With
+//! `canary: {shards: [0, 3], maxFailureRate: 0.1, minReconciles: 10}` it *serves* the keys of
+//! those shards (of the plugin's `shards:`) under its own grants, and is rolled back by itself
+//! (it then only shadows) when more than `maxFailureRate` of at least `minReconciles` of them fail.
 
 use std::time::Duration;
 
 use serde::Deserialize;
 use wasmloop_model::name;
 
-use crate::controller::{ControllerConfig, RateBudget};
+use crate::controller::{Canary, ControllerConfig, RateBudget};
 use crate::grants::{Grant, Grants};
 use crate::plugin::Limits;
 use crate::queue::RateLimitConfig;
@@ -70,6 +73,7 @@ struct Raw {
     shards: Option<usize>,
     service_account_name: Option<String>,
     shadow_of: Option<String>,
+    canary: Option<Canary>,
 }
 
 /// A parsed, validated `plugin.yaml`.
@@ -93,6 +97,9 @@ pub struct PluginManifest {
     pub service_account: Option<String>,
     /// `shadowOf:`: this is a candidate version shadowing the loaded plugin of that name.
     pub shadow_of: Option<String>,
+    /// `canary:` (with `shadowOf:`): the shards whose keys the candidate serves, and when it is
+    /// rolled back by itself.
+    pub canary: Option<Canary>,
 }
 
 impl PluginManifest {
@@ -115,6 +122,13 @@ impl PluginManifest {
                     "name {own:?} differs from shadowOf {target:?}: a candidate version runs under the name of the plugin it shadows"
                 )));
             }
+        }
+        if let Some(canary) = &raw.canary {
+            if raw.shadow_of.is_none() {
+                return Err(Error::Invalid("canary: only a candidate version (shadowOf: <plugin>) has canary shards".into()));
+            }
+            // The shard indexes are checked against the serving plugin's `shards:` when attached.
+            canary.validate(usize::MAX).map_err(Error::Invalid)?;
         }
         let name = raw.name.or_else(|| raw.shadow_of.clone()).unwrap_or_else(|| default_name.to_string());
         if let Err(e) = name::dns_label(&name, name::DNS_LABEL_MAX) {
@@ -163,6 +177,7 @@ impl PluginManifest {
             named,
             service_account: raw.service_account_name,
             shadow_of: raw.shadow_of,
+            canary: raw.canary,
             component: raw.plugin,
             limits: raw.limits,
             controller: ControllerConfig {
@@ -221,6 +236,13 @@ namespace: shop
         assert_eq!((candidate.name.as_str(), candidate.shadow_of.as_deref()), ("podset", Some("podset")));
         let err = PluginManifest::parse("name: other\nshadowOf: podset", "x").unwrap_err().to_string();
         assert!(err.contains("runs under the name of the plugin it shadows"), "{err}");
+        let canary = PluginManifest::parse("shadowOf: podset\ncanary: {shards: [0, 3], maxFailureRate: 0.2}", "c").unwrap();
+        let c = canary.canary.unwrap();
+        assert_eq!((c.shards.len(), c.max_failure_rate, c.min_reconciles), (2, 0.2, 10));
+        let err = PluginManifest::parse("canary: {shards: [0]}", "podset").unwrap_err().to_string();
+        assert!(err.contains("only a candidate version"), "{err}");
+        let err = PluginManifest::parse("shadowOf: podset\ncanary: {shards: [0], maxFailureRate: 2}", "c").unwrap_err().to_string();
+        assert!(err.contains("maxFailureRate must be between 0 and 1"), "{err}");
         let named = PluginManifest::parse("serviceAccountName: podsets", "podset").unwrap();
         assert_eq!(named.service_account.as_deref(), Some("podsets"));
         let err = PluginManifest::parse("serviceAccountName: ../admin", "podset").unwrap_err().to_string();
