@@ -325,7 +325,12 @@ impl HostState {
         self.metas(&kind, found, &scope)
     }
 
-    fn live_by_index_meta(&mut self, kind: wit::KindRef, index: String, value: String) -> Result<Vec<wit::ObjectMeta>, wit_cache::CacheError> {
+    fn live_by_index_meta(
+        &mut self,
+        kind: wit::KindRef,
+        index: String,
+        value: String,
+    ) -> Result<Vec<wit::ObjectMeta>, wit_cache::CacheError> {
         let kind = kind_ref(kind);
         let scope = self.read_scope(&kind);
         if scope == ReadScope::None {
@@ -390,14 +395,16 @@ impl wit_cache::Host for HostState {
         namespace: Option<String>,
         selector: Option<String>,
     ) -> Result<Vec<wit::ObjectMeta>, wit_cache::CacheError> {
-        let call =
-            self.tap.is_some().then(|| Call::ListMeta { kind: Kind::from(&kind), namespace: namespace.clone(), selector: selector.clone() });
+        let call = self.tap.is_some().then(|| Call::ListMeta {
+            kind: Kind::from(&kind),
+            namespace: namespace.clone(),
+            selector: selector.clone(),
+        });
         self.tapped(call, |s| s.live_list_meta(kind, namespace, selector), metas, from_metas)
     }
 
     fn by_index_meta(&mut self, kind: wit::KindRef, index: String, value: String) -> Result<Vec<wit::ObjectMeta>, wit_cache::CacheError> {
-        let call =
-            self.tap.is_some().then(|| Call::ByIndexMeta { kind: Kind::from(&kind), index: index.clone(), value: value.clone() });
+        let call = self.tap.is_some().then(|| Call::ByIndexMeta { kind: Kind::from(&kind), index: index.clone(), value: value.clone() });
         self.tapped(call, |s| s.live_by_index_meta(kind, index, value), metas, from_metas)
     }
 }

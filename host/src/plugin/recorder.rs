@@ -265,9 +265,7 @@ impl RecordOptions {
     pub fn new(dir: PathBuf, keys: &[String], failures: bool) -> Result<Self, Error> {
         let keys = keys
             .iter()
-            .map(|k| {
-                k.parse::<ObjectKey>().map(|k| k.to_string()).map_err(|e| Error::Key { key: k.clone(), why: e.to_string() })
-            })
+            .map(|k| k.parse::<ObjectKey>().map(|k| k.to_string()).map_err(|e| Error::Key { key: k.clone(), why: e.to_string() }))
             .collect::<Result<_, _>>()?;
         Ok(Self { dir, keys, failures, max_kept: Self::DEFAULT_MAX_KEPT, max_bytes: Self::DEFAULT_MAX_BYTES })
     }
@@ -330,13 +328,7 @@ impl Recorder {
                 })
                 .map_err(Error::Thread)?
         };
-        Ok(Arc::new(Self {
-            options,
-            dir,
-            queue: Mutex::new(Some(tx)),
-            writer: Mutex::new(Some(writer)),
-            counters,
-        }))
+        Ok(Arc::new(Self { options, dir, queue: Mutex::new(Some(tx)), writer: Mutex::new(Some(writer)), counters }))
     }
 
     /// The directory this plugin's recordings go to.
@@ -453,7 +445,8 @@ mod tests {
     #[test]
     fn a_capture_keeps_reads_and_random_bytes_within_its_cap() {
         let capture = Capture::new(10);
-        let call = |name: &str| Call::Get { kind: Kind { api_version: "v1".into(), kind: "Pod".into() }, namespace: None, name: name.into() };
+        let call =
+            |name: &str| Call::Get { kind: Kind { api_version: "v1".into(), kind: "Pod".into() }, namespace: None, name: name.into() };
         capture.read(call("a"), Answer::Object(Some("123456".into())), false);
         let mut rng = RecordedRng { inner: wasmtime_wasi::thread_rng(), log: capture.clone(), insecure: false };
         let v = rng.try_next_u32().unwrap();

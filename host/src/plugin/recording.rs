@@ -526,7 +526,11 @@ pub(crate) mod tests {
             version: "0.1.0".into(),
             digest: "sha256:00".into(),
             recorded_at_ms: 1_700_000_000_000,
-            request: RecordedRequest { key: "apps/v1/ReplicaSet/shop/web".into(), reason: "retry:2".into(), last_error: Some("boom".into()) },
+            request: RecordedRequest {
+                key: "apps/v1/ReplicaSet/shop/web".into(),
+                reason: "retry:2".into(),
+                last_error: Some("boom".into()),
+            },
             reads: vec![
                 Read {
                     call: Call::Get {

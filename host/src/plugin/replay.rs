@@ -299,10 +299,8 @@ impl OutcomeDiff {
             }
         }
         diff.removed = removed.into_iter().cloned().collect();
-        diff.reordered = diff.changed.is_empty()
-            && diff.added.is_empty()
-            && diff.removed.is_empty()
-            && recorded.actions != replayed.actions;
+        diff.reordered =
+            diff.changed.is_empty() && diff.added.is_empty() && diff.removed.is_empty() && recorded.actions != replayed.actions;
         if recorded.requeue_after_ms != replayed.requeue_after_ms {
             diff.requeue_after_ms = Some((recorded.requeue_after_ms, replayed.requeue_after_ms));
         }
@@ -399,9 +397,7 @@ mod tests {
 
     #[test]
     fn outcomes_are_compared_action_by_action() {
-        let pod = |name: &str, image: &str| {
-            json!({"action": "create", "object": {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "shop"}, "spec": {"image": image}}})
-        };
+        let pod = |name: &str, image: &str| json!({"action": "create", "object": {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "shop"}, "spec": {"image": image}}});
         let status = |n: u32| json!({"action": "updateStatus", "key": "apps/v1/ReplicaSet/shop/web", "status": {"replicas": n}});
         let recorded = outcome(vec![pod("a", "v1"), pod("b", "v1"), status(2)]);
         assert!(OutcomeDiff::between(&recorded, &recorded).is_same());
