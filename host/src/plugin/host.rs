@@ -363,12 +363,12 @@ impl wit_cache::Host for HostState {
     ) -> Result<Vec<String>, wit_cache::CacheError> {
         let call =
             self.tap.is_some().then(|| Call::List { kind: Kind::from(&kind), namespace: namespace.clone(), selector: selector.clone() });
-        self.tapped(call, |s| s.live_list(kind, namespace, selector), objects, from_objects)
+        self.tapped(call, |s| s.live_list(kind, namespace, selector), |v| objects(v), from_objects)
     }
 
     fn by_index(&mut self, kind: wit::KindRef, index: String, value: String) -> Result<Vec<String>, wit_cache::CacheError> {
         let call = self.tap.is_some().then(|| Call::ByIndex { kind: Kind::from(&kind), index: index.clone(), value: value.clone() });
-        self.tapped(call, |s| s.live_by_index(kind, index, value), objects, from_objects)
+        self.tapped(call, |s| s.live_by_index(kind, index, value), |v| objects(v), from_objects)
     }
 
     fn get_meta(
@@ -381,9 +381,9 @@ impl wit_cache::Host for HostState {
         self.tapped(
             call,
             |s| s.live_get_meta(kind, namespace, name),
-            |v| Answer::Meta(v.as_ref().map(Into::into)),
+            |v| Answer::Meta(v.as_ref().map(|m| Box::new(m.into()))),
             |a| match a {
-                Answer::Meta(m) => Some(m.as_ref().map(Into::into)),
+                Answer::Meta(m) => Some(m.as_deref().map(Into::into)),
                 _ => None,
             },
         )
@@ -400,17 +400,17 @@ impl wit_cache::Host for HostState {
             namespace: namespace.clone(),
             selector: selector.clone(),
         });
-        self.tapped(call, |s| s.live_list_meta(kind, namespace, selector), metas, from_metas)
+        self.tapped(call, |s| s.live_list_meta(kind, namespace, selector), |v| metas(v), from_metas)
     }
 
     fn by_index_meta(&mut self, kind: wit::KindRef, index: String, value: String) -> Result<Vec<wit::ObjectMeta>, wit_cache::CacheError> {
         let call = self.tap.is_some().then(|| Call::ByIndexMeta { kind: Kind::from(&kind), index: index.clone(), value: value.clone() });
-        self.tapped(call, |s| s.live_by_index_meta(kind, index, value), metas, from_metas)
+        self.tapped(call, |s| s.live_by_index_meta(kind, index, value), |v| metas(v), from_metas)
     }
 }
 
-fn objects(v: &Vec<String>) -> Answer {
-    Answer::Objects(v.clone())
+fn objects(v: &[String]) -> Answer {
+    Answer::Objects(v.to_vec())
 }
 
 fn from_objects(a: Answer) -> Option<Vec<String>> {
@@ -420,7 +420,7 @@ fn from_objects(a: Answer) -> Option<Vec<String>> {
     }
 }
 
-fn metas(v: &Vec<wit::ObjectMeta>) -> Answer {
+fn metas(v: &[wit::ObjectMeta]) -> Answer {
     Answer::Metas(v.iter().map(Into::into).collect())
 }
 

@@ -360,8 +360,8 @@ impl Recorder {
     /// Hand `recording` to the writer; never blocks (a full queue drops it, counted).
     pub(crate) fn submit(&self, recording: Recording) {
         let queue = self.queue.lock();
-        let sent = queue.as_ref().map(|tx| tx.try_send(recording));
-        if !matches!(sent, Some(Ok(()))) {
+        let sent = queue.as_ref().is_some_and(|tx| tx.try_send(recording).is_ok());
+        if !sent {
             self.counters.dropped.fetch_add(1, Ordering::Relaxed);
             tracing::warn!(target: "wasmloop::record", dir = %self.dir.display(), "a recording was dropped: the writer is behind");
         }

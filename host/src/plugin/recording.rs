@@ -288,7 +288,7 @@ pub enum Answer {
     /// `list`, `by-index`: the objects.
     Objects(Vec<String>),
     /// `get-meta`: the metadata, or none.
-    Meta(Option<Meta>),
+    Meta(Option<Box<Meta>>),
     /// `list-meta`, `by-index-meta`: the metadata.
     Metas(Vec<Meta>),
     /// A `cache-error`.
@@ -301,7 +301,7 @@ impl Answer {
         match self {
             Answer::Object(o) => o.as_ref().map_or(0, String::len),
             Answer::Objects(os) => os.iter().map(String::len).sum(),
-            Answer::Meta(m) => m.as_ref().map_or(0, Meta::size),
+            Answer::Meta(m) => m.as_deref().map_or(0, Meta::size),
             Answer::Metas(ms) => ms.iter().map(Meta::size).sum(),
             Answer::Error(e) => e.message.len(),
         }
