@@ -98,11 +98,13 @@ async fn a_recorded_reconcile_replays_offline_with_the_same_outcome_and_a_change
     let mut record = RecordOptions::new(record_dir.path().to_path_buf(), std::slice::from_ref(&key), false)?;
     record.max_kept = 50;
     let engine = tokio::task::spawn_blocking(PluginEngine::new).await??;
+    let mut prom = prometheus_client::registry::Registry::default();
+    let metrics = PluginMetrics::new(&mut prom);
     let manager = PluginManager::start(
         engine,
         host.shared(),
         host.executor.clone(),
-        PluginMetrics::unregistered(),
+        metrics,
         PluginManagerConfig {
             shutdown_grace: Duration::from_secs(10),
             record: Some(record),
@@ -156,8 +158,9 @@ async fn a_recorded_reconcile_replays_offline_with_the_same_outcome_and_a_change
     .await?;
     let all = recordings(&plugin_dir)?;
     eprintln!(
-        "replay: {} recordings of {key} written; the 10-Pod one is {size} bytes ({} reads, {} wall clock readings, {} random bytes): {}",
+        "replay: {} recordings of {key} written; the 10-Pod one is {size} bytes ({} bytes of JSON; {} reads, {} wall clock readings, {} random bytes): {}",
         all.len(),
+        serde_json::to_vec(&recording)?.len(),
         recording.reads.len(),
         recording.wall_clock.len(),
         recording.random.len() / 2,
@@ -167,6 +170,14 @@ async fn a_recorded_reconcile_replays_offline_with_the_same_outcome_and_a_change
     ensure!(size <= MAX_RECORDING, "the 10-Pod recording is {size} bytes, over {MAX_RECORDING}");
     ensure!(!recording.truncated);
     ensure!(recording.plugin == "replicaset" && recording.digest.starts_with("sha256:"));
+    // Counted in /metrics.
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, &prom)?;
+    let written = text
+        .lines()
+        .find_map(|l| l.strip_prefix(r#"wasmloop_plugin_recordings_total{plugin="replicaset",result="written"} "#))
+        .and_then(|v| v.parse::<usize>().ok());
+    ensure!(written.is_some_and(|n| n >= all.len()), "wasmloop_plugin_recordings_total: {written:?}, {} files:\n{text}", all.len());
     manager.shutdown().await;
 
     // Offline, the same plugin: the same outcome, exit 0; 100 replays, one outcome.
