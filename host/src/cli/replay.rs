@@ -32,6 +32,11 @@ pub struct ReplayArgs {
 }
 
 pub fn run(args: ReplayArgs) -> ExitCode {
+    // N replays would log the plugin's lines N times: with --count, below warnings only (unless
+    // RUST_LOG says otherwise).
+    if args.count > 1 && std::env::var_os("RUST_LOG").is_none() {
+        let _ = tracing_subscriber::fmt().with_env_filter("warn").with_writer(std::io::stderr).try_init();
+    }
     super::init_tracing(super::LogFormat::Text);
     match replay(&args) {
         Ok(code) => code,
@@ -58,27 +63,50 @@ fn replay(args: &ReplayArgs) -> anyhow::Result<ExitCode> {
     }
     let Some(replayed) = first else { anyhow::bail!("--count must be at least 1") };
     let same = replayed.diff.is_same() && distinct.len() == 1;
-    let mut out = json!({
-        "recording": args.recording.display().to_string(),
-        "key": recording.request.key,
-        "recorded": {"plugin": recording.plugin, "version": recording.version, "digest": recording.digest},
-        "replayed": {"plugin": plugin.spec().name, "version": plugin.spec().version, "digest": plugin.digest()},
-        "outcome": outcome_yaml(&replayed.outcome),
-    });
-    out["difference"] = if replayed.diff.is_same() { json!("none") } else { serde_json::to_value(&replayed.diff)? };
-    if !replayed.report.complete() {
-        out["notFromTheRecording"] = serde_json::to_value(&replayed.report)?;
-    }
-    if recording.truncated {
-        out["warning"] = json!("the recording was truncated at its byte cap: reads past it are not recorded");
-    }
-    if args.count > 1 {
-        out["replays"] = json!(args.count);
-        out["distinctOutcomes"] = json!(distinct.len());
-    }
-    out["result"] = json!(if same { "same" } else { "different" });
-    print!("{}", serde_saphyr::to_string(&out)?);
+    let report = Report {
+        recording: args.recording.display().to_string(),
+        key: recording.request.key.clone(),
+        recorded: Who { plugin: recording.plugin.clone(), version: recording.version.clone(), digest: recording.digest.clone() },
+        replayed: Who { plugin: plugin.spec().name.clone(), version: plugin.spec().version.clone(), digest: plugin.digest().to_owned() },
+        warning: recording.truncated.then_some("the recording was truncated at its byte cap: the reads past it were not recorded"),
+        outcome: outcome_yaml(&replayed.outcome),
+        difference: if replayed.diff.is_same() { json!("none") } else { serde_json::to_value(&replayed.diff)? },
+        not_from_the_recording: (!replayed.report.complete()).then_some(replayed.report),
+        replays: (args.count > 1).then_some(args.count),
+        distinct_outcomes: (args.count > 1).then_some(distinct.len()),
+        result: if same { "same" } else { "different" },
+    };
+    print!("{}", serde_saphyr::to_string(&report)?);
     Ok(if same { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}
+
+/// What `wasmloop replay` prints, in this order.
+#[derive(serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Report {
+    recording: String,
+    key: String,
+    recorded: Who,
+    replayed: Who,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    warning: Option<&'static str>,
+    outcome: Value,
+    difference: Value,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    not_from_the_recording: Option<wasmloop::plugin::ReplayReport>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    replays: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    distinct_outcomes: Option<usize>,
+    result: &'static str,
+}
+
+/// Which plugin build.
+#[derive(serde::Serialize)]
+struct Who {
+    plugin: String,
+    version: String,
+    digest: String,
 }
 
 /// An outcome as `wasmloop reconcile` shows one.

@@ -253,15 +253,24 @@ impl SplitMix64 {
     }
 }
 
+/// An action both outcomes have on the same target, in two versions.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Changed {
+    /// As recorded.
+    pub recorded: Value,
+    /// As replayed.
+    pub replayed: Value,
+}
+
 /// How a replayed outcome differs from the recorded one. Actions equal in both are matched
 /// first (whatever their position); of the rest, those on the same target with the same verb
 /// are `changed`, the others `added` (only replayed) or `removed` (only recorded).
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct OutcomeDiff {
-    /// Actions on the same target, different: (recorded, replayed).
+    /// Actions on the same target with the same verb, different.
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub changed: Vec<(Value, Value)>,
+    pub changed: Vec<Changed>,
     /// Actions only the replay returned.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub added: Vec<Value>,
@@ -294,7 +303,7 @@ impl OutcomeDiff {
         let mut removed: Vec<&Value> = left.into_iter().flatten().collect();
         for action in right {
             match removed.iter().position(|r| identity(r) == identity(action) && identity(action).is_some()) {
-                Some(i) => diff.changed.push((removed.remove(i).clone(), action.clone())),
+                Some(i) => diff.changed.push(Changed { recorded: removed.remove(i).clone(), replayed: action.clone() }),
                 None => diff.added.push(action.clone()),
             }
         }
@@ -406,7 +415,8 @@ mod tests {
         assert!(diff.reordered && !diff.is_same());
         let replayed = outcome(vec![pod("a", "v2"), status(3), pod("c", "v1")]);
         let diff = OutcomeDiff::between(&recorded, &replayed);
-        assert_eq!(diff.changed, [(pod("a", "v1"), pod("a", "v2")), (status(2), status(3))]);
+        let changed = |recorded, replayed| Changed { recorded, replayed };
+        assert_eq!(diff.changed, [changed(pod("a", "v1"), pod("a", "v2")), changed(status(2), status(3))]);
         assert_eq!(diff.added, [pod("c", "v1")]);
         assert_eq!(diff.removed, [pod("b", "v1")]);
         let failed = RecordedOutcome {
