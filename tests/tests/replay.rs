@@ -1,7 +1,8 @@
 //! Record and replay against a real kube-apiserver: the `replicaset` plugin, hot-loaded from its
 //! ConfigMap by a plugin manager configured as `wasmloop run --record-dir DIR --record-key KEY`
 //! configures it, reconciles a ReplicaSet of 10 Pods and records every reconcile of its key.
-//! The recording of the reconcile that saw all 10 Pods is at most 64 KB; `wasmloop replay`
+//! The recording of the reconcile that saw all 10 Pods is at most 64 KB; `wasmloop reconcile
+//! --record` of the same objects (fetched from the API server) replays the same too; `wasmloop replay`
 //! (the built binary) runs it offline with the same plugin and gets the same outcome (exit 0),
 //! 100 times over with one distinct outcome; and with a changed input (the recording's
 //! ReplicaSet edited from 10 to 7 replicas, as a plugin reading it differently would see it)
@@ -195,6 +196,33 @@ async fn a_recorded_reconcile_replays_offline_with_the_same_outcome_and_a_change
         let (code, out) = replay(p, &wasm_path, &[])?;
         ensure!(code == 0, "{}: exit {code}: {out:#}", p.display());
     }
+
+    // Offline: `wasmloop reconcile --record` on the same objects, as the API server serves them.
+    let mut objects = vec![serde_json::to_value(rs_api.get("web").await?)?];
+    for pod in pods.list(&ListParams::default()).await?.items {
+        objects.push(serde_json::to_value(pod)?);
+    }
+    let objects_path = record_dir.path().join("objects.json");
+    std::fs::write(&objects_path, serde_json::to_vec(&json!({"apiVersion": "v1", "kind": "List", "items": objects}))?)?;
+    let offline_path = record_dir.path().join("offline.json.zst");
+    let out = Command::new(wasmloop_binary()?)
+        .arg("reconcile")
+        .arg(&wasm_path)
+        .arg("--objects")
+        .arg(&objects_path)
+        .args(["--key", &key, "--record"])
+        .arg(&offline_path)
+        .arg("--no-precompiled-cache")
+        .output()?;
+    ensure!(out.status.success(), "wasmloop reconcile --record: {}", String::from_utf8_lossy(&out.stderr));
+    let offline = Recording::decode(&std::fs::read(&offline_path)?)?;
+    ensure!(pods_seen(&offline) == 10, "the offline recording saw {} Pods", pods_seen(&offline));
+    let (code, out) = replay(&offline_path, &wasm_path, &["--count", "10"])?;
+    ensure!(code == 0 && out["distinctOutcomes"] == 1, "exit {code}: {out:#}");
+    eprintln!(
+        "replay: `wasmloop reconcile --record` of the same objects: {} bytes, replays the same",
+        std::fs::metadata(&offline_path)?.len()
+    );
 
     // A changed input: the recorded ReplicaSet now wants 7 → the replay deletes 3 Pods and
     // reports a different status, exit 1.
