@@ -84,20 +84,31 @@ fn recordings(dir: &Path) -> Result<Vec<(PathBuf, usize, Recording)>> {
     Ok(out)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_recorded_reconcile_replays_offline_with_the_same_outcome_and_a_change_shows() -> Result<()> {
-    init_tracing();
-    let wasm_path = plugin_path("replicaset")?;
-    let wasm = std::fs::read(&wasm_path)?;
-    let host = Host::new().await?;
-    let ns = TestNamespace::create(&host.client, "replay").await?;
-    let work = TestNamespace::create(&host.client, "replay-work").await?;
-    let record_dir = tempfile::tempdir()?;
-    let key = format!("apps/v1/ReplicaSet/{}/web", work.name);
+/// The replicaset plugin's manifest, reconciling in `work`, with `extra` lines.
+fn manifest(work: &str, extra: &str) -> String {
+    format!(
+        "name: replicaset\nnamespace: {work}\nconcurrency: 2\ngrants:\n  - kinds: [\"apps/v1/ReplicaSet\"]\n    verbs: [read, update-status]\n  - kinds: [\"v1/Pod\"]\n    verbs: [read, create, delete, patch]\n{extra}"
+    )
+}
 
-    // The manager as `wasmloop run --record-dir DIR --record-key KEY` starts it.
-    let mut record = RecordOptions::new(record_dir.path().to_path_buf(), std::slice::from_ref(&key), false)?;
-    record.max_kept = 50;
+fn replicaset(name: &str, replicas: i32) -> Result<ReplicaSet> {
+    Ok(serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": name}},
+                 "template": {"metadata": {"labels": {"app": name}},
+                              "spec": {"containers": [{"name": "c", "image": "registry.invalid/none"}]}}}
+    }))?)
+}
+
+/// A plugin manager of plugin ConfigMaps in `ns` recording with `record` (as `wasmloop run
+/// --record-dir ...` starts it), its metrics registered; the replicaset plugin applied with
+/// `manifest` and loaded.
+async fn start_recording(
+    host: &Host,
+    ns: &str,
+    record: RecordOptions,
+    manifest: &str,
+) -> Result<(PluginManager, prometheus_client::registry::Registry)> {
     let engine = tokio::task::spawn_blocking(PluginEngine::new).await??;
     let mut prom = prometheus_client::registry::Registry::default();
     let metrics = PluginMetrics::new(&mut prom);
@@ -109,16 +120,12 @@ async fn a_recorded_reconcile_replays_offline_with_the_same_outcome_and_a_change
         PluginManagerConfig {
             shutdown_grace: Duration::from_secs(10),
             record: Some(record),
-            ..PluginManagerConfig::new(Some(ns.name.clone()))
+            ..PluginManagerConfig::new(Some(ns.to_string()))
         },
     )
     .await?;
     let mut events = manager.events();
-    let manifest = format!(
-        "name: replicaset\nnamespace: {}\nconcurrency: 2\ngrants:\n  - kinds: [\"apps/v1/ReplicaSet\"]\n    verbs: [read, update-status]\n  - kinds: [\"v1/Pod\"]\n    verbs: [read, create, delete, patch]\n",
-        work.name
-    );
-    apply_plugin(&host.client, &ns.name, "replicaset", &wasm, &manifest).await?;
+    apply_plugin(&host.client, ns, "replicaset", &std::fs::read(plugin_path("replicaset")?)?, manifest).await?;
     let loaded = tokio::time::timeout(WAIT, async {
         loop {
             if let Ok(e @ LoadEvent::Loaded { .. }) = events.recv().await {
@@ -129,15 +136,33 @@ async fn a_recorded_reconcile_replays_offline_with_the_same_outcome_and_a_change
     .await
     .context("waiting for the replicaset plugin to load")?;
     eprintln!("replay: {loaded:?}");
+    Ok((manager, prom))
+}
 
+/// The value of `wasmloop_plugin_recordings_total{plugin="replicaset",result}`.
+fn recordings_metric(prom: &prometheus_client::registry::Registry, result: &str) -> Result<Option<usize>> {
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, prom)?;
+    let prefix = format!(r#"wasmloop_plugin_recordings_total{{plugin="replicaset",result="{result}"}} "#);
+    Ok(text.lines().find_map(|l| l.strip_prefix(prefix.as_str())).and_then(|v| v.parse().ok()))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_recorded_reconcile_replays_offline_with_the_same_outcome_and_a_change_shows() -> Result<()> {
+    init_tracing();
+    let wasm_path = plugin_path("replicaset")?;
+    let host = Host::new().await?;
+    let ns = TestNamespace::create(&host.client, "replay").await?;
+    let work = TestNamespace::create(&host.client, "replay-work").await?;
+    let record_dir = tempfile::tempdir()?;
+    let key = format!("apps/v1/ReplicaSet/{}/web", work.name);
+
+    // The manager as `wasmloop run --record-dir DIR --record-key KEY` starts it.
+    let mut record = RecordOptions::new(record_dir.path().to_path_buf(), std::slice::from_ref(&key), false)?;
+    record.max_kept = 50;
+    let (manager, prom) = start_recording(&host, &ns.name, record, &manifest(&work.name, "")).await?;
     let rs_api: Api<ReplicaSet> = Api::namespaced(host.client.clone(), &work.name);
-    let rs: ReplicaSet = serde_json::from_value(json!({
-        "metadata": {"name": "web"},
-        "spec": {"replicas": 10, "selector": {"matchLabels": {"app": "web"}},
-                 "template": {"metadata": {"labels": {"app": "web"}},
-                              "spec": {"containers": [{"name": "c", "image": "registry.invalid/none"}]}}}
-    }))?;
-    rs_api.create(&PostParams::default(), &rs).await?;
+    rs_api.create(&PostParams::default(), &replicaset("web", 10)?).await?;
     let pods: Api<Pod> = Api::namespaced(host.client.clone(), &work.name);
     let (p, r) = (pods.clone(), rs_api.clone());
     eventually("10 pods and status.replicas 10", WAIT, || {
@@ -172,13 +197,8 @@ async fn a_recorded_reconcile_replays_offline_with_the_same_outcome_and_a_change
     ensure!(!recording.truncated);
     ensure!(recording.plugin == "replicaset" && recording.digest.starts_with("sha256:"));
     // Counted in /metrics.
-    let mut text = String::new();
-    prometheus_client::encoding::text::encode(&mut text, &prom)?;
-    let written = text
-        .lines()
-        .find_map(|l| l.strip_prefix(r#"wasmloop_plugin_recordings_total{plugin="replicaset",result="written"} "#))
-        .and_then(|v| v.parse::<usize>().ok());
-    ensure!(written.is_some_and(|n| n >= all.len()), "wasmloop_plugin_recordings_total: {written:?}, {} files:\n{text}", all.len());
+    let written = recordings_metric(&prom, "written")?;
+    ensure!(written.is_some_and(|n| n >= all.len()), "wasmloop_plugin_recordings_total: {written:?}, {} files", all.len());
     manager.shutdown().await;
 
     // Offline, the same plugin: the same outcome, exit 0; 100 replays, one outcome.
@@ -244,6 +264,52 @@ async fn a_recorded_reconcile_replays_offline_with_the_same_outcome_and_a_change
     let deletes = added.iter().filter(|a| a["action"] == "delete").count();
     ensure!(deletes == 3, "3 Pods deleted in the replay, none in the recording: {out:#}");
     eprintln!("replay: the edited recording's difference: {}", serde_json::to_string(&out["difference"])?);
+
+    work.cleanup().await?;
+    ns.cleanup().await
+}
+
+/// `--record-failures`: a plugin whose reads go over its per-call budget (`readsPerCall: 8Ki`,
+/// less than 10 Pods) fails once the Pods exist; those reconciles, and only those, are recorded,
+/// and replay under the same manifest fails the same way (exit 0: the same outcome).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn failing_reconciles_are_recorded_and_replay_to_the_same_failure() -> Result<()> {
+    init_tracing();
+    let wasm_path = plugin_path("replicaset")?;
+    let host = Host::new().await?;
+    let ns = TestNamespace::create(&host.client, "replay-fail").await?;
+    let work = TestNamespace::create(&host.client, "replay-fail-work").await?;
+    let record_dir = tempfile::tempdir()?;
+    let manifest = manifest(&work.name, "limits:\n  readsPerCall: 8Ki\n");
+    let record = RecordOptions::new(record_dir.path().to_path_buf(), &[], true)?;
+    let (manager, prom) = start_recording(&host, &ns.name, record, &manifest).await?;
+    let rs_api: Api<ReplicaSet> = Api::namespaced(host.client.clone(), &work.name);
+    rs_api.create(&PostParams::default(), &replicaset("web", 10)?).await?;
+    let plugin_dir = record_dir.path().join("replicaset");
+    let (path, _, recording) = eventually("a recording of a failed reconcile", WAIT, || {
+        let dir = plugin_dir.clone();
+        async move { Ok(recordings(&dir)?.into_iter().next()) }
+    })
+    .await?;
+    manager.shutdown().await;
+    let all = recordings(&plugin_dir)?;
+    ensure!(
+        all.iter().all(|(_, _, r)| r.outcome.error.is_some()),
+        "only failures are recorded: {:?}",
+        all.iter().map(|(_, _, r)| &r.outcome).collect::<Vec<_>>()
+    );
+    let error = recording.outcome.error.clone().context("a failure")?;
+    ensure!(error.message.contains("per-call budget") && error.transient, "{error:?}");
+    ensure!(recording.reads.iter().any(|r| r.over_budget), "the read over the budget is marked");
+    ensure!(recordings_metric(&prom, "written")?.is_some_and(|n| n >= all.len()));
+    eprintln!("replay: {} failed reconciles recorded: {}", all.len(), error.message);
+
+    let manifest_path = record_dir.path().join("replicaset.plugin.yaml");
+    std::fs::write(&manifest_path, &manifest)?;
+    let manifest_arg = manifest_path.to_str().context("a UTF-8 path")?;
+    let (code, out) = replay(&path, &wasm_path, &["--manifest", manifest_arg, "--count", "20"])?;
+    ensure!(code == 0 && out["result"] == "same" && out["distinctOutcomes"] == 1, "exit {code}: {out:#}");
+    ensure!(out["outcome"]["error"].as_str().is_some_and(|e| e.contains("per-call budget")), "{out:#}");
 
     work.cleanup().await?;
     ns.cleanup().await
