@@ -1,12 +1,16 @@
-//! Record and replay against a real kube-apiserver: the `replicaset` plugin, hot-loaded from its
-//! ConfigMap by a plugin manager configured as `wasmloop run --record-dir DIR --record-key KEY`
-//! configures it, reconciles a ReplicaSet of 10 Pods and records every reconcile of its key.
-//! The recording of the reconcile that saw all 10 Pods is at most 64 KB; `wasmloop reconcile
-//! --record` of the same objects (fetched from the API server) replays the same too; `wasmloop replay`
-//! (the built binary) runs it offline with the same plugin and gets the same outcome (exit 0),
-//! 100 times over with one distinct outcome; and with a changed input (the recording's
-//! ReplicaSet edited from 10 to 7 replicas, as a plugin reading it differently would see it)
-//! it reports which actions differ (exit 1).
+//! Record and replay against a real kube-apiserver, with the built `wasmloop` binary.
+//!
+//! - The `replicaset` plugin, hot-loaded from its ConfigMap by a plugin manager configured as
+//!   `wasmloop run --record-dir DIR --record-key KEY` configures it, reconciles a ReplicaSet of 10
+//!   Pods; every reconcile of that key, and only those, is recorded. The recording of the one that
+//!   saw all 10 Pods is at most 64 KB; `wasmloop replay` runs it offline with the same plugin and
+//!   gets the same outcome (exit 0), 100 times over with one distinct outcome; every recording of
+//!   the key replays the same; `wasmloop reconcile --record` of the same objects (fetched from the
+//!   API server) does too; and with a changed input (the recording's ReplicaSet edited from 10 to
+//!   7 replicas) replay reports the 3 deletes it did not record (exit 1).
+//! - `--record-failures` records only failing reconciles, which replay to the same failure.
+//! - A new version of a plugin (`podset_v2.wasm`, built by scripts/build-test-plugins.sh) replayed
+//!   on what `podset.wasm` was recorded seeing reports the actions it would do differently.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -20,7 +24,7 @@ use serde_json::{Value, json};
 use wasmloop::hotload::{LoadEvent, PluginManager, PluginManagerConfig, PluginMetrics};
 use wasmloop::plugin::recording::{Answer, Call};
 use wasmloop::plugin::{PluginEngine, RecordOptions, Recording};
-use wasmloop_tests::{Host, TestNamespace, apply_plugin, eventually, init_tracing, plugin_path, workspace_root};
+use wasmloop_tests::{Host, TestNamespace, apply_plugin, ensure_podset_crd, eventually, init_tracing, plugin_path, workspace_root};
 
 const WAIT: Duration = Duration::from_secs(90);
 
@@ -101,11 +105,12 @@ fn replicaset(name: &str, replicas: i32) -> Result<ReplicaSet> {
 }
 
 /// A plugin manager of plugin ConfigMaps in `ns` recording with `record` (as `wasmloop run
-/// --record-dir ...` starts it), its metrics registered; the replicaset plugin applied with
-/// `manifest` and loaded.
+/// --record-dir ...` starts it), its metrics registered; `plugin` applied with `manifest` and
+/// loaded.
 async fn start_recording(
     host: &Host,
     ns: &str,
+    plugin: &str,
     record: RecordOptions,
     manifest: &str,
 ) -> Result<(PluginManager, prometheus_client::registry::Registry)> {
@@ -125,7 +130,7 @@ async fn start_recording(
     )
     .await?;
     let mut events = manager.events();
-    apply_plugin(&host.client, ns, "replicaset", &std::fs::read(plugin_path("replicaset")?)?, manifest).await?;
+    apply_plugin(&host.client, ns, plugin, &std::fs::read(plugin_path(plugin)?)?, manifest).await?;
     let loaded = tokio::time::timeout(WAIT, async {
         loop {
             if let Ok(e @ LoadEvent::Loaded { .. }) = events.recv().await {
@@ -134,7 +139,7 @@ async fn start_recording(
         }
     })
     .await
-    .context("waiting for the replicaset plugin to load")?;
+    .with_context(|| format!("waiting for the {plugin} plugin to load"))?;
     eprintln!("replay: {loaded:?}");
     Ok((manager, prom))
 }
@@ -160,7 +165,7 @@ async fn a_recorded_reconcile_replays_offline_with_the_same_outcome_and_a_change
     // The manager as `wasmloop run --record-dir DIR --record-key KEY` starts it.
     let mut record = RecordOptions::new(record_dir.path().to_path_buf(), std::slice::from_ref(&key), false)?;
     record.max_kept = 50;
-    let (manager, prom) = start_recording(&host, &ns.name, record, &manifest(&work.name, "")).await?;
+    let (manager, prom) = start_recording(&host, &ns.name, "replicaset", record, &manifest(&work.name, "")).await?;
     let rs_api: Api<ReplicaSet> = Api::namespaced(host.client.clone(), &work.name);
     rs_api.create(&PostParams::default(), &replicaset("web", 10)?).await?;
     let pods: Api<Pod> = Api::namespaced(host.client.clone(), &work.name);
@@ -282,7 +287,7 @@ async fn failing_reconciles_are_recorded_and_replay_to_the_same_failure() -> Res
     let record_dir = tempfile::tempdir()?;
     let manifest = manifest(&work.name, "limits:\n  readsPerCall: 8Ki\n");
     let record = RecordOptions::new(record_dir.path().to_path_buf(), &[], true)?;
-    let (manager, prom) = start_recording(&host, &ns.name, record, &manifest).await?;
+    let (manager, prom) = start_recording(&host, &ns.name, "replicaset", record, &manifest).await?;
     let rs_api: Api<ReplicaSet> = Api::namespaced(host.client.clone(), &work.name);
     rs_api.create(&PostParams::default(), &replicaset("web", 10)?).await?;
     let plugin_dir = record_dir.path().join("replicaset");
@@ -310,6 +315,56 @@ async fn failing_reconciles_are_recorded_and_replay_to_the_same_failure() -> Res
     let (code, out) = replay(&path, &wasm_path, &["--manifest", manifest_arg, "--count", "20"])?;
     ensure!(code == 0 && out["result"] == "same" && out["distinctOutcomes"] == 1, "exit {code}: {out:#}");
     ensure!(out["outcome"]["error"].as_str().is_some_and(|e| e.contains("per-call budget")), "{out:#}");
+
+    work.cleanup().await?;
+    ns.cleanup().await
+}
+
+/// A new version of a plugin, replayed on what the serving one was recorded seeing: the
+/// `podset` plugin's reconcile that created a PodSet's 3 Pods, recorded through the API server,
+/// replays the same with `podset.wasm` and differently with `podset_v2.wasm` (whose Pods carry a
+/// version label): the 3 creates are reported `changed`, exit 1.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_new_plugin_version_replayed_on_a_recording_shows_what_it_would_do_differently() -> Result<()> {
+    init_tracing();
+    let (v1, v2) = (plugin_path("podset")?, plugin_path("podset_v2")?);
+    let host = Host::new().await?;
+    ensure_podset_crd(&host.client).await?;
+    let ns = TestNamespace::create(&host.client, "replay-v2").await?;
+    let work = TestNamespace::create(&host.client, "replay-v2-work").await?;
+    let record_dir = tempfile::tempdir()?;
+    let key = format!("wasmloop.dev/v1alpha1/PodSet/{}/web", work.name);
+    let manifest = format!(
+        "name: podset\nnamespace: {}\ngrants:\n  - kinds: [\"wasmloop.dev/v1alpha1/PodSet\"]\n    verbs: [read, update-status, event]\n  - kinds: [\"v1/Pod\"]\n    verbs: [read, create, delete, patch]\n",
+        work.name
+    );
+    let record = RecordOptions::new(record_dir.path().to_path_buf(), std::slice::from_ref(&key), false)?;
+    let (manager, _prom) = start_recording(&host, &ns.name, "podset", record, &manifest).await?;
+    wasmloop_tests::cluster::create_podset(&host.client, &work.name, "web", 3).await?;
+    let plugin_dir = record_dir.path().join("podset");
+    let creates = |rec: &Recording| rec.outcome.actions.iter().filter(|a| a["action"] == "create").count();
+    let (path, size, recording) = eventually("a recording of the reconcile that created the Pods", WAIT, || {
+        let dir = plugin_dir.clone();
+        async move { Ok(recordings(&dir)?.into_iter().find(|(_, _, rec)| creates(rec) == 3)) }
+    })
+    .await?;
+    manager.shutdown().await;
+    eprintln!("replay: the podset reconcile that created 3 Pods: {size} bytes");
+
+    let (code, out) = replay(&path, &v1, &[])?;
+    ensure!(code == 0 && out["result"] == "same", "the recorded version: exit {code}: {out:#}");
+    let (code, out) = replay(&path, &v2, &[])?;
+    ensure!(code == 1 && out["result"] == "different", "v2: exit {code}: {out:#}");
+    ensure!(out["replayed"]["digest"] != json!(recording.digest), "{out:#}");
+    let changed = out["difference"]["changed"].as_array().cloned().unwrap_or_default();
+    ensure!(changed.len() == 3, "the 3 creates differ: {out:#}");
+    for c in &changed {
+        ensure!(c["recorded"]["action"] == "create" && c["replayed"]["action"] == "create", "{c:#}");
+        let label = &c["replayed"]["object"]["metadata"]["labels"]["wasmloop.dev/podset-version"];
+        ensure!(label == "v2" && c["recorded"]["object"]["metadata"]["labels"].get("wasmloop.dev/podset-version").is_none(), "{c:#}");
+    }
+    ensure!(out["difference"].get("added").is_none() && out["difference"].get("removed").is_none(), "{out:#}");
+    eprintln!("replay: podset v2 on v1's recording: {} creates changed (the v2 label)", changed.len());
 
     work.cleanup().await?;
     ns.cleanup().await
