@@ -68,7 +68,7 @@ fn replay(args: &ReplayArgs) -> anyhow::Result<ExitCode> {
         key: recording.request.key.clone(),
         recorded: Who { plugin: recording.plugin.clone(), version: recording.version.clone(), digest: recording.digest.clone() },
         replayed: Who { plugin: plugin.spec().name.clone(), version: plugin.spec().version.clone(), digest: plugin.digest().to_owned() },
-        warning: recording.truncated.then_some("the recording was truncated at its byte cap: the reads past it were not recorded"),
+        warnings: warnings(&recording, &plugin)?,
         outcome: outcome_yaml(&replayed.outcome),
         difference: if replayed.diff.is_same() { json!("none") } else { serde_json::to_value(&replayed.diff)? },
         not_from_the_recording: (!replayed.report.complete()).then_some(replayed.report),
@@ -88,8 +88,8 @@ struct Report {
     key: String,
     recorded: Who,
     replayed: Who,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    warning: Option<&'static str>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    warnings: Vec<String>,
     outcome: Value,
     difference: Value,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -99,6 +99,20 @@ struct Report {
     #[serde(skip_serializing_if = "Option::is_none")]
     distinct_outcomes: Option<usize>,
     result: &'static str,
+}
+
+/// What makes a replay say less than it seems to.
+fn warnings(recording: &Recording, plugin: &wasmloop::plugin::WasmPlugin) -> anyhow::Result<Vec<String>> {
+    let mut out = Vec::new();
+    let key = recording.request.request()?.key;
+    if key.kind != plugin.spec().reconciles {
+        let spec = plugin.spec();
+        out.push(format!("the recorded key {key} is not of the kind plugin {} reconciles ({})", spec.name, spec.reconciles));
+    }
+    if recording.truncated {
+        out.push("the recording was truncated at its byte cap: the reads past it were not recorded".to_string());
+    }
+    Ok(out)
 }
 
 /// Which plugin build.
