@@ -778,6 +778,83 @@ mod tests {
         assert!(tail.len() <= STDERR_TAIL && tail.ends_with("line 199"), "{tail}");
     }
 
+    /// A call's state over a cache holding one Pod `shop/web`, reads budgeted to `budget` bytes.
+    fn state_over_a_pod(budget: u64, tap: Option<Tap>) -> HostState {
+        let pod = serde_json::json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web", "namespace": "shop", "uid": "u1", "resourceVersion": "1", "labels": {"app": "web"}}});
+        let cache: SharedCache = Arc::new(cache::CacheView::from_objects([pod]).unwrap());
+        let limits = Limits { reads_per_call: Some(crate::plugin::ByteSize(budget)), ..Limits::default() };
+        let rate = Arc::new(OutputRate::new(1 << 20));
+        let mut state = HostState::new(Arc::from("p"), None, &limits, Arc::new(Grants::all()), Some(cache), rate);
+        if let Some(tap) = tap {
+            state.tap(tap);
+        }
+        state
+    }
+
+    fn pod_kind() -> wit::KindRef {
+        wit::KindRef { api_version: "v1".into(), kind: "Pod".into() }
+    }
+
+    #[test]
+    fn reads_recorded_at_the_host_boundary_are_answered_the_same_in_replay() {
+        use super::super::recorder::PluginInfo;
+        use super::super::recording::{RecordedOutcome, RecordedRequest};
+        use wit_cache::Host as _;
+
+        let capture = Capture::new(1 << 20);
+        let mut live = state_over_a_pod(1 << 20, Some(Tap::Record(capture.clone())));
+        let got = live.get(pod_kind(), Some("shop".into()), "web".into()).unwrap();
+        let listed = live.list(pod_kind(), Some("shop".into()), Some("app=web".into())).unwrap();
+        let metas = live.list_meta(pod_kind(), None, None).unwrap();
+        let missing = live.get(pod_kind(), Some("shop".into()), "gone".into()).unwrap();
+        let bad = live.by_index(pod_kind(), "nope".into(), "x".into()).unwrap_err();
+        let info = PluginInfo { name: "p", version: "1", digest: "sha256:00" };
+        let request = RecordedRequest { key: "v1/Pod/shop/web".into(), reason: "event".into(), last_error: None };
+        let recording = capture.finish(&info, request, RecordedOutcome::default());
+        assert_eq!(recording.reads.len(), 5);
+        // The recording goes through its file form.
+        let recording = super::super::recording::Recording::decode(&recording.encode(1 << 20).unwrap()).unwrap();
+
+        let serve = Serve::new(&recording);
+        let mut replayed = state_over_a_pod(1 << 20, Some(Tap::Replay(serve.clone())));
+        replayed.cache = None; // Nothing is read from a cache in replay.
+        assert_eq!(replayed.list(pod_kind(), Some("shop".into()), Some("app=web".into())).unwrap(), listed);
+        assert_eq!(replayed.get(pod_kind(), Some("shop".into()), "web".into()).unwrap(), got);
+        let recorded = |ms: &[wit::ObjectMeta]| ms.iter().map(super::super::recording::Meta::from).collect::<Vec<_>>();
+        assert_eq!(recorded(&replayed.list_meta(pod_kind(), None, None).unwrap()), recorded(&metas));
+        assert_eq!(metas.len(), 1);
+        assert_eq!(replayed.get(pod_kind(), Some("shop".into()), "gone".into()).unwrap(), missing);
+        let error = |e: &wit_cache::CacheError| super::super::recording::CacheError::from(e);
+        assert_eq!(error(&replayed.by_index(pod_kind(), "nope".into(), "x".into()).unwrap_err()), error(&bad));
+        let not_recorded = replayed.get(pod_kind(), Some("shop".into()), "other".into()).unwrap_err();
+        assert!(
+            matches!(&not_recorded, wit_cache::CacheError::Invalid(m) if m.starts_with("not recorded: get(v1/Pod, \"shop\", \"other\")")),
+            "{not_recorded:?}"
+        );
+        assert_eq!(serve.report().not_recorded, [r#"get(v1/Pod, "shop", "other")"#]);
+        assert!(replayed.reads_exhausted.is_none());
+    }
+
+    #[test]
+    fn a_read_over_the_budget_when_recorded_fails_the_replay_too() {
+        use super::super::recorder::PluginInfo;
+        use super::super::recording::{RecordedOutcome, RecordedRequest};
+        use wit_cache::Host as _;
+
+        let capture = Capture::new(1 << 20);
+        let mut live = state_over_a_pod(10, Some(Tap::Record(capture.clone())));
+        assert!(live.get(pod_kind(), Some("shop".into()), "web".into()).is_err());
+        assert!(live.reads_exhausted.is_some());
+        let info = PluginInfo { name: "p", version: "1", digest: "sha256:00" };
+        let request = RecordedRequest { key: "v1/Pod/shop/web".into(), reason: "event".into(), last_error: None };
+        let recording = capture.finish(&info, request, RecordedOutcome::default());
+        assert!(recording.reads[0].over_budget);
+        // Replayed under a generous budget: the read fails as recorded, and the call with it.
+        let mut replayed = state_over_a_pod(1 << 20, Some(Tap::Replay(Serve::new(&recording))));
+        assert!(replayed.get(pod_kind(), Some("shop".into()), "web".into()).is_err());
+        assert!(replayed.reads_exhausted.is_some());
+    }
+
     #[test]
     fn a_refused_growth_is_remembered() {
         let mut l = MemoryLimiter::new(&Limits { memory: crate::plugin::ByteSize(1 << 20), ..Limits::default() });
