@@ -5,6 +5,7 @@ mod diff;
 mod new;
 mod offline;
 mod pack;
+mod replay;
 mod run;
 
 use std::path::PathBuf;
@@ -29,6 +30,9 @@ enum Command {
     Run(run::RunArgs),
     /// Run a plugin once against objects from files, without a cluster; print its actions as YAML.
     Reconcile(offline::ReconcileArgs),
+    /// Run a recorded reconcile again with exactly its inputs; print the outcome and how it
+    /// differs from the recorded one (exit 0: the same, 1: different, 2: cannot replay).
+    Replay(replay::ReplayArgs),
     /// Describe a plugin: name, version, contract version, size, exports, metadata.
     Inspect {
         /// The plugin component (.wasm).
@@ -163,6 +167,7 @@ pub fn main(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Reconcile(args) => offline::run(args),
+        Command::Replay(args) => Ok(replay::run(args)),
         Command::Inspect { plugin, load } => {
             init_tracing(LogFormat::Text);
             let bytes = std::fs::read(&plugin).with_context(|| format!("reading {}", plugin.display()))?;

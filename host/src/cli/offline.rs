@@ -21,7 +21,7 @@ use wasmloop::controller::{Reconciler, Request};
 use wasmloop::grants::Grants;
 use wasmloop::hotload::PluginManifest;
 use wasmloop::kinds::{KindRef, ObjectKey};
-use wasmloop::plugin::{Limits, WasmPlugin};
+use wasmloop::plugin::{Limits, RecordOptions, WasmPlugin};
 
 #[derive(clap::Args, Debug)]
 pub struct ReconcileArgs {
@@ -37,19 +37,18 @@ pub struct ReconcileArgs {
     /// Check the actions against this manifest's grants and limits (as the host would).
     #[arg(long)]
     manifest: Option<PathBuf>,
+    /// Record the reconcile (request, cache reads, clocks, random values, outcome) into FILE
+    /// (`.json.zst`), for `wasmloop replay`.
+    #[arg(long, value_name = "FILE")]
+    record: Option<PathBuf>,
     #[command(flatten)]
     load: super::LoadArgs,
 }
 
-pub fn run(args: ReconcileArgs) -> anyhow::Result<ExitCode> {
-    super::init_tracing(super::LogFormat::Text);
-    let key = parse_key(&args.key)?;
-    let mut objects = Vec::new();
-    for path in &args.objects {
-        load_path(path, &mut objects)?;
-    }
-    let scopes = crd_scopes(&objects);
-    let (limits, grants) = match &args.manifest {
+/// A plugin file loaded as `wasmloop reconcile` loads it: the manifest's limits and grants (or
+/// the default limits and every grant), the load limits and the precompiled cache of `load`.
+pub(super) fn load_plugin(path: &Path, manifest: Option<&Path>, load: &super::LoadArgs) -> anyhow::Result<WasmPlugin> {
+    let (limits, grants) = match manifest {
         Some(p) => {
             let text = std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
             let m = PluginManifest::parse(&text, "plugin").with_context(|| format!("in {}", p.display()))?;
@@ -61,15 +60,26 @@ pub fn run(args: ReconcileArgs) -> anyhow::Result<ExitCode> {
         // the load refuses as another plugin's name).
         None => (Limits::default(), Grants::all().named("")),
     };
-    let bytes = std::fs::read(&args.plugin).with_context(|| format!("reading {}", args.plugin.display()))?;
-    let load_limits = args.load.load_limits()?;
-    load_limits.check_size(bytes.len()).with_context(|| format!("loading {}", args.plugin.display()))?;
-    let engine = args.load.engine()?;
+    let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    let load_limits = load.load_limits()?;
+    load_limits.check_size(bytes.len()).with_context(|| format!("loading {}", path.display()))?;
+    let engine = load.engine()?;
     let started = std::time::Instant::now();
-    let compiled = args.load.compile(&engine, &bytes).with_context(|| format!("loading {}", args.plugin.display()))?;
-    let plugin = WasmPlugin::from_compiled(&engine, compiled, limits, grants.clone())
-        .with_context(|| format!("loading {}", args.plugin.display()))?;
-    load_limits.check_compile_time(started.elapsed()).with_context(|| format!("loading {}", args.plugin.display()))?;
+    let compiled = load.compile(&engine, &bytes).with_context(|| format!("loading {}", path.display()))?;
+    let plugin = WasmPlugin::from_compiled(&engine, compiled, limits, grants).with_context(|| format!("loading {}", path.display()))?;
+    load_limits.check_compile_time(started.elapsed()).with_context(|| format!("loading {}", path.display()))?;
+    Ok(plugin)
+}
+
+pub fn run(args: ReconcileArgs) -> anyhow::Result<ExitCode> {
+    super::init_tracing(super::LogFormat::Text);
+    let key = parse_key(&args.key)?;
+    let mut objects = Vec::new();
+    for path in &args.objects {
+        load_path(path, &mut objects)?;
+    }
+    let scopes = crd_scopes(&objects);
+    let plugin = load_plugin(&args.plugin, args.manifest.as_deref(), &args.load)?;
     let spec = plugin.spec().clone();
     let view = build_view(&spec, objects)?;
     if key.kind != spec.reconciles {
@@ -81,8 +91,18 @@ pub fn run(args: ReconcileArgs) -> anyhow::Result<ExitCode> {
     }
     let request = Request::new(key.clone());
     let view: wasmloop::cache::SharedCache = std::sync::Arc::new(view);
-    let outcome = plugin.reconcile(&request, &view);
     let mut out = json!({"plugin": spec.name, "version": spec.version, "key": args.key});
+    let outcome = match &args.record {
+        None => plugin.reconcile(&request, &view),
+        Some(path) => {
+            let max = RecordOptions::DEFAULT_MAX_BYTES;
+            let (outcome, recording) = plugin.reconcile_recorded(&request, &view, max.saturating_mul(16));
+            let bytes = recording.encode(max).with_context(|| format!("recording into {}", path.display()))?;
+            std::fs::write(path, &bytes).with_context(|| format!("writing {}", path.display()))?;
+            out["recorded"] = json!({"file": path.display().to_string(), "bytes": bytes.len(), "reads": recording.reads.len()});
+            outcome
+        }
+    };
     // A failure's actions (contract 0.3) are shown and checked like an outcome's: the host
     // executes them too.
     let (actions, requeue_after, code) = match outcome {

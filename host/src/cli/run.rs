@@ -8,6 +8,7 @@
 //! again if it loses the Lease.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -25,7 +26,7 @@ use wasmloop::identity::PluginIdentity;
 use wasmloop::informer::InformerRegistry;
 use wasmloop::kinds::KindResolver;
 use wasmloop::leader::{Election, LeaseConfig};
-use wasmloop::plugin::{ByteSize, PluginEngine};
+use wasmloop::plugin::{ByteSize, PluginEngine, RecordOptions};
 use wasmloop::server::{self, Readiness};
 use wasmloop::shard::{ShardConfig, Sharding};
 
@@ -84,12 +85,50 @@ pub struct RunArgs {
     plugin_memory_budget: Option<ByteSize>,
     #[command(flatten)]
     load: super::LoadArgs,
+    #[command(flatten)]
+    record: RecordArgs,
     /// How long running reconciles may take to finish on shutdown (e.g. 25s).
     #[arg(long, env = "WASMLOOP_SHUTDOWN_GRACE", default_value = "25s", value_parser = parse_duration)]
     shutdown_grace: Duration,
     /// Log format.
     #[arg(long, env = "WASMLOOP_LOG_FORMAT", value_enum, default_value = "text")]
     log_format: LogFormat,
+}
+
+/// Recording reconciles for `wasmloop replay` (off unless `--record-dir` and a key or
+/// `--record-failures` are given).
+#[derive(clap::Args, Debug, Clone)]
+pub struct RecordArgs {
+    /// Record chosen reconciles into DIR/<plugin>/ as `.json.zst` (see --record-key,
+    /// --record-failures). Writing never blocks or fails a reconcile.
+    #[arg(long, env = "WASMLOOP_RECORD_DIR", value_name = "DIR")]
+    record_dir: Option<PathBuf>,
+    /// Record every reconcile of this key (`apps/v1/ReplicaSet/shop/web`); repeatable.
+    #[arg(long, env = "WASMLOOP_RECORD_KEY", value_name = "KEY", requires = "record_dir", value_delimiter = ',')]
+    record_key: Vec<String>,
+    /// Record every failing reconcile.
+    #[arg(long, env = "WASMLOOP_RECORD_FAILURES", requires = "record_dir")]
+    record_failures: bool,
+    /// Recordings kept per plugin; the oldest beyond are removed.
+    #[arg(long, env = "WASMLOOP_RECORD_MAX", value_name = "N", default_value_t = RecordOptions::DEFAULT_MAX_KEPT)]
+    record_max: usize,
+    /// Largest recording written (compressed); a larger one is dropped and logged.
+    #[arg(long, env = "WASMLOOP_RECORD_MAX_BYTES", default_value = "1Mi", value_parser = parse_size)]
+    record_max_bytes: ByteSize,
+}
+
+impl RecordArgs {
+    /// The recording options these flags set (`None`: nothing recorded).
+    pub fn options(&self) -> anyhow::Result<Option<RecordOptions>> {
+        let Some(dir) = &self.record_dir else { return Ok(None) };
+        if self.record_key.is_empty() && !self.record_failures {
+            anyhow::bail!("--record-dir records nothing without --record-key or --record-failures");
+        }
+        let mut options = RecordOptions::new(dir.clone(), &self.record_key, self.record_failures)?;
+        options.max_kept = self.record_max.max(1);
+        options.max_bytes = self.record_max_bytes.as_usize();
+        Ok(Some(options))
+    }
 }
 
 /// How replicas share the work.
@@ -156,6 +195,7 @@ fn container_memory_limit() -> Option<ByteSize> {
 
 pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     super::init_tracing(args.log_format);
+    let record = args.record.options()?;
     let identity = args.identity.clone().unwrap_or_else(default_identity);
     let connection = wasmloop::client::Connection::new(args.kubeconfig.as_deref()).await?;
     let (client, requests) = (connection.client().clone(), connection.requests().clone());
@@ -215,6 +255,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         sharding: sharding.clone(),
         plugin_identity: args.plugin_identity,
         instance: Some(identity.clone()),
+        record: record.clone(),
         ..PluginManagerConfig::new((!args.all_namespaces).then(|| args.plugin_namespace.clone()))
     };
     let start_manager = || PluginManager::start(engine.clone(), shared.clone(), executor.clone(), plugin_metrics.clone(), config.clone());
@@ -282,4 +323,45 @@ async fn watch_signals(stop: watch::Sender<bool>) {
 fn default_identity() -> String {
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname").map(|h| h.trim().to_string()).unwrap_or_else(|_| "wasmloop".into());
     format!("{host}-{}", std::process::id())
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Parser, Debug)]
+    struct Probe {
+        #[command(flatten)]
+        record: RecordArgs,
+    }
+
+    #[test]
+    fn recording_is_off_unless_asked_for_and_bounded() {
+        let p = Probe::try_parse_from(["probe"]).unwrap();
+        assert_eq!(p.record.options().unwrap(), None);
+        let p = Probe::try_parse_from(["probe", "--record-dir", "/tmp/r"]).unwrap();
+        assert!(p.record.options().is_err(), "a directory without keys or failures records nothing");
+        assert!(Probe::try_parse_from(["probe", "--record-failures"]).is_err(), "--record-failures needs --record-dir");
+        let p = Probe::try_parse_from([
+            "probe",
+            "--record-dir",
+            "/tmp/r",
+            "--record-key",
+            "apps/v1/ReplicaSet/shop/web",
+            "--record-key",
+            "v1/Namespace/team-a",
+            "--record-max",
+            "5",
+            "--record-max-bytes",
+            "64Ki",
+        ])
+        .unwrap();
+        let o = p.record.options().unwrap().unwrap();
+        assert_eq!(o.keys.iter().map(String::as_str).collect::<Vec<_>>(), ["apps/v1/ReplicaSet/shop/web", "v1/Namespace/team-a"]);
+        assert_eq!((o.max_kept, o.max_bytes, o.failures), (5, 64 * 1024, false));
+        let p = Probe::try_parse_from(["probe", "--record-dir", "/tmp/r", "--record-key", "nonsense"]).unwrap();
+        assert!(p.record.options().is_err());
+    }
 }

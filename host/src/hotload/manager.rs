@@ -46,7 +46,7 @@ use crate::executor::Executor;
 use crate::identity::{self, Identity, PluginIdentity};
 use crate::informer::{self, InformerKey, Subscription};
 use crate::kinds::{KindRef, ObjectKey};
-use crate::plugin::{ByteSize, Compiled, LoadLimits, Origin, PluginEngine, PrecompiledCache, WasmPlugin};
+use crate::plugin::{ByteSize, Compiled, LoadLimits, Origin, PluginEngine, PrecompiledCache, RecordOptions, Recorder, WasmPlugin};
 use crate::queue::{RateLimitConfig, WorkQueue};
 
 /// Errors starting the manager (loading errors are reported on the ConfigMaps instead).
@@ -93,6 +93,9 @@ pub struct PluginManagerConfig {
     /// How often the kinds of loaded plugins are checked through discovery (a kind no longer
     /// served stops its plugin, which then waits for it).
     pub rediscovery: Duration,
+    /// Record chosen reconciles of every plugin (`--record-dir`): each loaded plugin gets a
+    /// [`Recorder`] writing into its own subdirectory. `None`: nothing is recorded.
+    pub record: Option<RecordOptions>,
 }
 
 impl PluginManagerConfig {
@@ -116,6 +119,7 @@ impl PluginManagerConfig {
             instance: None,
             wait: WaitPolicy::default(),
             rediscovery: Duration::from_secs(10),
+            record: None,
         }
     }
 }
@@ -798,6 +802,7 @@ impl Inner {
         let permit = self.compiles.clone().acquire_owned().await.map_err(|e| e.to_string())?;
         let (engine, precompiled) = (self.engine.clone(), self.precompiled.clone());
         let (limits, grants, component) = (manifest.limits.clone(), manifest.grants.clone(), manifest.component.clone());
+        let record = self.config.record.clone();
         // A compile cannot be interrupted: past the budget it is abandoned, and its thread keeps
         // the pool permit until it ends, so abandoned compiles stay bounded too.
         let work = tokio::task::spawn_blocking(move || {
@@ -807,7 +812,7 @@ impl Inner {
                 Input::Reuse(compiled) => {
                     let plugin =
                         WasmPlugin::from_compiled_as(&engine, compiled, limits, grants, component.as_deref()).map_err(|e| e.to_string())?;
-                    return Ok::<_, String>((Arc::new(plugin), LoadOrigin::Reused));
+                    return Ok::<_, String>((Arc::new(recording(plugin, record)), LoadOrigin::Reused));
                 }
             };
             let cached = precompiled.as_ref().and_then(|c| c.cached(&engine, &wasm).ok().flatten());
@@ -821,7 +826,7 @@ impl Inner {
             if let (Some(cache), false) = (&precompiled, cache_hit) {
                 cache.store(&engine, &wasm, plugin.component());
             }
-            Ok::<_, String>((Arc::new(plugin), if cache_hit { LoadOrigin::Precompiled } else { LoadOrigin::Compiled }))
+            Ok::<_, String>((Arc::new(recording(plugin, record)), if cache_hit { LoadOrigin::Precompiled } else { LoadOrigin::Compiled }))
         });
         let budget = self.config.compile_budget;
         match tokio::time::timeout(budget, work).await {
@@ -1197,4 +1202,20 @@ fn payload_digest(cm: &ConfigMap) -> String {
     let data = serde_json::to_vec(&cm.data).unwrap_or_default();
     let binary = serde_json::to_vec(&cm.binary_data).unwrap_or_default();
     source::sha256(&[&data, &binary])
+}
+
+/// `plugin`, recording what `options` choose (a recorder that cannot start is logged: the
+/// plugin runs without one; recording never stops a plugin from loading).
+fn recording(plugin: WasmPlugin, options: Option<RecordOptions>) -> WasmPlugin {
+    let Some(options) = options.filter(RecordOptions::records_anything) else { return plugin };
+    match Recorder::start(options, plugin.name()) {
+        Ok(recorder) => {
+            tracing::info!(target: "wasmloop::record", plugin = plugin.name(), dir = %recorder.dir().display(), "recording reconciles");
+            plugin.with_recorder(recorder)
+        }
+        Err(error) => {
+            tracing::warn!(target: "wasmloop::record", plugin = plugin.name(), %error, "not recording: the recorder did not start");
+            plugin
+        }
+    }
 }

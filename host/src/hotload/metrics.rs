@@ -33,6 +33,14 @@ struct PluginLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RecordingLabels {
+    plugin: String,
+    /// `written`, `dropped` (the writer was behind), `failed` (over the byte cap, an I/O error),
+    /// `removed` (beyond `--record-max`).
+    result: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct InfoLabels {
     configmap: String,
     plugin: String,
@@ -114,8 +122,15 @@ impl Collector for SandboxCollector {
             ("wasmloop_plugin_ooms", "Calls that failed at the memory cap", Family::default()),
             ("wasmloop_plugin_output_dropped_bytes", "Guest output dropped over the per-call or per-minute limits", Family::default()),
         ];
+        let recordings = Family::<RecordingLabels, Counter>::default();
         for (configmap, p) in self.loaded.lock().iter() {
             let spec = p.spec();
+            if let Some(recorder) = p.recorder() {
+                let r = recorder.stats();
+                for (result, v) in [("written", r.written), ("dropped", r.dropped), ("failed", r.failed), ("removed", r.removed)] {
+                    recordings.get_or_create(&RecordingLabels { plugin: spec.name.clone(), result }).inc_by(v);
+                }
+            }
             info.get_or_create(&InfoLabels {
                 configmap: configmap.clone(),
                 plugin: spec.name.clone(),
@@ -136,6 +151,13 @@ impl Collector for SandboxCollector {
             let e = encoder.encode_descriptor(name, help, None, family.metric_type())?;
             family.encode(e)?;
         }
+        let e = encoder.encode_descriptor(
+            "wasmloop_plugin_recordings",
+            "Reconcile recordings (--record-dir) by result: written, dropped, failed, removed",
+            None,
+            recordings.metric_type(),
+        )?;
+        recordings.encode(e)?;
         Ok(())
     }
 }

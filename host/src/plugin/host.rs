@@ -6,7 +6,9 @@
 //!   forwarded line by line into `tracing`, tagged with the plugin and key, within a byte budget;
 //! - a [`MemoryLimiter`] enforcing the plugin's memory cap and remembering a refused growth (to
 //!   tell an out-of-memory trap from other traps);
-//! - the cache the reconcile may read, with reads checked against the plugin's [`Grants`].
+//! - the cache the reconcile may read, with reads checked against the plugin's [`Grants`];
+//! - optionally a [`Tap`]: a call being recorded logs its reads, clocks and random values
+//!   ([`super::recorder`]); a replayed call gets them from a recording ([`super::replay`]).
 
 use std::sync::Arc;
 
@@ -20,6 +22,9 @@ use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 use super::bindings::{cache as wit_cache, log as wit_log, types as wit};
 use super::limits::Limits;
 use super::meta;
+use super::recorder::Capture;
+use super::recording::{Answer, Call, Kind};
+use super::replay::Serve;
 use crate::cache::{self, CachedObject, SharedCache};
 use crate::grants::{Grants, ReadScope};
 use crate::kinds::KindRef;
@@ -48,6 +53,17 @@ pub struct HostState {
     pub(crate) reads_exhausted: Option<usize>,
     /// Fields the plugin declared for metadata reads.
     fields: Arc<[FieldDecl]>,
+    /// Recording this call, or replaying one (None: neither, the common case).
+    tap: Option<Tap>,
+}
+
+/// What a call's inputs go through besides the cache: a recording being made, or one replayed.
+#[derive(Clone, Debug)]
+pub(crate) enum Tap {
+    /// Log every read, clock reading and random byte.
+    Record(Capture),
+    /// Answer reads, clocks and random from a recording; the cache is not read.
+    Replay(Serve),
 }
 
 impl HostState {
@@ -78,6 +94,52 @@ impl HostState {
             read_budget: limits.read_budget().as_usize(),
             reads_exhausted: None,
             fields: Arc::from([]),
+            tap: None,
+        }
+    }
+
+    /// Record this call's inputs, or serve them from a recording. Before the first guest call.
+    pub(crate) fn tap(&mut self, tap: Tap) {
+        self.tap = Some(tap);
+    }
+
+    /// A cache read through the tap: `live` answers it from the cache (logged when recording);
+    /// when replaying, the recording answers it (a read it lacks is a `cache-error`). `call` is
+    /// the read, built only when there is a tap.
+    fn tapped<T>(
+        &mut self,
+        call: Option<Call>,
+        live: impl FnOnce(&mut Self) -> Result<T, wit_cache::CacheError>,
+        answer: fn(&T) -> Answer,
+        from: fn(Answer) -> Option<T>,
+    ) -> Result<T, wit_cache::CacheError> {
+        match (&self.tap, call) {
+            (None, _) | (_, None) => live(self),
+            (Some(Tap::Record(capture)), Some(call)) => {
+                let capture = capture.clone();
+                let exhausted = self.reads_exhausted.is_some();
+                let result = live(self);
+                let recorded = match &result {
+                    Ok(v) => answer(v),
+                    Err(e) => Answer::Error(e.into()),
+                };
+                capture.read(call, recorded, !exhausted && self.reads_exhausted.is_some());
+                result
+            }
+            (Some(Tap::Replay(serve)), Some(call)) => {
+                let Some((recorded, over_budget)) = serve.read(&call) else {
+                    return Err(wit_cache::CacheError::Invalid(format!("not recorded: {call} (the recording has no such read)")));
+                };
+                if over_budget {
+                    self.reads_exhausted.get_or_insert(0);
+                }
+                match recorded {
+                    Answer::Error(e) => Err((&e).into()),
+                    other => from(other).ok_or_else(|| {
+                        wit_cache::CacheError::Invalid(format!("the recording answers {call} with another call's kind of answer"))
+                    }),
+                }
+            }
         }
     }
 
@@ -153,9 +215,16 @@ impl HostState {
     }
 }
 
-/// The WASI context of one call: no capabilities; stdout and stderr go to `output`.
-fn zero_capability_wasi(output: &GuestOutput) -> WasiCtx {
-    WasiCtxBuilder::new()
+/// The WASI context of one call: no capabilities; stdout and stderr go to `output`; clocks and
+/// random values recorded or replayed through `tap`.
+fn zero_capability_wasi(output: &GuestOutput, tap: Option<&Tap>) -> WasiCtx {
+    let mut builder = WasiCtxBuilder::new();
+    match tap {
+        None => {}
+        Some(Tap::Record(capture)) => capture.install(&mut builder),
+        Some(Tap::Replay(serve)) => serve.install(&mut builder),
+    }
+    builder
         .stdout(output.stream("stdout"))
         .stderr(output.stream("stderr"))
         .allow_tcp(false)
@@ -172,8 +241,8 @@ impl WasiView for HostState {
     /// two RNG seedings and a dozen allocations), so a reconcile that makes no WASI call does
     /// not pay for it. It is per call either way: nothing is shared between calls.
     fn ctx(&mut self) -> WasiCtxView<'_> {
-        let output = &self.output;
-        let ctx = self.wasi.get_or_insert_with(|| zero_capability_wasi(output));
+        let (output, tap) = (&self.output, self.tap.as_ref());
+        let ctx = self.wasi.get_or_insert_with(|| zero_capability_wasi(output, tap));
         WasiCtxView { ctx, table: &mut self.table }
     }
 }
@@ -193,8 +262,9 @@ fn cache_error(e: cache::Error) -> wit_cache::CacheError {
 
 impl wit::Host for HostState {}
 
-impl wit_cache::Host for HostState {
-    fn get(&mut self, kind: wit::KindRef, namespace: Option<String>, name: String) -> Result<Option<String>, wit_cache::CacheError> {
+impl HostState {
+    // The cache reads, answered from the cache (`tapped` wraps each).
+    fn live_get(&mut self, kind: wit::KindRef, namespace: Option<String>, name: String) -> Result<Option<String>, wit_cache::CacheError> {
         let kind = kind_ref(kind);
         if !self.read_scope(&kind).allows(namespace.as_deref()) {
             return Err(self.not_granted(&kind, namespace.as_deref()));
@@ -206,7 +276,7 @@ impl wit_cache::Host for HostState {
         Ok(found.map(|o| o.json().to_owned()))
     }
 
-    fn list(
+    fn live_list(
         &mut self,
         kind: wit::KindRef,
         namespace: Option<String>,
@@ -218,7 +288,7 @@ impl wit_cache::Host for HostState {
         self.jsons(found, &scope)
     }
 
-    fn by_index(&mut self, kind: wit::KindRef, index: String, value: String) -> Result<Vec<String>, wit_cache::CacheError> {
+    fn live_by_index(&mut self, kind: wit::KindRef, index: String, value: String) -> Result<Vec<String>, wit_cache::CacheError> {
         let kind = kind_ref(kind);
         let scope = self.read_scope(&kind);
         if scope == ReadScope::None {
@@ -228,7 +298,7 @@ impl wit_cache::Host for HostState {
         self.jsons(found, &scope)
     }
 
-    fn get_meta(
+    fn live_get_meta(
         &mut self,
         kind: wit::KindRef,
         namespace: Option<String>,
@@ -243,7 +313,7 @@ impl wit_cache::Host for HostState {
         Ok(self.metas(&kind, found.into_iter().collect(), &scope)?.pop())
     }
 
-    fn list_meta(
+    fn live_list_meta(
         &mut self,
         kind: wit::KindRef,
         namespace: Option<String>,
@@ -255,7 +325,12 @@ impl wit_cache::Host for HostState {
         self.metas(&kind, found, &scope)
     }
 
-    fn by_index_meta(&mut self, kind: wit::KindRef, index: String, value: String) -> Result<Vec<wit::ObjectMeta>, wit_cache::CacheError> {
+    fn live_by_index_meta(
+        &mut self,
+        kind: wit::KindRef,
+        index: String,
+        value: String,
+    ) -> Result<Vec<wit::ObjectMeta>, wit_cache::CacheError> {
         let kind = kind_ref(kind);
         let scope = self.read_scope(&kind);
         if scope == ReadScope::None {
@@ -263,6 +338,96 @@ impl wit_cache::Host for HostState {
         }
         let found = self.cache()?.by_index(&kind, &index, &value).map_err(cache_error)?;
         self.metas(&kind, found, &scope)
+    }
+}
+
+impl wit_cache::Host for HostState {
+    fn get(&mut self, kind: wit::KindRef, namespace: Option<String>, name: String) -> Result<Option<String>, wit_cache::CacheError> {
+        let call = self.tap.is_some().then(|| Call::Get { kind: Kind::from(&kind), namespace: namespace.clone(), name: name.clone() });
+        self.tapped(
+            call,
+            |s| s.live_get(kind, namespace, name),
+            |v| Answer::Object(v.clone()),
+            |a| match a {
+                Answer::Object(v) => Some(v),
+                _ => None,
+            },
+        )
+    }
+
+    fn list(
+        &mut self,
+        kind: wit::KindRef,
+        namespace: Option<String>,
+        selector: Option<String>,
+    ) -> Result<Vec<String>, wit_cache::CacheError> {
+        let call =
+            self.tap.is_some().then(|| Call::List { kind: Kind::from(&kind), namespace: namespace.clone(), selector: selector.clone() });
+        self.tapped(call, |s| s.live_list(kind, namespace, selector), |v| objects(v), from_objects)
+    }
+
+    fn by_index(&mut self, kind: wit::KindRef, index: String, value: String) -> Result<Vec<String>, wit_cache::CacheError> {
+        let call = self.tap.is_some().then(|| Call::ByIndex { kind: Kind::from(&kind), index: index.clone(), value: value.clone() });
+        self.tapped(call, |s| s.live_by_index(kind, index, value), |v| objects(v), from_objects)
+    }
+
+    fn get_meta(
+        &mut self,
+        kind: wit::KindRef,
+        namespace: Option<String>,
+        name: String,
+    ) -> Result<Option<wit::ObjectMeta>, wit_cache::CacheError> {
+        let call = self.tap.is_some().then(|| Call::GetMeta { kind: Kind::from(&kind), namespace: namespace.clone(), name: name.clone() });
+        self.tapped(
+            call,
+            |s| s.live_get_meta(kind, namespace, name),
+            |v| Answer::Meta(v.as_ref().map(|m| Box::new(m.into()))),
+            |a| match a {
+                Answer::Meta(m) => Some(m.as_deref().map(Into::into)),
+                _ => None,
+            },
+        )
+    }
+
+    fn list_meta(
+        &mut self,
+        kind: wit::KindRef,
+        namespace: Option<String>,
+        selector: Option<String>,
+    ) -> Result<Vec<wit::ObjectMeta>, wit_cache::CacheError> {
+        let call = self.tap.is_some().then(|| Call::ListMeta {
+            kind: Kind::from(&kind),
+            namespace: namespace.clone(),
+            selector: selector.clone(),
+        });
+        self.tapped(call, |s| s.live_list_meta(kind, namespace, selector), |v| metas(v), from_metas)
+    }
+
+    fn by_index_meta(&mut self, kind: wit::KindRef, index: String, value: String) -> Result<Vec<wit::ObjectMeta>, wit_cache::CacheError> {
+        let call = self.tap.is_some().then(|| Call::ByIndexMeta { kind: Kind::from(&kind), index: index.clone(), value: value.clone() });
+        self.tapped(call, |s| s.live_by_index_meta(kind, index, value), |v| metas(v), from_metas)
+    }
+}
+
+fn objects(v: &[String]) -> Answer {
+    Answer::Objects(v.to_vec())
+}
+
+fn from_objects(a: Answer) -> Option<Vec<String>> {
+    match a {
+        Answer::Objects(v) => Some(v),
+        _ => None,
+    }
+}
+
+fn metas(v: &[wit::ObjectMeta]) -> Answer {
+    Answer::Metas(v.iter().map(Into::into).collect())
+}
+
+fn from_metas(a: Answer) -> Option<Vec<wit::ObjectMeta>> {
+    match a {
+        Answer::Metas(v) => Some(v.iter().map(Into::into).collect()),
+        _ => None,
     }
 }
 
@@ -611,6 +776,83 @@ mod tests {
         }
         let tail = out.stderr_tail();
         assert!(tail.len() <= STDERR_TAIL && tail.ends_with("line 199"), "{tail}");
+    }
+
+    /// A call's state over a cache holding one Pod `shop/web`, reads budgeted to `budget` bytes.
+    fn state_over_a_pod(budget: u64, tap: Option<Tap>) -> HostState {
+        let pod = serde_json::json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web", "namespace": "shop", "uid": "u1", "resourceVersion": "1", "labels": {"app": "web"}}});
+        let cache: SharedCache = Arc::new(cache::CacheView::from_objects([pod]).unwrap());
+        let limits = Limits { reads_per_call: Some(crate::plugin::ByteSize(budget)), ..Limits::default() };
+        let rate = Arc::new(OutputRate::new(1 << 20));
+        let mut state = HostState::new(Arc::from("p"), None, &limits, Arc::new(Grants::all()), Some(cache), rate);
+        if let Some(tap) = tap {
+            state.tap(tap);
+        }
+        state
+    }
+
+    fn pod_kind() -> wit::KindRef {
+        wit::KindRef { api_version: "v1".into(), kind: "Pod".into() }
+    }
+
+    #[test]
+    fn reads_recorded_at_the_host_boundary_are_answered_the_same_in_replay() {
+        use super::super::recorder::PluginInfo;
+        use super::super::recording::{RecordedOutcome, RecordedRequest};
+        use wit_cache::Host as _;
+
+        let capture = Capture::new(1 << 20);
+        let mut live = state_over_a_pod(1 << 20, Some(Tap::Record(capture.clone())));
+        let got = live.get(pod_kind(), Some("shop".into()), "web".into()).unwrap();
+        let listed = live.list(pod_kind(), Some("shop".into()), Some("app=web".into())).unwrap();
+        let metas = live.list_meta(pod_kind(), None, None).unwrap();
+        let missing = live.get(pod_kind(), Some("shop".into()), "gone".into()).unwrap();
+        let bad = live.by_index(pod_kind(), "nope".into(), "x".into()).unwrap_err();
+        let info = PluginInfo { name: "p", version: "1", digest: "sha256:00" };
+        let request = RecordedRequest { key: "v1/Pod/shop/web".into(), reason: "event".into(), last_error: None };
+        let recording = capture.finish(&info, request, RecordedOutcome::default());
+        assert_eq!(recording.reads.len(), 5);
+        // The recording goes through its file form.
+        let recording = super::super::recording::Recording::decode(&recording.encode(1 << 20).unwrap()).unwrap();
+
+        let serve = Serve::new(&recording);
+        let mut replayed = state_over_a_pod(1 << 20, Some(Tap::Replay(serve.clone())));
+        replayed.cache = None; // Nothing is read from a cache in replay.
+        assert_eq!(replayed.list(pod_kind(), Some("shop".into()), Some("app=web".into())).unwrap(), listed);
+        assert_eq!(replayed.get(pod_kind(), Some("shop".into()), "web".into()).unwrap(), got);
+        let recorded = |ms: &[wit::ObjectMeta]| ms.iter().map(super::super::recording::Meta::from).collect::<Vec<_>>();
+        assert_eq!(recorded(&replayed.list_meta(pod_kind(), None, None).unwrap()), recorded(&metas));
+        assert_eq!(metas.len(), 1);
+        assert_eq!(replayed.get(pod_kind(), Some("shop".into()), "gone".into()).unwrap(), missing);
+        let error = |e: &wit_cache::CacheError| super::super::recording::CacheError::from(e);
+        assert_eq!(error(&replayed.by_index(pod_kind(), "nope".into(), "x".into()).unwrap_err()), error(&bad));
+        let not_recorded = replayed.get(pod_kind(), Some("shop".into()), "other".into()).unwrap_err();
+        assert!(
+            matches!(&not_recorded, wit_cache::CacheError::Invalid(m) if m.starts_with("not recorded: get(v1/Pod, \"shop\", \"other\")")),
+            "{not_recorded:?}"
+        );
+        assert_eq!(serve.report().not_recorded, [r#"get(v1/Pod, "shop", "other")"#]);
+        assert!(replayed.reads_exhausted.is_none());
+    }
+
+    #[test]
+    fn a_read_over_the_budget_when_recorded_fails_the_replay_too() {
+        use super::super::recorder::PluginInfo;
+        use super::super::recording::{RecordedOutcome, RecordedRequest};
+        use wit_cache::Host as _;
+
+        let capture = Capture::new(1 << 20);
+        let mut live = state_over_a_pod(10, Some(Tap::Record(capture.clone())));
+        assert!(live.get(pod_kind(), Some("shop".into()), "web".into()).is_err());
+        assert!(live.reads_exhausted.is_some());
+        let info = PluginInfo { name: "p", version: "1", digest: "sha256:00" };
+        let request = RecordedRequest { key: "v1/Pod/shop/web".into(), reason: "event".into(), last_error: None };
+        let recording = capture.finish(&info, request, RecordedOutcome::default());
+        assert!(recording.reads[0].over_budget);
+        // Replayed under a generous budget: the read fails as recorded, and the call with it.
+        let mut replayed = state_over_a_pod(1 << 20, Some(Tap::Replay(Serve::new(&recording))));
+        assert!(replayed.get(pod_kind(), Some("shop".into()), "web".into()).is_err());
+        assert!(replayed.reads_exhausted.is_some());
     }
 
     #[test]

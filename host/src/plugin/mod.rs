@@ -11,7 +11,10 @@
 //! - [`runtime`]: [`WasmPlugin`], loading + validation and `impl Reconciler` (fresh Store per
 //!   reconcile, traps/timeouts/OOM as transient errors, counted in [`PluginStats`]);
 //! - [`imports`]: what a plugin imports that the host does not provide, by interface and function;
-//! - [`inspect`]: describe a plugin file for `wasmloop inspect`.
+//! - [`inspect`]: describe a plugin file for `wasmloop inspect`;
+//! - [`recording`]: a [`Recording`] of one reconcile's inputs and outcome (`.json.zst`);
+//! - [`recorder`]: capturing them in a call, and a plugin's opt-in [`Recorder`] writing them;
+//! - [`replay`]: serving a recording to a plugin again, and the [`OutcomeDiff`] of the outcomes.
 
 pub(crate) mod bindings;
 mod compat;
@@ -22,10 +25,16 @@ mod imports;
 pub mod inspect;
 pub mod limits;
 pub(crate) mod meta;
+pub mod recorder;
+pub mod recording;
+pub mod replay;
 pub mod runtime;
 
 pub use convert::MetadataError;
 pub use engine::{Compiled, Origin, PluginEngine, PrecompiledCache};
 pub use inspect::{Inspection, inspect, inspect_compiled};
 pub use limits::{ByteSize, EngineLimits, Limits, LoadLimits};
-pub use runtime::{Error, PluginStats, Result, WasmPlugin};
+pub use recorder::{RecordOptions, Recorder, RecorderStats};
+pub use recording::Recording;
+pub use replay::{OutcomeDiff, ReplayReport};
+pub use runtime::{Error, PluginStats, Replayed, Result, WasmPlugin};

@@ -20,8 +20,11 @@ use super::bindings::{self, ControllerPre, types as wit, v0_1, v0_2};
 use super::compat;
 use super::convert::{from_wit_error, spec_from_metadata, to_outcome, to_planned, to_wit_request};
 use super::engine::{self, Compiled, PluginEngine};
-use super::host::{HostState, OutputRate};
+use super::host::{HostState, OutputRate, Tap};
 use super::limits::{self, Limits};
+use super::recorder::{Capture, PluginInfo, Recorder};
+use super::recording::{self, RecordedOutcome, RecordedRequest, Recording};
+use super::replay::{OutcomeDiff, ReplayReport, Serve};
 use crate::cache::SharedCache;
 use crate::grants::{self, Grants};
 use crate::reconciler::{Cause, FieldDecl, Outcome, ReconcileError, Reconciler, ReconcilerSpec, Request};
@@ -215,6 +218,22 @@ pub struct WasmPlugin {
     grants: Arc<Grants>,
     counters: Counters,
     output_rate: Arc<OutputRate>,
+    /// Records chosen reconciles (None: records nothing, the default).
+    recorder: Option<Arc<Recorder>>,
+}
+
+/// A recording run again: the outcome, how it differs from the recorded one, and what the
+/// recording could not serve.
+#[derive(Debug)]
+pub struct Replayed {
+    /// The replayed reconcile's result.
+    pub result: std::result::Result<Outcome, ReconcileError>,
+    /// The same, in the recording's terms.
+    pub outcome: RecordedOutcome,
+    /// How it differs from the recorded outcome.
+    pub diff: OutcomeDiff,
+    /// Reads, clock readings and random bytes the recording did not have.
+    pub report: ReplayReport,
 }
 
 impl fmt::Debug for WasmPlugin {
@@ -285,7 +304,52 @@ impl WasmPlugin {
             limits,
             grants,
             counters: Counters::default(),
+            recorder: None,
         })
+    }
+
+    /// The same plugin, recording the reconciles `recorder` wants (chosen keys, failures).
+    #[must_use]
+    pub fn with_recorder(mut self, recorder: Arc<Recorder>) -> Self {
+        self.recorder = Some(recorder);
+        self
+    }
+
+    /// Its recorder, if it records.
+    pub fn recorder(&self) -> Option<&Arc<Recorder>> {
+        self.recorder.as_ref()
+    }
+
+    /// Reconcile as [`Reconciler::reconcile`] does, recording everything the call saw (about
+    /// `max_bytes` of answers and random bytes at most; past that the recording is truncated).
+    /// **Blocking**, as `reconcile`.
+    pub fn reconcile_recorded(
+        &self,
+        request: &Request,
+        cache: &SharedCache,
+        max_bytes: usize,
+    ) -> (std::result::Result<Outcome, ReconcileError>, Recording) {
+        let capture = Capture::new(max_bytes);
+        let result = self.guarded_call(request, cache, Some(Tap::Record(capture.clone())));
+        let recording = self.recording(&capture, request, &result);
+        (result, recording)
+    }
+
+    /// Run `recording` again: its request, its reads answered from it (never from a cache), its
+    /// clocks and random values served in order. **Blocking**, as `reconcile`.
+    pub fn replay(&self, recording: &Recording) -> std::result::Result<Replayed, recording::Error> {
+        let request = recording.request.request()?;
+        let serve = Serve::new(recording);
+        let empty: SharedCache = Arc::new(crate::cache::CacheView::new());
+        let result = self.guarded_call(&request, &empty, Some(Tap::Replay(serve.clone())));
+        let outcome = RecordedOutcome::of(&result);
+        let diff = OutcomeDiff::between(&recording.outcome, &outcome);
+        Ok(Replayed { result, outcome, diff, report: serve.report() })
+    }
+
+    fn recording(&self, capture: &Capture, request: &Request, result: &std::result::Result<Outcome, ReconcileError>) -> Recording {
+        let info = PluginInfo { name: &self.name, version: &self.spec.version, digest: &self.digest };
+        capture.finish(&info, RecordedRequest::of(request), RecordedOutcome::of(result))
     }
 
     /// The plugin's name, as its `metadata()` gives it.
@@ -342,7 +406,7 @@ impl WasmPlugin {
         }
     }
 
-    fn call(&self, request: &Request, cache: &SharedCache) -> Result<Outcome, ReconcileError> {
+    fn call(&self, request: &Request, cache: &SharedCache, tap: Option<Tap>) -> Result<Outcome, ReconcileError> {
         let c = &self.counters;
         bump(&c.calls);
         // An instance slot first (waiting for one is not the plugin's time): every call ends by
@@ -364,6 +428,9 @@ impl WasmPlugin {
             self.output_rate.clone(),
         );
         store.data_mut().declare_fields(self.fields.clone());
+        if let Some(tap) = tap {
+            store.data_mut().tap(tap);
+        }
         let output = store.data().output.clone();
         let wit_request = to_wit_request(request);
         let pre = &self.pre;
@@ -476,10 +543,28 @@ impl Reconciler for WasmPlugin {
     /// runtime. Never panics; traps, timeouts and out-of-memory become `Transient` errors naming
     /// which, an invalid outcome a `Permanent` one.
     fn reconcile(&self, request: &Request, cache: &SharedCache) -> Result<Outcome, ReconcileError> {
+        let Some(recorder) = &self.recorder else { return self.guarded_call(request, cache, None) };
+        let wanted = recorder.wants_key(&request.key);
+        if !wanted && !recorder.wants_failures() {
+            return self.guarded_call(request, cache, None);
+        }
+        let capture = Capture::new(recorder.capture_cap());
+        let result = self.guarded_call(request, cache, Some(Tap::Record(capture.clone())));
+        if wanted || result.is_err() {
+            // Handed to the recorder's writer thread: never blocks, never fails the reconcile.
+            recorder.submit(self.recording(&capture, request, &result));
+        }
+        result
+    }
+}
+
+impl WasmPlugin {
+    /// One call, with a panic of the host side turned into an error.
+    fn guarded_call(&self, request: &Request, cache: &SharedCache, tap: Option<Tap>) -> Result<Outcome, ReconcileError> {
         // Defence in depth: a panic in the host side of a call (e.g. WASI's sync adapters when
         // called on an async worker thread instead of a blocking one) becomes an error. The
         // Store is dropped while unwinding, as on any other exit.
-        match no_panic(|| self.call(request, cache)) {
+        match no_panic(|| self.call(request, cache, tap)) {
             Ok(result) => result,
             Err(what) => {
                 bump(&self.counters.host_panics);
