@@ -16,7 +16,8 @@
 #   4 work queue   5 latency (host pinned apart from the load; taskset): event → reconcile, hot reload
 #   6 scale-out (--shard-mode plugin, 30 shards): 1 vs 3 replicas, imbalance, kill -9 → takeover
 #   7 the plugin author's inner loop: `wasmloop dev` on the guide's plugin, save → new version reconciling
-#     (Rust; the full run also TypeScript and Python)
+#     (Rust; the full run also TypeScript and Python)   8 plugins in other languages
+#   9 safe rollout: the serving reconcile's p99 with a shadow version beside it
 # Any failure exits non-zero before a report is written. KEEP_RESULTS=1 keeps the raw results.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -105,6 +106,7 @@ if [ $quick = 1 ]; then
   devloop=(--edits 2 --target-dir "$target_dir/new-plugin")
   devloop_langs=()
   polyglot=(--cpu-seconds 0.2 --loads 2 --copies 1)
+  shadow=(--iterations 100 --runs 1)
 else
   conv=(--runs 5 --replicasets 100 --replicas 10)
   conv_large=(--runs 5 --replicasets 1000 --replicas 10 --timeout-secs 600)
@@ -121,6 +123,7 @@ else
   # The same in TypeScript and Python (full run only: their builds take tens of seconds each).
   devloop_langs=(ts python)
   polyglot=()
+  shadow=()
 fi
 
 say "1. convergence: kube-controller-manager, wasmloop and the floor, in turn"
@@ -182,6 +185,9 @@ fi
 say "8. plugins in other languages: the same plugin in Rust, TypeScript and Python"
 "$bench_bin" polyglot --out "$results/polyglot.json" "${polyglot[@]}"
 
+say "9. safe rollout: a shadow version beside the serving one"
+"$bench_bin" shadow --out "$results/shadow.json" "${shadow[@]}"
+
 echo "| load average at end | $(cut -d' ' -f1-3 /proc/loadavg) |" >>"$results/machine.md"
 echo "" >>"$results/machine.md"
 echo "Noise: this machine is shared (other builds may run at the same time; see the load averages), so every figure is a median with its min–max over repeated runs, and ratios compare medians measured in the same run." >>"$results/machine.md"
@@ -195,7 +201,7 @@ else
   out=$root/BENCHMARKS.md
 fi
 "$bench_bin" report --results "$results" --out "$out.tmp"
-for section in "## 1. Convergence" "## 2. The same ReplicaSet" "## 3. Memory" "## 4. Work queue" "## 5. Latency" "## 6. Scale-out" "## 7. The plugin author" "## 8. Plugins in other languages"; do
+for section in "## 1. Convergence" "## 2. The same ReplicaSet" "## 3. Memory" "## 4. Work queue" "## 5. Latency" "## 6. Scale-out" "## 7. The plugin author" "## 8. Plugins in other languages" "## 9. Safe rollout"; do
   grep -q "^$section" "$out.tmp" || { echo "bench.sh: the report has no section '$section'" >&2; exit 1; }
 done
 mv "$out.tmp" "$out"

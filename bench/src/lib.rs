@@ -22,4 +22,5 @@ pub mod queue;
 pub mod reload;
 pub mod report;
 pub mod scaleout;
+pub mod shadow;
 pub mod stats;

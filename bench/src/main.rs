@@ -7,7 +7,9 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use serde::Serialize;
-use wasmloop_bench::{alloc, cache_memory, call_cost, convergence, devloop, latency, memory, polyglot, queue, reload, report, scaleout};
+use wasmloop_bench::{
+    alloc, cache_memory, call_cost, convergence, devloop, latency, memory, polyglot, queue, reload, report, scaleout, shadow,
+};
 
 #[global_allocator]
 static ALLOC: alloc::Counting = alloc::Counting;
@@ -48,6 +50,9 @@ enum Command {
     /// Section 8: the same plugin from Rust, TypeScript and Python: sizes, compile, load from the
     /// precompiled cache, per-reconcile CPU, marginal RSS per idle plugin (in-process, no cluster).
     Polyglot(polyglot::Args),
+    /// What a shadow version costs the serving one: serving reconcile p99 with and without a
+    /// candidate beside it (in-process, no cluster).
+    Shadow(shadow::Args),
     /// Write BENCHMARKS.md from a results directory.
     Report(report::Args),
 }
@@ -75,6 +80,7 @@ fn main() -> anyhow::Result<()> {
         }
         Command::CallCost(args) => call_cost::main(args)?,
         Command::Polyglot(args) => polyglot::main(args)?,
+        Command::Shadow(args) => shadow::main(args)?,
         Command::Convergence(args) => {
             let out = args.out.clone();
             write_json(&out, &rt()?.block_on(convergence::run(args))?)?;

@@ -20,10 +20,12 @@ use crate::{convergence, latency, memory, phases::PhaseReport, queue, reload};
 mod devloop;
 mod polyglot;
 mod race;
+mod rollout;
 mod scaleout;
 use devloop::DevLoop;
 use polyglot::Polyglot;
 use race::Race;
+use rollout::Rollout;
 use scaleout::ScaleOut;
 
 #[derive(clap::Args, Debug, Clone)]
@@ -147,6 +149,8 @@ pub fn run(args: Args) -> Result<()> {
     let dev_loop = DevLoop::new(&dev_results)?;
     let polyglot_results: crate::polyglot::Results = read(dir, "polyglot.json")?;
     let polyglot = Polyglot::new(&polyglot_results)?;
+    let shadow_results: Vec<crate::shadow::ScenarioResult> = read(dir, "shadow.json")?;
+    let rollout = Rollout::new(&shadow_results)?;
 
     // ---- Section 1 figures.
     let conv_large: convergence::Results = read(dir, "convergence_large.json")?;
@@ -276,6 +280,7 @@ pub fn run(args: Args) -> Result<()> {
     scale.target_rows(w)?;
     dev_loop.target_rows(w)?;
     polyglot.target_rows(w)?;
+    rollout.target_rows(w)?;
     writeln!(w)?;
 
     // ---- 1.
@@ -653,6 +658,7 @@ pub fn run(args: Args) -> Result<()> {
     dev_loop.section(w)?;
     writeln!(w)?;
     polyglot.section(w)?;
+    rollout.section(w)?;
 
     writeln!(w, "## How to reproduce\n")?;
     writeln!(

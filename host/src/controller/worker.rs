@@ -302,21 +302,14 @@ impl Inner {
 /// A candidate's reconcile running beside the serving one.
 struct Candidate {
     reconciler: Arc<dyn crate::reconciler::Reconciler>,
-    answer: tokio::task::JoinHandle<Result<crate::reconciler::Outcome, ReconcileError>>,
+    answer: tokio::sync::oneshot::Receiver<Result<crate::reconciler::Outcome, ReconcileError>>,
 }
 
-/// Start the candidate's reconcile of `request` on a blocking thread, if one of its slots is
+/// Start the candidate's reconcile of `request` on one of its threads, if one of its slots is
 /// free (`None`: not shadowed this time).
 fn start_candidate(shadow: &Shadow, request: &Request, view: &cache::SharedCache) -> Option<Candidate> {
-    let slot = shadow.try_slot()?;
-    let (reconciler, request, view) = (shadow.reconciler().clone(), request.clone(), view.clone());
-    let candidate = reconciler.clone();
-    let answer = tokio::task::spawn_blocking(move || {
-        let result = candidate.reconcile(&request, &view);
-        drop(slot);
-        result
-    });
-    Some(Candidate { reconciler, answer })
+    let answer = shadow.start(request, view)?;
+    Some(Candidate { reconciler: shadow.reconciler().clone(), answer })
 }
 
 /// One line per reconcile at [`RECONCILE_LOG`]: the key, the actions returned (or why there were
