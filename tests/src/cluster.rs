@@ -287,7 +287,8 @@ impl HostProcess {
         let mut host = Self { name: name.to_string(), child, log, addr: ([127, 0, 0, 1], 0).into(), exit: None };
         let addr = eventually(&format!("host {name} to serve HTTP"), WAIT, || {
             let found = host.log_lines().into_iter().find_map(|l| {
-                (l["message"] == "serving /metrics, /healthz, /readyz").then(|| l["addr"].as_str().map(str::to_string)).flatten()
+                let serving = l["message"].as_str().is_some_and(|m| m.starts_with("serving /metrics, /healthz, /readyz"));
+                serving.then(|| l["addr"].as_str().map(str::to_string)).flatten()
             });
             let exited = host.child.try_wait().ok().flatten();
             async move {
