@@ -937,7 +937,7 @@ impl Inner {
             },
         };
         if let Some(entry) = entry {
-            self.attach_candidate(&entry).await;
+            self.attach_candidate(key, &entry).await;
             self.loaded.lock().await.insert(key.clone(), entry);
         }
         result
@@ -963,7 +963,10 @@ impl Inner {
             uid: cm.metadata.uid.clone().unwrap_or_default(),
         };
         let loaded = self.loaded.lock().await;
-        let serving = loaded.values().find(|l| l.plugin.name() == target);
+        // Only a serving version loaded from the same namespace: with --all-namespaces, a
+        // candidate must not attach itself to another namespace's plugin (its canary's writes
+        // would go out as that plugin's identity).
+        let serving = loaded.iter().find(|(k, l)| l.plugin.name() == target && k.namespace == key.namespace).map(|(_, l)| l);
         if let Some(serving) = serving {
             let (theirs, ours) = (&serving.plugin.spec().reconciles, &plugin.spec().reconciles);
             if theirs != ours {
@@ -976,7 +979,7 @@ impl Inner {
             }
             serving.controller.set_shadow(Some(candidate.shadow.clone()));
         } else {
-            info!(configmap = %key, plugin = %target, "candidate loaded; plugin {target} is not serving: it runs beside it once it does");
+            info!(configmap = %key, plugin = %target, "candidate loaded; plugin {target} is not serving from this namespace: it runs beside it once it does");
         }
         drop(loaded);
         self.shadows.lock().await.insert(key.clone(), candidate);
@@ -985,10 +988,13 @@ impl Inner {
 
     /// Run the candidate of `entry`'s plugin, if one is loaded, beside it (a restarted
     /// controller starts without one).
-    async fn attach_candidate(&self, entry: &Loaded) {
+    async fn attach_candidate(&self, key: &ObjectKey, entry: &Loaded) {
         let shadows = self.shadows.lock().await;
         let name = entry.plugin.name();
-        let candidate = shadows.values().find(|c| c.target == name && c.plugin.spec().reconciles == entry.plugin.spec().reconciles);
+        let candidate = shadows
+            .iter()
+            .find(|(k, c)| k.namespace == key.namespace && c.target == name && c.plugin.spec().reconciles == entry.plugin.spec().reconciles)
+            .map(|(_, c)| c);
         let Some(c) = candidate else { return };
         if entry.controller.shadow().is_some_and(|s| Arc::ptr_eq(&s, &c.shadow)) {
             return;
