@@ -179,10 +179,16 @@ async fn scale_up(cx: &Cx) -> Result<Summary> {
 }
 
 /// 3 orphans matching the selector exist first; RS replicas 5 adopts them and creates 2.
+///
+/// "First" means the controller has seen them before it sees the ReplicaSet ([`Cx::barrier`]):
+/// its Pod and ReplicaSet informers are separate watches, so without the barrier a controller
+/// under load may sync the ReplicaSet before its Pod cache holds the last orphan, create 3, adopt
+/// that orphan later and delete one (CI saw KCM do exactly this).
 async fn adopt_orphans(cx: &Cx) -> Result<Summary> {
     for i in 0..3 {
         cx.create_pod(pod(&format!("orphan-{i}"), json!({"app": "web", "role": "orphan"}))).await?;
     }
+    cx.barrier().await?;
     cx.create_rs(replicaset("web", 5)).await?;
     cx.settle().await
 }
@@ -387,6 +393,21 @@ impl Cx {
             Ok((pods.len() == n).then_some(pods))
         })
         .await
+    }
+
+    /// Wait until the controller's Pod cache holds every Pod created so far, then leave nothing
+    /// behind: a ReplicaSet `barrier` of 1 replica is created, and its status counting its Pod
+    /// proves the controller's Pod watch delivered that Pod, hence every earlier one (a watch
+    /// delivers events in resourceVersion order); it is then scaled to 0 (the controller deletes
+    /// the Pod; unscheduled, it goes at once) and deleted.
+    async fn barrier(&self) -> Result<()> {
+        const NAME: &str = "barrier";
+        self.create_rs(replicaset(NAME, 1)).await?;
+        self.wait_status(NAME, "its Pod counted", WAIT, |s| s.replicas == 1).await?;
+        self.sets().patch(NAME, &PatchParams::default(), &Patch::Merge(json!({"spec": {"replicas": 0}}))).await?;
+        self.wait_status(NAME, "scaled to 0", WAIT, |s| s.replicas == 0).await?;
+        self.sets().delete(NAME, &DeleteParams::default()).await?;
+        Ok(())
     }
 
     /// Wait until ReplicaSet `rs` has observed its current generation and `check` holds.
