@@ -11,6 +11,11 @@
 # scripts/polyglot-env.sh installs. Their components go next to the Rust ones
 # (<target>/wasm32-wasip2/plugin/<name with _>.wasm).
 #
+# The size-first Rust plugins are then made smaller by `wasmloop optimize` (Binaryen's wasm-opt
+# on their core modules, checked to be the same plugin to the host) when wasm-opt is installed
+# (scripts/setup.sh installs it); the wasmloop binary is $WASMLOOP_BIN, else built with cargo.
+# WASMLOOP_OPTIMIZE=0 skips the step.
+#
 # Honours CARGO_TARGET_DIR. Extra cargo flags go in CARGO_FLAGS (e.g. CARGO_FLAGS=--locked).
 set -euo pipefail
 
@@ -44,6 +49,22 @@ done
 target_dir=${CARGO_TARGET_DIR:-$(cargo metadata --format-version 1 --no-deps | sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')}
 out_dir=$target_dir/$TARGET/$PROFILE
 mkdir -p "$out_dir"
+
+if [ ${#small[@]} -gt 0 ] && [ "${WASMLOOP_OPTIMIZE:-1}" != 0 ]; then
+  if command -v wasm-opt >/dev/null 2>&1; then
+    wasmloop=${WASMLOOP_BIN:-}
+    if [ -z "$wasmloop" ]; then
+      # shellcheck disable=SC2086
+      cargo build -q -p wasmloop --bin wasmloop ${CARGO_FLAGS:-}
+      wasmloop=$target_dir/debug/wasmloop
+    fi
+    for ((i = 1; i < ${#small[@]}; i += 2)); do
+      "$wasmloop" optimize "$out_dir/${small[i]//-/_}.wasm" >&2
+    done
+  else
+    echo "build-plugins: wasm-opt not found (scripts/setup.sh installs Binaryen): the plugins are not optimised" >&2
+  fi
+fi
 
 if [ ${#other[@]} -gt 0 ]; then
   # shellcheck source=scripts/polyglot-env.sh

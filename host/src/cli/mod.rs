@@ -4,6 +4,7 @@ mod dev;
 mod diff;
 mod new;
 mod offline;
+mod optimize;
 mod pack;
 mod replay;
 mod run;
@@ -48,6 +49,9 @@ enum Command {
     /// Print a plugin as ConfigMaps for `kubectl apply -f -`: an immutable payload (zstd-compressed
     /// wasm) and the plugin ConfigMap (manifest + reference by digest); `--inline`: one ConfigMap.
     Pack(pack::PackArgs),
+    /// Make a plugin component smaller: Binaryen's `wasm-opt` on its core modules, checked to be
+    /// the same plugin to the host (imports, exports, metadata) before it is written.
+    Optimize(optimize::OptimizeArgs),
     /// Show how candidate versions (`shadowOf:`) compared with the serving ones, from a running
     /// host's `/shadow`: counts per plugin, and per key the two outcomes side by side.
     Diff(diff::DiffArgs),
@@ -186,6 +190,7 @@ pub fn main(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Command::Pack(args) => pack::run(args),
         Command::Diff(args) => diff::run(args),
+        Command::Optimize(args) => optimize::run(args),
         Command::New(args) => new::run(args).map(|()| ExitCode::SUCCESS),
         Command::Dev(args) => dev::run(args),
     }
