@@ -122,7 +122,7 @@ fn optimize_shrinks_a_component_and_keeps_it_the_same_plugin() -> Result<()> {
     let plugin = dir.path().join("echo.wasm");
     std::fs::write(&plugin, &original)?;
     let run = |args: &[&str]| -> Result<std::process::Output> {
-        Ok(Command::new(&bin).args(args).env("WASMLOOP_NO_PRECOMPILED_CACHE", "1").output()?)
+        Ok(Command::new(&bin).args(args).env("WASMLOOP_NO_PRECOMPILED_CACHE", "true").output()?)
     };
     let text = |o: &std::process::Output| format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
 

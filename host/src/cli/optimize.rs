@@ -75,7 +75,12 @@ pub struct OptimizeArgs {
 pub fn run(args: OptimizeArgs) -> anyhow::Result<ExitCode> {
     let path = &args.plugin;
     let original = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
-    let sections = sections(&original).with_context(|| format!("{} is not a component", path.display()))?;
+    let sections = sections(&original).with_context(|| format!("{}: not a well-formed component", path.display()))?;
+    ensure!(
+        sections.iter().any(|s| s.id == CORE_MODULE && s.body.len() >= MIN_MODULE),
+        "{} holds no core module to optimise",
+        path.display()
+    );
     let work = tempfile::tempdir().context("creating a temporary directory")?;
     let mut optimized = original[..PREAMBLE].to_vec();
     for (i, s) in sections.iter().enumerate() {
@@ -88,7 +93,6 @@ pub fn run(args: OptimizeArgs) -> anyhow::Result<ExitCode> {
             push_section(&mut optimized, s.id, body);
         }
     }
-    ensure!(sections.iter().any(|s| s.id == CORE_MODULE && s.body.len() >= MIN_MODULE), "{} holds no core module to optimise", path.display());
 
     let engine = args.load.engine()?;
     let before = describe(&args, &engine, &original).with_context(|| format!("loading {}", path.display()))?;
@@ -118,7 +122,11 @@ struct Section {
 fn sections(bytes: &[u8]) -> anyhow::Result<Vec<Section>> {
     ensure!(bytes.len() >= PREAMBLE && bytes[..4] == *b"\0asm", "no wasm magic number");
     // Version 0x0d, layer 1: a component (a core module has layer 0).
-    ensure!(bytes[4..8] == [0x0d, 0x00, 0x01, 0x00], "a core module or an unknown component encoding, not a component (preamble {:02x?})", &bytes[4..8]);
+    ensure!(
+        bytes[4..8] == [0x0d, 0x00, 0x01, 0x00],
+        "a core module or an unknown component encoding, not a component (preamble {:02x?})",
+        &bytes[4..8]
+    );
     let mut at = PREAMBLE;
     let mut out = Vec::new();
     while at < bytes.len() {
