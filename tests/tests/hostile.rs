@@ -277,11 +277,11 @@ async fn the_loader_bounds_component_size_and_compile_time() -> Result<()> {
         }
     };
     let grants = format!("namespace: {}\ngrants:\n  - kinds: [v1/ConfigMap]\n    verbs: [read, update-status]\n", ns.name);
-    let small = PluginManagerConfig { max_component_size: ByteSize::kib(256), ..PluginManagerConfig::new(Some(ns.name.clone())) };
+    let small = PluginManagerConfig { max_component_size: ByteSize::kib(128), ..PluginManagerConfig::new(Some(ns.name.clone())) };
     let manager = start(small).await?;
     let mut events = manager.events();
     let podset = std::fs::read(plugin_path("podset")?)?;
-    assert!(podset.len() > 256 * 1024, "the podset component is {} bytes", podset.len());
+    assert!(podset.len() > 128 * 1024, "the podset component is {} bytes", podset.len());
     apply_plugin(&host.client, &ns.name, "podset", &podset, &format!("name: podset\n{grants}")).await?;
     // Meanwhile a small plugin loads.
     apply_plugin(&host.client, &ns.name, "echo", &std::fs::read(plugin_path("echo")?)?, &grants).await?;
@@ -295,7 +295,7 @@ async fn the_loader_bounds_component_size_and_compile_time() -> Result<()> {
         };
     }
     assert_eq!(seen["echo"], "loaded");
-    assert!(seen["podset"].contains("over the host's 256Ki limit for one plugin"), "{}", seen["podset"]);
+    assert!(seen["podset"].contains("over the host's 128Ki limit for one plugin"), "{}", seen["podset"]);
     manager.shutdown().await;
 
     // A compile budget no compile can meet.
