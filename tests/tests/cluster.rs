@@ -542,10 +542,18 @@ async fn leader_election_one_reconciles_and_the_other_takes_over() -> Result<()>
     // More work while both run: only the leader's counters move.
     create_podset(&admin, &ns.name, "ha2", 1).await?;
     converged(&admin, &ns.name, &BTreeMap::from([("ha".to_string(), 2), ("ha2".to_string(), 1)])).await?;
+    // The standby loads the plugin on its own schedule (compiling it, on a loaded machine, may
+    // end after the leader converged): wait for it to be warm, then check it never reconciled.
+    let warming = &standby;
+    let warm = eventually("the standby warm (its plugin loaded)", WAIT, || async move {
+        let sm = warming.metrics().await?;
+        Ok(sm.has("wasmloop_plugin_info", &[]).then_some(()))
+    })
+    .await;
     let (lm, sm) = (leader.metrics().await?, standby.metrics().await?);
+    assert!(warm.is_ok(), "the standby is not warm: no plugin loaded:\n{}", sm.0);
     assert!(podset_reconciles(&lm) >= 2.0, "the leader did not reconcile:\n{}", lm.0);
     assert_eq!(podset_reconciles(&sm), 0.0, "the standby reconciled");
-    assert!(sm.has("wasmloop_plugin_info", &[]), "the standby is not warm: no plugin loaded:\n{}", sm.0);
     assert_eq!(sm.sum("wasmloop_leader", &[]), 0.0, "the standby says it leads");
     assert_eq!(lm.sum("wasmloop_leader", &[]), 1.0, "the leader says it does not lead");
     assert_eq!(standby.get("/readyz").await?.0, 200, "a warm standby is ready (to take over)");
