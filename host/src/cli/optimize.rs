@@ -75,17 +75,15 @@ pub struct OptimizeArgs {
 pub fn run(args: OptimizeArgs) -> anyhow::Result<ExitCode> {
     let path = &args.plugin;
     let original = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    let limits = args.load.load_limits()?;
+    limits.check_size(original.len()).with_context(|| format!("loading {}", path.display()))?;
     let sections = sections(&original).with_context(|| format!("{}: not a well-formed component", path.display()))?;
-    ensure!(
-        sections.iter().any(|s| s.id == CORE_MODULE && s.body.len() >= MIN_MODULE),
-        "{} holds no core module to optimise",
-        path.display()
-    );
+    ensure!(sections.iter().any(Section::optimisable), "{} holds no core module to optimise", path.display());
     let work = tempfile::tempdir().context("creating a temporary directory")?;
     let mut optimized = original[..PREAMBLE].to_vec();
     for (i, s) in sections.iter().enumerate() {
         let body = &original[s.body.clone()];
-        if s.id == CORE_MODULE && body.len() >= MIN_MODULE {
+        if s.optimisable() {
             let smaller = wasm_opt(&args, body, &work.path().join(format!("module-{i}")))
                 .with_context(|| format!("optimising the core module at byte {} of {}", s.body.start, path.display()))?;
             push_section(&mut optimized, s.id, &smaller);
@@ -94,9 +92,10 @@ pub fn run(args: OptimizeArgs) -> anyhow::Result<ExitCode> {
         }
     }
 
+    limits.check_size(optimized.len()).context("the optimised component")?;
     let engine = args.load.engine()?;
-    let before = describe(&args, &engine, &original).with_context(|| format!("loading {}", path.display()))?;
-    let after = describe(&args, &engine, &optimized).context("loading the optimised component")?;
+    let before = describe(&engine, &original).with_context(|| format!("loading {}", path.display()))?;
+    let after = describe(&engine, &optimized).context("loading the optimised component")?;
     same_plugin(&before, &after).context("the optimised component is not the same plugin; nothing written")?;
 
     let out = args.output.as_deref().unwrap_or(path);
@@ -116,6 +115,13 @@ const CORE_MODULE: u8 = 1;
 struct Section {
     id: u8,
     body: std::ops::Range<usize>,
+}
+
+impl Section {
+    /// A core module big enough to be the program (not a component's glue).
+    fn optimisable(&self) -> bool {
+        self.id == CORE_MODULE && self.body.len() >= MIN_MODULE
+    }
 }
 
 /// The top-level sections of a component (nested components and modules are bodies, not walked).
@@ -194,8 +200,7 @@ fn wasm_opt(args: &OptimizeArgs, module: &[u8], stem: &Path) -> anyhow::Result<V
 }
 
 /// Compile `bytes` (no precompiled cache: the optimised bytes are new) and describe them.
-fn describe(args: &OptimizeArgs, engine: &PluginEngine, bytes: &[u8]) -> anyhow::Result<Inspection> {
-    args.load.load_limits()?.check_size(bytes.len())?;
+fn describe(engine: &PluginEngine, bytes: &[u8]) -> anyhow::Result<Inspection> {
     Ok(wasmloop::plugin::inspect(engine, bytes)?)
 }
 
