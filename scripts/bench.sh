@@ -89,7 +89,7 @@ kubeconfig=$cp_dir/kubeconfig
   echo "| memory | $(free -h | awk '/^Mem:/ {print $2 " total, " $7 " available"}') (\`free -h\`) |"
   echo "| kernel | $(uname -sr) |"
   echo "| rustc | $(rustc --version) |"
-  echo "| builds | host and in-process benchmarks: \`$profile\` profile$([ $profile = release ] && echo ' (opt-level 3, no LTO)'); plugin: \`plugin\` profile (opt-level s, LTO); section 7's plugin: the guide's \`release\` profile (opt-level z, fat LTO); kube-apiserver / kube-controller-manager v1.20.2 from Debian's source, Go 1.19 |"
+  echo "| builds | host and in-process benchmarks: \`$profile\` profile$([ $profile = release ] && echo ' (opt-level 3, no LTO)'); plugin: \`plugin\` profile (opt-level 3 for replicaset, LTO); section 7's plugin: the guide's \`release\` profile (opt-level z, fat LTO); kube-apiserver / kube-controller-manager v1.20.2 from Debian's source, Go 1.19 |"
   echo "| load average at start | $(cut -d' ' -f1-3 /proc/loadavg) |"
 } >"$results/machine.md"
 

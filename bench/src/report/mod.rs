@@ -297,7 +297,7 @@ pub fn run(args: Args) -> Result<()> {
         "The same Rust source both ways: the `replicaset` plugin's crate, linked into the host as an rlib and run through \
          `wasmloop::native::SdkReconciler` (its cache reads answered by the SDK's `embed` backend from the host cache, its outcome \
          converted and checked by the same rules as the Wasm path), and built as the plugin's component ({} bytes, `plugin` profile: \
-         opt-level s, LTO), run as in the host: a fresh Store per call from the `InstancePre`, the deploy manifest's limits and \
+         opt-level 3, LTO), run as in the host: a fresh Store per call from the `InstancePre`, the deploy manifest's limits and \
          grants. So the difference is what the sandbox costs: entering a fresh instance, copying what is read into guest memory, \
          the guest's code. Both run through `Reconciler::reconcile` on the same host cache (`CacheView::from_objects`: one \
          ReplicaSet, its owned Pods as the API server returns them, plus another ReplicaSet's 10 Pods) and must return equal \
