@@ -1,7 +1,14 @@
 //! Metadata reads (contract 0.2): objects' metadata ([`ObjectMeta`]) and the fields the plugin
 //! declared ([`Metadata::field`](crate::Metadata::field)), without copying or parsing their JSON
-//! in the plugin. For reconcilers that need names, labels, owners and a few fields of many
-//! objects (a controller's Pods), this is the cheap read.
+//! in the plugin. For reconcilers that need names, labels, owners and a field or two of
+//! objects whose JSON they would otherwise parse in full (a Deployment's Pod template, a
+//! ConfigMap's data), this reads less.
+//!
+//! Not yet the cheap read for many small objects: the host still parses each object to cut
+//! out the declared fields, and every string of a record is copied into the plugin one by one.
+//! Measured on the `replicaset` plugin in Wasm (10 Pods, four declared fields each): 619 µs
+//! per reconcile with metadata reads against 390 µs with `cache::list_raw` and a borrowed
+//! `serde` parse of the fields it needs. Measure before switching a hot path.
 //!
 //! ```no_run
 //! use wasmloop_sdk::{kinds, meta};
