@@ -39,7 +39,7 @@
 //! # What is where
 //!
 //! - Reading: [`cache`] (whole objects, parsed into any `Deserialize` type), [`meta`] (metadata
-//!   and declared fields only, the cheap read).
+//!   and declared fields only: less to parse for large objects; see its docs for the cost).
 //! - Objects: JSON with the [`object`] helpers; [`typed`] structs for the common built-in kinds
 //!   (Pod, Deployment, Service, ConfigMap, ...), light and lossless; `CustomResource` (feature
 //!   `derive`) for your own kinds; the full `k8s-openapi` types as `k8s` (feature `k8s`, which
