@@ -30,11 +30,13 @@ cleanup() {
 }
 if [ "$keep" = 0 ]; then trap cleanup EXIT; fi
 
-step "installing the PodSet CRD and the podset plugin (wasmloop pack | kubectl apply)"
+step "installing the PodSet CRD and the podset plugin with its RBAC (wasmloop pack --rbac | kubectl apply)"
 $kubectl apply -f deploy/crds/podset.yaml
 $kubectl wait --for condition=established crd/podsets.wasmloop.dev --timeout=60s >/dev/null
 $kubectl create namespace wasmloop
-./target/debug/wasmloop pack "$wasm" --manifest deploy/plugins/podset.plugin.yaml --namespace wasmloop | $kubectl apply -f -
+# --rbac: the plugin writes as its own ServiceAccount (impersonated by the host), so its RBAC
+# goes in with it; without it the plugin waits (ReadsNotAuthorized) and nothing is reconciled.
+./target/debug/wasmloop pack "$wasm" --manifest deploy/plugins/podset.plugin.yaml --namespace wasmloop --rbac | $kubectl apply -f -
 
 step "starting the host"
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
