@@ -69,11 +69,25 @@ fn main() -> anyhow::Result<()> {
     let rt = || tokio::runtime::Builder::new_multi_thread().enable_all().build();
     match Cli::parse().command {
         Command::CacheMemory { pods, out } => {
-            let m = cache_memory::measure(pods)?;
-            println!(
-                "cache-memory pods={} bytes_per_pod={:.0} json_in_per_pod={:.0} json_cached_per_pod={:.0}",
-                m.pods, m.bytes_per_pod, m.json_bytes_per_pod_in, m.json_bytes_per_pod_cached
-            );
+            let mut m = cache_memory::measure(pods, cache_memory::realistic_pod)?;
+            m.running = Some(Box::new(cache_memory::measure(pods, cache_memory::running_pod)?));
+            for (workload, m) in [("realistic", &m), ("running", m.running.as_deref().unwrap_or(&m))] {
+                println!(
+                    "cache-memory pods={} bytes_per_pod={:.0} (plain {:.0}) json_in_per_pod={:.0} json_cached_per_pod={:.0} \
+                 stored_json_per_pod={:.0} dictionary={} B (heap {} B) train_ms={:.1} read_ns plain={:.0} packed={:.0} ({workload} Pods)",
+                    m.pods,
+                    m.bytes_per_pod,
+                    m.plain_bytes_per_pod,
+                    m.json_bytes_per_pod_in,
+                    m.json_bytes_per_pod_cached,
+                    m.stored_json_bytes_per_pod,
+                    m.dictionary_bytes,
+                    m.dictionary_heap_bytes,
+                    m.train_ms,
+                    m.read_plain_ns,
+                    m.read_packed_ns
+                );
+            }
             if let Some(out) = out {
                 write_json(&out, &m)?;
             }

@@ -5,6 +5,7 @@
 //! - [`CacheRead`]: cross-kind reads (`get`, `list`, `by_index`) as reconcilers see them;
 //!   [`CacheView`] implements it over a set of stores (only the kinds a reconciler may read).
 
+mod body;
 mod index;
 mod object;
 mod selector;
@@ -14,7 +15,7 @@ mod view;
 pub use index::{IndexSpec, NAMESPACE_INDEX, OWNER_INDEX};
 pub use object::{CachedObject, OwnerRef};
 pub use selector::Selector;
-pub use store::{Change, IndexedStore};
+pub use store::{Change, DICTIONARY_AT, IndexedStore, Packing};
 pub use view::CacheView;
 
 use std::sync::Arc;

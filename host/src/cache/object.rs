@@ -1,17 +1,20 @@
 //! [`CachedObject`]: one object as the cache keeps it.
 //!
 //! Memory matters (a cluster has tens of thousands of Pods), so an object is its compact JSON
-//! text plus the few metadata fields the cache needs without parsing, packed tightly: the key
-//! `namespace/name` is one shared `Arc<str>` (the store's maps reuse it), and every other
-//! metadata string (uid, resourceVersion, labels, owner references) lives in one `Box<str>`
-//! that the fields point into with [`Span`]s. No parsed `serde_json::Value` is kept.
+//! text (compressed with its kind's dictionary once the kind has one: [`Body`]) plus the few
+//! metadata fields the cache needs without parsing, packed tightly: the key `namespace/name` is
+//! one shared `Arc<str>` (the store's maps reuse it), and every other metadata string (uid,
+//! resourceVersion, labels, owner references) lives in one `Box<str>` that the fields point
+//! into with [`Span`]s. No parsed `serde_json::Value` is kept.
 
+use std::borrow::Cow;
 use std::fmt;
 use std::sync::Arc;
 
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
+use super::body::{Body, Dictionary};
 use super::{Error, Result};
 
 /// An owner reference of a cached object, borrowed from it.
@@ -37,7 +40,7 @@ impl OwnerRef<'_> {
 }
 
 /// A byte range in [`CachedObject::text`]. `u32`s keep it at 8 bytes.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 struct Span {
     start: u32,
     len: u32,
@@ -52,8 +55,8 @@ struct OwnerSpans {
 
 /// One cached object: JSON without `metadata.managedFields`, plus parsed metadata.
 pub struct CachedObject {
-    /// Compact JSON, returned as-is to readers.
-    json: Box<str>,
+    /// Compact JSON, returned to readers as it was received (decompressed if packed).
+    json: Body,
     /// `namespace/name`, or `name` when cluster-scoped (client-go's key format).
     key: Arc<str>,
     /// Where the name starts in `key` (0 when cluster-scoped).
@@ -72,12 +75,12 @@ pub struct CachedObject {
 impl CachedObject {
     /// Cache `value` (any kind's JSON): strips `metadata.managedFields` and keeps compact JSON.
     pub fn from_value(mut value: Value) -> Result<Self> {
-        Self::from_value_mut(&mut value)
+        Self::from_value_mut(&mut value, None)
     }
 
-    /// Like [`from_value`](Self::from_value), leaving the (stripped) value to the caller,
-    /// which still needs it to compute field indexes.
-    pub(super) fn from_value_mut(value: &mut Value) -> Result<Self> {
+    /// Like [`from_value`](Self::from_value), compressing the JSON with `dict` if given, and
+    /// leaving the (stripped) value to the caller, which still needs it for field indexes.
+    pub(super) fn from_value_mut(value: &mut Value, dict: Option<&Arc<Dictionary>>) -> Result<Self> {
         if let Some(meta) = value.get_mut("metadata").and_then(Value::as_object_mut) {
             meta.remove("managedFields");
         }
@@ -118,7 +121,7 @@ impl CachedObject {
         }
         let json = serde_json::to_string(&*value).map_err(|e| Error::InvalidObject(format!("{key}: cannot serialise: {e}")))?;
         Ok(Self {
-            json: json.into_boxed_str(),
+            json: Body::new(json, dict),
             name_start: to_u32(name_start)?,
             key,
             text: text.into_boxed_str(),
@@ -131,19 +134,53 @@ impl CachedObject {
         })
     }
 
-    /// The object's JSON (compact, without `metadata.managedFields`).
-    pub fn json(&self) -> &str {
-        &self.json
+    /// The object's JSON (compact, without `metadata.managedFields`): borrowed, or decompressed
+    /// when the kind's dictionary packed it. Only a corrupted frame makes this an error.
+    pub fn json(&self) -> Result<Cow<'_, str>> {
+        self.json.text(&self.key)
+    }
+
+    /// Length of [`json`](Self::json) in bytes, without decompressing it.
+    pub fn json_len(&self) -> usize {
+        self.json.len()
+    }
+
+    /// True if the JSON is kept compressed with the kind's dictionary.
+    pub fn is_packed(&self) -> bool {
+        self.json.is_packed()
+    }
+
+    /// Heap bytes the JSON takes in the cache (the compressed frame when packed).
+    pub fn stored_json_bytes(&self) -> usize {
+        self.json.stored_bytes()
     }
 
     /// The object's JSON parsed again (`Value::Null` if it somehow does not parse).
     pub fn value(&self) -> Value {
-        serde_json::from_str(&self.json).unwrap_or(Value::Null)
+        self.json().ok().and_then(|j| serde_json::from_str(&j).ok()).unwrap_or(Value::Null)
+    }
+
+    /// The same object with its JSON compressed with `dict`; None if it already is packed or
+    /// compressing saves nothing.
+    pub(super) fn packed(&self, dict: &Arc<Dictionary>) -> Option<Self> {
+        let Body::Plain(text) = &self.json else { return None };
+        Some(Self {
+            json: Body::pack(text, dict)?,
+            key: self.key.clone(),
+            name_start: self.name_start,
+            text: self.text.clone(),
+            uid: self.uid,
+            resource_version: self.resource_version,
+            labels: self.labels.clone(),
+            owners: self.owners.clone(),
+            generation: self.generation,
+            deleting: self.deleting,
+        })
     }
 
     /// The object deserialised into `T`.
     pub fn parse<T: DeserializeOwned>(&self) -> Result<T> {
-        serde_json::from_str(&self.json).map_err(|e| {
+        serde_json::from_str(&self.json()?).map_err(|e| {
             let ty = std::any::type_name::<T>();
             Error::InvalidObject(format!("{}: does not decode as {ty}: {e}", self.key))
         })
@@ -225,7 +262,7 @@ impl CachedObject {
     pub(super) fn approx_heap_bytes(&self) -> usize {
         use std::mem::size_of;
         size_of::<Self>()
-            + self.json.len()
+            + self.json.stored_bytes()
             + self.key.len()
             + 2 * size_of::<usize>()
             + self.text.len()
@@ -301,9 +338,11 @@ mod tests {
     #[test]
     fn strips_managed_fields_and_keeps_the_rest_of_the_json() {
         let obj = CachedObject::from_value(pod()).unwrap();
-        assert!(!obj.json().contains("managedFields"));
-        assert!(!obj.json().contains("kubectl"));
-        assert!(!obj.json().contains('\n'), "compact JSON");
+        let json = obj.json().unwrap();
+        assert!(!json.contains("managedFields"));
+        assert!(!json.contains("kubectl"));
+        assert!(!json.contains('\n'), "compact JSON");
+        assert_eq!(obj.json_len(), json.len());
         let mut expected = pod();
         expected["metadata"].as_object_mut().unwrap().remove("managedFields");
         assert_eq!(obj.value(), expected);

@@ -2,18 +2,26 @@
 //! store + indexer).
 //!
 //! Layout: objects by key (`namespace/name`), and per index a map value → set of keys. Each
-//! object also remembers its values per index, so an update or delete removes exactly the old
-//! entries without recomputing them. Keys and index values are shared `Arc<str>`s. Expensive
-//! work (serialising JSON, parsing it for a new field index) happens before the write lock is
-//! taken, so readers only ever wait for map updates.
+//! object also remembers its values for the field indexes (computing those parses its JSON), so
+//! an update or delete removes exactly the old entries without parsing again; the other
+//! indexes' values come from the cached metadata. Keys and index values are shared `Arc<str>`s. Expensive
+//! work (serialising JSON, parsing it for a new field index, training a dictionary and
+//! compressing with it) happens before the write lock is taken, so readers only ever wait for
+//! map updates.
+//!
+//! Once a store holds [`DICTIONARY_AT`] objects, its owner trains the kind's zstd dictionary
+//! ([`IndexedStore::train_dictionary`], off the event path); from then on every object's JSON
+//! is kept compressed with it.
 
 use std::borrow::Cow;
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, Ordering};
 
 use parking_lot::RwLock;
 use serde_json::Value;
 
+use super::body::Dictionary;
 use super::index::{IndexSpec, LABEL_PAIRS_INDEX, NAMESPACE_INDEX, OWNER_INDEX};
 use super::object::{CachedObject, key_parts, str_field};
 use super::{Error, Result, Selector};
@@ -58,17 +66,49 @@ impl Change {
 pub struct IndexedStore {
     kind: KindRef,
     inner: RwLock<Inner>,
+    /// Where the dictionary stands: [`NO_DICTIONARY`], [`TRAINING`] or [`TRAINED`].
+    dictionary: AtomicU8,
+}
+
+/// Objects a store holds before its kind's dictionary is trained: below this, compression
+/// would save little memory and the samples would say little about the kind.
+pub const DICTIONARY_AT: usize = 1000;
+/// Objects sampled (spread over the store) to train a dictionary.
+const DICTIONARY_SAMPLES: usize = 1000;
+/// Largest dictionary trained, in bytes.
+const DICTIONARY_BYTES: usize = 16 * 1024;
+
+const NO_DICTIONARY: u8 = 0;
+const TRAINING: u8 = 1;
+const TRAINED: u8 = 2;
+
+/// What [`IndexedStore::train_dictionary`] did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Packing {
+    /// Bytes of the trained dictionary (0 if zstd could not train one).
+    pub dictionary_bytes: usize,
+    /// Heap bytes of the dictionary prepared for compressing and decompressing.
+    pub dictionary_heap_bytes: usize,
+    /// Objects whose JSON is now compressed.
+    pub packed: usize,
+    /// JSON bytes of those objects before compression.
+    pub json_bytes: usize,
+    /// Their compressed bytes.
+    pub packed_bytes: usize,
 }
 
 struct Inner {
     objects: HashMap<Arc<str>, Entry>,
     indexes: Vec<Index>,
+    /// The kind's dictionary, once trained: new objects are compressed with it.
+    dict: Option<Arc<Dictionary>>,
 }
 
 struct Entry {
     obj: Arc<CachedObject>,
-    /// The object's values for each index, in `Inner::indexes` order.
-    values: Box<[Values]>,
+    /// The object's values for each field index (those that read its JSON), in
+    /// `Inner::indexes` order; empty when the store has none.
+    field_values: Box<[Values]>,
 }
 
 type Values = Box<[Arc<str>]>;
@@ -89,7 +129,58 @@ impl IndexedStore {
             index(OWNER_INDEX, IndexSpec::ControllerOwner),
             index(LABEL_PAIRS_INDEX, IndexSpec::LabelPairs),
         ];
-        Self { kind, inner: RwLock::new(Inner { objects: HashMap::new(), indexes }) }
+        Self { kind, inner: RwLock::new(Inner { objects: HashMap::new(), indexes, dict: None }), dictionary: AtomicU8::new(NO_DICTIONARY) }
+    }
+
+    /// True, once, when the store has grown to [`DICTIONARY_AT`] objects without a dictionary:
+    /// the caller then owes one call of [`train_dictionary`](Self::train_dictionary) (on a
+    /// blocking thread: training takes tens of milliseconds).
+    pub fn wants_dictionary(&self) -> bool {
+        self.dictionary.load(Ordering::Relaxed) == NO_DICTIONARY
+            && self.len() >= DICTIONARY_AT
+            && self.dictionary.compare_exchange(NO_DICTIONARY, TRAINING, Ordering::AcqRel, Ordering::Relaxed).is_ok()
+    }
+
+    /// Train the kind's dictionary on a sample of the cached objects, then compress every
+    /// cached object with it; objects cached later are compressed as they arrive. Readers are
+    /// never blocked for the training or the compression, only for swapping the results in.
+    /// A store trains at most once; if zstd cannot train a dictionary, objects stay plain.
+    pub fn train_dictionary(&self) -> Packing {
+        self.dictionary.store(TRAINED, Ordering::Release);
+        let plain = self.plain_objects();
+        let step = plain.len().div_ceil(DICTIONARY_SAMPLES).max(1);
+        let samples: Vec<String> = plain.iter().step_by(step).filter_map(|o| o.json().ok().map(Cow::into_owned)).collect();
+        let Some(dict) = Dictionary::train(&samples, DICTIONARY_BYTES) else {
+            return Packing { dictionary_bytes: 0, dictionary_heap_bytes: 0, packed: 0, json_bytes: 0, packed_bytes: 0 };
+        };
+        drop(samples);
+        let mut packing =
+            Packing { dictionary_bytes: dict.size(), dictionary_heap_bytes: dict.heap_bytes(), packed: 0, json_bytes: 0, packed_bytes: 0 };
+        self.pack(plain, &dict, &mut packing);
+        // Objects cached while the first pass ran are still plain: they are few.
+        self.inner.write().dict = Some(dict.clone());
+        self.pack(self.plain_objects(), &dict, &mut packing);
+        packing
+    }
+
+    /// The cached objects whose JSON is not compressed.
+    fn plain_objects(&self) -> Vec<Arc<CachedObject>> {
+        self.inner.read().objects.values().map(|e| e.obj.clone()).filter(|o| !o.is_packed()).collect()
+    }
+
+    /// Compress `objects` with `dict` outside the lock, then swap in those still cached as they were.
+    fn pack(&self, objects: Vec<Arc<CachedObject>>, dict: &Arc<Dictionary>, packing: &mut Packing) {
+        let packed: Vec<(Arc<CachedObject>, CachedObject)> = objects.into_iter().filter_map(|o| o.packed(dict).map(|p| (o, p))).collect();
+        let mut inner = self.inner.write();
+        for (old, new) in packed {
+            let Some(entry) = inner.objects.get_mut(old.key()) else { continue };
+            if Arc::ptr_eq(&entry.obj, &old) {
+                packing.packed += 1;
+                packing.json_bytes += new.json_len();
+                packing.packed_bytes += new.stored_json_bytes();
+                entry.obj = Arc::new(new);
+            }
+        }
     }
 
     /// The kind stored here.
@@ -124,9 +215,11 @@ impl IndexedStore {
             };
             let values = index.intern(values.iter().map(String::as_str));
             index.add(key, &values);
-            let mut all = std::mem::take(&mut entry.values).into_vec();
-            all.push(values);
-            entry.values = all.into_boxed_slice();
+            if index.spec.reads_json() {
+                let mut all = std::mem::take(&mut entry.field_values).into_vec();
+                all.push(values);
+                entry.field_values = all.into_boxed_slice();
+            }
         }
         inner.indexes.push(index);
         Ok(())
@@ -142,10 +235,14 @@ impl IndexedStore {
     pub fn apply(&self, mut value: Value) -> Result<Change> {
         let key = key_of(&value)?;
         let rv = str_field(&value["metadata"], "resourceVersion");
-        if let Some(same) = self.inner.read().same_version(&key, rv) {
-            return Ok(Change::Unchanged(same));
-        }
-        let obj = Arc::new(CachedObject::from_value_mut(&mut value)?);
+        let dict = {
+            let inner = self.inner.read();
+            if let Some(same) = inner.same_version(&key, rv) {
+                return Ok(Change::Unchanged(same));
+            }
+            inner.dict.clone()
+        };
+        let obj = Arc::new(CachedObject::from_value_mut(&mut value, dict.as_ref())?);
         Ok(self.inner.write().upsert(obj, &value))
     }
 
@@ -175,20 +272,21 @@ impl IndexedStore {
             },
         }
         let mut checked = Vec::with_capacity(values.len());
-        {
+        let dict = {
             let inner = self.inner.read();
             for value in values {
                 let key = key_of(&value)?;
                 let same = inner.same_version(&key, str_field(&value["metadata"], "resourceVersion"));
                 checked.push((key, value, same));
             }
-        }
+            inner.dict.clone()
+        };
         // Serialise the new and changed objects before taking the write lock.
         let mut prepared = Vec::with_capacity(checked.len());
         for (key, mut value, same) in checked {
             prepared.push(match same {
                 Some(cached) => Prepared::Same { key, cached },
-                None => Prepared::New { obj: Arc::new(CachedObject::from_value_mut(&mut value)?), value },
+                None => Prepared::New { obj: Arc::new(CachedObject::from_value_mut(&mut value, dict.as_ref())?), value },
             });
         }
 
@@ -335,19 +433,20 @@ impl Inner {
             let rv = obj.resource_version();
             let same = match rv.is_empty() {
                 false => old.obj.resource_version() == rv,
-                true => old.obj.resource_version().is_empty() && old.obj.json() == obj.json(),
+                true => old.obj.resource_version().is_empty() && old.obj.json().ok() == obj.json().ok(),
             };
             if same {
                 return Change::Unchanged(old.obj.clone());
             }
         }
-        let values: Box<[Values]> =
+        let values: Vec<Values> =
             self.indexes.iter().map(|index| index.intern(index.spec.values(&obj, value).iter().map(|v| &**v))).collect();
         // Remove then insert, so the map, the indexes and `obj` all share `obj`'s key.
         let old = self.objects.remove(&key);
+        let old_values = old.as_ref().map(|o| indexed_values(&self.indexes, o));
         for (i, (index, new_values)) in self.indexes.iter_mut().zip(&values).enumerate() {
-            match old.as_ref().and_then(|o| o.values.get(i)) {
-                Some(old_values) if old_values == new_values => index.rekey(&key, new_values),
+            match old_values.as_ref().and_then(|v| v.get(i)) {
+                Some(old_values) if old_values.iter().map(|v| &**v).eq(new_values.iter().map(|v| &**v)) => index.rekey(&key, new_values),
                 Some(old_values) => {
                     index.remove(&key, old_values);
                     index.add(&key, new_values);
@@ -355,7 +454,9 @@ impl Inner {
                 None => index.add(&key, new_values),
             }
         }
-        self.objects.insert(key, Entry { obj: obj.clone(), values });
+        drop(old_values);
+        let field_values = self.indexes.iter().zip(values).filter(|(index, _)| index.spec.reads_json()).map(|(_, v)| v).collect();
+        self.objects.insert(key, Entry { obj: obj.clone(), field_values });
         match old {
             None => Change::Added(obj),
             Some(old) => Change::Updated { old: old.obj, new: obj },
@@ -365,9 +466,11 @@ impl Inner {
     /// Remove the object at `key` from the map and every index.
     fn remove(&mut self, key: &str) -> Option<Arc<CachedObject>> {
         let entry = self.objects.remove(key)?;
-        for (index, values) in self.indexes.iter_mut().zip(&entry.values) {
+        let values = indexed_values(&self.indexes, &entry);
+        for (index, values) in self.indexes.iter_mut().zip(&values) {
             index.remove(key, values);
         }
+        drop(values);
         Some(entry.obj)
     }
 }
@@ -399,12 +502,12 @@ impl Index {
         }
     }
 
-    fn remove(&mut self, key: &str, values: &[Arc<str>]) {
+    fn remove(&mut self, key: &str, values: &[impl std::ops::Deref<Target = str>]) {
         for v in values {
-            if let Some(keys) = self.map.get_mut(v) {
+            if let Some(keys) = self.map.get_mut(&**v) {
                 keys.remove(key);
                 if keys.is_empty() {
-                    self.map.remove(v);
+                    self.map.remove(&**v);
                 }
             }
         }
@@ -430,6 +533,20 @@ fn make_key(namespace: Option<&str>, name: &str) -> String {
 fn key_of(value: &Value) -> Result<String> {
     let (namespace, name) = key_parts(value)?;
     Ok(make_key(namespace, name))
+}
+
+/// The values `entry` is indexed under, per index in `indexes` order: remembered for field
+/// indexes, recomputed from the cached metadata for the others (the same object gives the same
+/// values, so these are exactly the ones it was added under).
+fn indexed_values<'e>(indexes: &[Index], entry: &'e Entry) -> Vec<Vec<Cow<'e, str>>> {
+    let mut remembered = entry.field_values.iter();
+    indexes
+        .iter()
+        .map(|index| match index.spec.reads_json() {
+            true => remembered.next().map(|v| v.iter().map(|s| Cow::Borrowed(&**s)).collect()).unwrap_or_default(),
+            false => index.spec.values(&entry.obj, &Value::Null),
+        })
+        .collect()
 }
 
 /// An index's values for `obj`, parsing its JSON if the index reads fields.
@@ -494,10 +611,12 @@ mod tests {
             }
         }
         for (k, e) in &inner.objects {
-            assert_eq!(e.values.len(), inner.indexes.len());
-            for (index, values) in inner.indexes.iter().zip(&e.values) {
+            assert_eq!(e.field_values.len(), inner.indexes.iter().filter(|i| i.spec.reads_json()).count());
+            let values = indexed_values(&inner.indexes, e);
+            assert_eq!(values.len(), inner.indexes.len());
+            for (index, values) in inner.indexes.iter().zip(&values) {
                 for v in values {
-                    assert!(index.map.get(v).is_some_and(|ks| ks.contains(k)), "{k} missing under {v}");
+                    assert!(index.map.get(&**v).is_some_and(|ks| ks.contains(k)), "{k} missing under {v}");
                 }
             }
         }
@@ -873,7 +992,7 @@ mod tests {
         assert_eq!(listed, expect(&|i| i % 10 == 3 && (i % 50 == 13 || i % 50 == 23)));
 
         let all = s.snapshot();
-        assert!(all.iter().all(|o| !o.json().contains("managedFields")));
+        assert!(all.iter().all(|o| !o.json().unwrap().contains("managedFields")));
         // A lower bound (no allocator overhead, no map slots), for orientation only.
         let cached: usize = all.iter().map(|o| o.approx_heap_bytes()).sum();
         eprintln!("{N} pods: {} bytes of JSON each as received, ~{} bytes each cached (lower bound)", raw_bytes / N, cached / N);
@@ -882,5 +1001,56 @@ mod tests {
         let changes = s.replace((0..N).map(realistic_pod).collect()).unwrap();
         assert!(changes.iter().all(Change::is_unchanged));
         assert_eq!(by(&s, "node", "node-7").len(), N / 100);
+    }
+
+    #[test]
+    fn a_dictionary_is_wanted_once_and_packs_every_object_keeping_reads_and_indexes() {
+        let s = store();
+        s.add_index("node", IndexSpec::parse("spec.nodeName").unwrap()).unwrap();
+        s.replace((0..DICTIONARY_AT - 1).map(realistic_pod).collect()).unwrap();
+        assert!(!s.wants_dictionary(), "below the threshold");
+        s.apply(realistic_pod(DICTIONARY_AT - 1)).unwrap();
+        let before: Vec<(String, String)> = s.snapshot().iter().map(|o| (o.key().into(), o.json().unwrap().into_owned())).collect();
+        assert!(s.wants_dictionary());
+        assert!(!s.wants_dictionary(), "claimed once");
+
+        let packing = s.train_dictionary();
+        assert!(packing.dictionary_bytes > 0 && packing.dictionary_bytes <= DICTIONARY_BYTES, "{packing:?}");
+        assert_eq!(packing.packed, DICTIONARY_AT);
+        assert!(packing.packed_bytes * 5 < packing.json_bytes, "{packing:?}");
+        let after: Vec<(String, String)> = s.snapshot().iter().map(|o| (o.key().into(), o.json().unwrap().into_owned())).collect();
+        assert_eq!(before, after, "every object reads back the same JSON");
+        assert!(s.snapshot().iter().all(|o| o.is_packed()));
+        assert_consistent(&s);
+        assert_eq!(by(&s, "node", "node-7").len(), DICTIONARY_AT / 100);
+
+        // Objects arriving later are packed as they come, updates and relists included.
+        s.apply(realistic_pod(5000)).unwrap();
+        let mut changed = realistic_pod(3);
+        changed["metadata"]["resourceVersion"] = json!("9");
+        changed["spec"]["nodeName"] = json!("node-new");
+        assert!(matches!(s.apply(changed.clone()).unwrap(), Change::Updated { .. }));
+        let read = s.get(Some("team-3"), "web-3-00003").unwrap();
+        assert!(read.is_packed());
+        changed["metadata"].as_object_mut().unwrap().remove("managedFields");
+        assert_eq!(read.value(), changed);
+        assert_eq!(by(&s, "node", "node-new"), ["team-3/web-3-00003"]);
+        let changes = s.replace((0..DICTIONARY_AT).map(realistic_pod).collect()).unwrap();
+        assert_eq!(changes.iter().filter(|c| matches!(c, Change::Updated { .. })).count(), 1, "pod 3 back to its listed version");
+        assert!(s.snapshot().iter().all(|o| o.is_packed()));
+        assert_consistent(&s);
+        assert!(!s.wants_dictionary(), "trained once");
+    }
+
+    #[test]
+    fn small_objects_pack_and_read_back_exactly() {
+        let s = store();
+        for i in 0..DICTIONARY_AT {
+            s.apply(json!({"metadata": {"name": format!("n{i}"), "resourceVersion": "1"}})).unwrap();
+        }
+        assert!(s.wants_dictionary());
+        let packing = s.train_dictionary();
+        assert!(packing.packed == DICTIONARY_AT && packing.packed_bytes < packing.json_bytes, "{packing:?}");
+        assert_eq!(s.get(None, "n7").unwrap().json().unwrap(), r#"{"metadata":{"name":"n7","resourceVersion":"1"}}"#);
     }
 }

@@ -289,7 +289,7 @@ fn cached_immutable(o: &CachedObject) -> bool {
     struct Flag {
         immutable: Option<bool>,
     }
-    serde_json::from_str::<Flag>(o.json()).ok().and_then(|f| f.immutable) == Some(true)
+    o.parse::<Flag>().ok().and_then(|f| f.immutable) == Some(true)
 }
 
 /// The component to load: bytes to compile (or find in the precompiled cache), or one loaded already.

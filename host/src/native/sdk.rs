@@ -196,25 +196,25 @@ fn sdk_meta(kind: &sdk::KindRef, m: wit::ObjectMeta) -> sdk::meta::Meta {
     sdk::meta::Meta { kind: kind.clone(), metadata, fields: m.fields }
 }
 
-fn jsons(objects: Vec<std::sync::Arc<CachedObject>>) -> Vec<String> {
-    objects.iter().map(|o| o.json().to_owned()).collect()
+fn jsons(objects: Vec<std::sync::Arc<CachedObject>>) -> CacheResult<Vec<String>> {
+    objects.iter().map(|o| o.json().map(std::borrow::Cow::into_owned).map_err(cache_error)).collect()
 }
 
 impl Backend for HostCache {
     fn get(&self, kind: &sdk::KindRef, namespace: Option<&str>, name: &str) -> CacheResult<Option<String>> {
         let kind = self.readable(kind)?;
         let found = self.cache.get(&kind, namespace, name).map_err(cache_error)?;
-        Ok(found.map(|o| o.json().to_owned()))
+        found.map(|o| o.json().map(std::borrow::Cow::into_owned)).transpose().map_err(cache_error)
     }
 
     fn list(&self, kind: &sdk::KindRef, namespace: Option<&str>, selector: Option<&str>) -> CacheResult<Vec<String>> {
         let kind = self.readable(kind)?;
-        Ok(jsons(self.cache.list(&kind, namespace, selector).map_err(cache_error)?))
+        jsons(self.cache.list(&kind, namespace, selector).map_err(cache_error)?)
     }
 
     fn by_index(&self, kind: &sdk::KindRef, index: &str, value: &str) -> CacheResult<Vec<String>> {
         let kind = self.readable(kind)?;
-        Ok(jsons(self.cache.by_index(&kind, index, value).map_err(cache_error)?))
+        jsons(self.cache.by_index(&kind, index, value).map_err(cache_error)?)
     }
 
     /// Only reached by a caller of the default `*_meta` methods, all overridden below.

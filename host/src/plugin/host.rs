@@ -10,6 +10,7 @@
 //! - optionally a [`Tap`]: a call being recorded logs its reads, clocks and random values
 //!   ([`super::recorder`]); a replayed call gets them from a recording ([`super::replay`]).
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use parking_lot::Mutex;
@@ -150,7 +151,7 @@ impl HostState {
 
     /// Charge `objects` to the read budget before copying them; past it, the read fails.
     fn charge(&mut self, objects: &[&Arc<CachedObject>]) -> Result<(), wit_cache::CacheError> {
-        self.charge_bytes(objects.iter().map(|o| o.json().len()).sum())
+        self.charge_bytes(objects.iter().map(|o| o.json_len()).sum())
     }
 
     fn charge_bytes(&mut self, bytes: usize) -> Result<(), wit_cache::CacheError> {
@@ -169,7 +170,7 @@ impl HostState {
     fn jsons(&mut self, objects: Vec<Arc<CachedObject>>, scope: &ReadScope) -> Result<Vec<String>, wit_cache::CacheError> {
         let visible: Vec<&Arc<CachedObject>> = objects.iter().filter(|o| scope.allows(o.namespace())).collect();
         self.charge(&visible)?;
-        Ok(visible.into_iter().map(|o| o.json().to_owned()).collect())
+        visible.into_iter().map(|o| o.json().map(Cow::into_owned).map_err(cache_error)).collect()
     }
 
     /// The metadata of `objects` the plugin may see, charged to the budget.
@@ -273,7 +274,7 @@ impl HostState {
         if let Some(o) = &found {
             self.charge(&[o])?;
         }
-        Ok(found.map(|o| o.json().to_owned()))
+        found.map(|o| o.json().map(Cow::into_owned)).transpose().map_err(cache_error)
     }
 
     fn live_list(

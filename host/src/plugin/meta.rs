@@ -9,7 +9,7 @@ use crate::cache::CachedObject;
 
 /// The metadata of `o` with the values of `paths` (declared fields of its kind).
 pub(crate) fn object_meta(o: &CachedObject, paths: &[&str]) -> wit::ObjectMeta {
-    let value: Value = serde_json::from_str(o.json()).unwrap_or(Value::Null);
+    let value: Value = o.value();
     let meta = &value["metadata"];
     let text = |v: &Value| v.as_str().map(str::to_owned);
     let pairs = |field: &str| -> Vec<(String, String)> {
