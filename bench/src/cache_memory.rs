@@ -140,10 +140,10 @@ pub struct CacheMemory {
     pub json_bytes_per_pod_in: f64,
     /// JSON per Pod as readers get it (managedFields stripped).
     pub json_bytes_per_pod_cached: f64,
-    /// What the store holds of that JSON per Pod (compressed once the dictionary is trained).
+    /// What the store holds of that JSON per Pod (compressed once the dictionary is built).
     #[serde(default)]
     pub stored_json_bytes_per_pod: f64,
-    /// Heap bytes per Pod before the dictionary was trained (every JSON plain).
+    /// Heap bytes per Pod before the dictionary was built (every JSON plain).
     #[serde(default)]
     pub plain_bytes_per_pod: f64,
     /// The dictionary's content bytes, and its heap bytes prepared for both directions.
@@ -151,9 +151,9 @@ pub struct CacheMemory {
     pub dictionary_bytes: usize,
     #[serde(default)]
     pub dictionary_heap_bytes: usize,
-    /// Wall time to train the dictionary and compress every cached Pod.
+    /// Wall time to build the dictionary and compress every cached Pod.
     #[serde(default)]
-    pub train_ms: f64,
+    pub dictionary_ms: f64,
     /// Reading one Pod's JSON into an owned string (what a plugin read does), plain / packed,
     /// median of 5 passes over every Pod.
     #[serde(default)]
@@ -166,7 +166,7 @@ pub struct CacheMemory {
 }
 
 /// Fill a store with `n` Pods made by `pod` (a label and a field index declared) and measure its
-/// heap growth, then train the kind's dictionary as the informer does (from 1 000 objects) and
+/// heap growth, then build the kind's dictionary as the informer does (from 1 000 objects) and
 /// measure again. Each Pod is generated and consumed inside the loop, so only what the store
 /// keeps remains.
 pub fn measure(n: usize, pod: fn(usize) -> Value) -> anyhow::Result<CacheMemory> {
@@ -181,8 +181,8 @@ pub fn measure(n: usize, pod: fn(usize) -> Value) -> anyhow::Result<CacheMemory>
     let plain = live_bytes() - before;
     let read_plain_ns = read_ns(&store)?;
     let started = Instant::now();
-    let packing = store.wants_dictionary().then(|| store.train_dictionary());
-    let train_ms = started.elapsed().as_secs_f64() * 1e3;
+    let packing = store.wants_dictionary().then(|| store.build_dictionary());
+    let dictionary_ms = started.elapsed().as_secs_f64() * 1e3;
     let kept = live_bytes() - before;
     anyhow::ensure!(store.len() == n, "expected {n} cached pods, found {}", store.len());
     let snapshot = store.snapshot();
@@ -198,7 +198,7 @@ pub fn measure(n: usize, pod: fn(usize) -> Value) -> anyhow::Result<CacheMemory>
         plain_bytes_per_pod: plain as f64 / n as f64,
         dictionary_bytes: packing.as_ref().map_or(0, |p| p.dictionary_bytes),
         dictionary_heap_bytes: packing.as_ref().map_or(0, |p| p.dictionary_heap_bytes),
-        train_ms: if packing.is_some() { train_ms } else { 0.0 },
+        dictionary_ms: if packing.is_some() { dictionary_ms } else { 0.0 },
         read_plain_ns,
         read_packed_ns: if packing.is_some() { read_ns(&store)? } else { read_plain_ns },
         running: None,

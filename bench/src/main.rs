@@ -74,7 +74,7 @@ fn main() -> anyhow::Result<()> {
             for (workload, m) in [("realistic", &m), ("running", m.running.as_deref().unwrap_or(&m))] {
                 println!(
                     "cache-memory pods={} bytes_per_pod={:.0} (plain {:.0}) json_in_per_pod={:.0} json_cached_per_pod={:.0} \
-                 stored_json_per_pod={:.0} dictionary={} B (heap {} B) train_ms={:.1} read_ns plain={:.0} packed={:.0} ({workload} Pods)",
+                 stored_json_per_pod={:.0} dictionary={} B (heap {} B) dictionary_ms={:.1} read_ns plain={:.0} packed={:.0} ({workload} Pods)",
                     m.pods,
                     m.bytes_per_pod,
                     m.plain_bytes_per_pod,
@@ -83,7 +83,7 @@ fn main() -> anyhow::Result<()> {
                     m.stored_json_bytes_per_pod,
                     m.dictionary_bytes,
                     m.dictionary_heap_bytes,
-                    m.train_ms,
+                    m.dictionary_ms,
                     m.read_plain_ns,
                     m.read_packed_ns
                 );

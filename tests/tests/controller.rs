@@ -167,7 +167,7 @@ async fn a_large_kind_is_kept_compressed_and_reads_back_what_the_api_server_hold
     let inf = host.registry.acquire(InformerKey::new(cm_kind(), Some(ns.name.clone()), None)?).await?;
     inf.wait_synced(WAIT).await?;
     let store = inf.store().clone();
-    // The informer trains the kind's dictionary off the event path once the store is large.
+    // The informer builds the kind's dictionary off the event path once the store is large.
     eventually("every cached ConfigMap compressed", WAIT, || {
         let store = store.clone();
         async move { Ok((store.len() == n && store.snapshot().iter().all(|o| o.is_packed())).then_some(())) }
@@ -190,7 +190,7 @@ async fn a_large_kind_is_kept_compressed_and_reads_back_what_the_api_server_hold
         assert_eq!(cached.value(), expected, "{name} as cached");
     }
 
-    // A watched update after training is compressed as it arrives, and indexes follow it.
+    // A watched update after that is compressed as it arrives, and indexes follow it.
     store.add_index("app", IndexSpec::parse("labels.app")?)?;
     api.patch(
         "cm-0003",

@@ -1,8 +1,8 @@
 //! [`Body`]: a cached object's JSON text, compressed against its kind's [`Dictionary`] once the
-//! kind has enough objects to train one.
+//! kind has enough objects to build one.
 //!
 //! Objects of one kind repeat each other almost entirely (the same keys, the same template,
-//! the same images): a zstd dictionary trained on a sample of them turns a 1.2 KB Pod into
+//! the same images): a zstd dictionary made of a sample of them turns a 1.2 KB Pod into
 //! tens of bytes. Reads decompress (a few microseconds for a Pod, with a per-thread context);
 //! a store below [`TRAIN_AT`](super::store) objects keeps plain text and pays nothing.
 
@@ -19,19 +19,33 @@ use super::{Error, Result};
 /// dictionary); the dictionary, not the level, is what makes objects small.
 const LEVEL: i32 = 1;
 
-/// A trained zstd dictionary, prepared for both directions.
+/// A zstd dictionary (raw content: sample objects), prepared for both directions.
 pub struct Dictionary {
     compress: CDict<'static>,
     decompress: DDict<'static>,
-    /// The dictionary's own size in bytes (the trained content).
+    /// The dictionary's own size in bytes (its content).
     size: usize,
 }
 
 impl Dictionary {
-    /// Train a dictionary of at most `max_size` bytes on `samples`; None when zstd finds
-    /// nothing worth keeping (too few or too different samples).
-    pub fn train<S: AsRef<[u8]>>(samples: &[S], max_size: usize) -> Option<Arc<Self>> {
-        let content = zstd::dict::from_samples(samples, max_size).ok()?;
+    /// A dictionary of at most `max_size` bytes made of `samples` themselves, concatenated (a
+    /// zstd raw-content dictionary: a compressed object refers back to the long runs it shares
+    /// with them). None without samples. A dictionary trained by zstd (`ZDICT`) compresses
+    /// 10–20% better, but training held megabytes of tables that the allocator kept: measured
+    /// against the API server, +12 MiB host RSS at 1 000 Pods, more than compressing saved.
+    pub fn from_samples<S: AsRef<[u8]>>(samples: &[S], max_size: usize) -> Option<Arc<Self>> {
+        let mut content = Vec::with_capacity(max_size);
+        for sample in samples {
+            let room = max_size - content.len();
+            let sample = sample.as_ref();
+            content.extend_from_slice(&sample[..sample.len().min(room)]);
+            if content.len() == max_size {
+                break;
+            }
+        }
+        if content.len() < 8 {
+            return None;
+        }
         Some(Arc::new(Self { compress: CDict::try_create(&content, LEVEL)?, decompress: DDict::create(&content), size: content.len() }))
     }
 
@@ -143,7 +157,7 @@ mod tests {
 
     fn dictionary() -> Arc<Dictionary> {
         let samples: Vec<String> = (0..500).map(pod).collect();
-        Dictionary::train(&samples, 4096).expect("500 similar objects train a dictionary")
+        Dictionary::from_samples(&samples[490..], 4096).expect("samples make a dictionary")
     }
 
     #[test]
@@ -187,8 +201,9 @@ mod tests {
     }
 
     #[test]
-    fn too_few_samples_train_nothing() {
-        assert!(Dictionary::train(&[pod(1)], 4096).is_none());
+    fn no_samples_make_no_dictionary() {
+        assert!(Dictionary::from_samples::<&str>(&[], 4096).is_none());
+        assert_eq!(Dictionary::from_samples(&[pod(1), pod(2)], 100).unwrap().size(), 100, "cut at the maximum");
     }
 
     #[test]

@@ -5,12 +5,12 @@
 //! object also remembers its values for the field indexes (computing those parses its JSON), so
 //! an update or delete removes exactly the old entries without parsing again; the other
 //! indexes' values come from the cached metadata. Keys and index values are shared `Arc<str>`s. Expensive
-//! work (serialising JSON, parsing it for a new field index, training a dictionary and
+//! work (serialising JSON, parsing it for a new field index, building a dictionary and
 //! compressing with it) happens before the write lock is taken, so readers only ever wait for
 //! map updates.
 //!
-//! Once a store holds [`DICTIONARY_AT`] objects, its owner trains the kind's zstd dictionary
-//! ([`IndexedStore::train_dictionary`], off the event path); from then on every object's JSON
+//! Once a store holds [`DICTIONARY_AT`] objects, its owner builds the kind's zstd dictionary
+//! ([`IndexedStore::build_dictionary`], off the event path); from then on every object's JSON
 //! is kept compressed with it.
 
 use std::borrow::Cow;
@@ -70,22 +70,22 @@ pub struct IndexedStore {
     dictionary: AtomicU8,
 }
 
-/// Objects a store holds before its kind's dictionary is trained: below this, compression
+/// Objects a store holds before its kind's dictionary is built: below this, compression
 /// would save little memory and the samples would say little about the kind.
 pub const DICTIONARY_AT: usize = 1000;
-/// Objects sampled (spread over the store) to train a dictionary.
-const DICTIONARY_SAMPLES: usize = 1000;
-/// Largest dictionary trained, in bytes.
+/// Objects sampled (spread over the store) for a dictionary.
+const DICTIONARY_SAMPLES: usize = 16;
+/// Largest dictionary, in bytes.
 const DICTIONARY_BYTES: usize = 16 * 1024;
 
 const NO_DICTIONARY: u8 = 0;
 const TRAINING: u8 = 1;
 const TRAINED: u8 = 2;
 
-/// What [`IndexedStore::train_dictionary`] did.
+/// What [`IndexedStore::build_dictionary`] did.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Packing {
-    /// Bytes of the trained dictionary (0 if zstd could not train one).
+    /// Bytes of the dictionary (0 if none could be built).
     pub dictionary_bytes: usize,
     /// Heap bytes of the dictionary prepared for compressing and decompressing.
     pub dictionary_heap_bytes: usize,
@@ -100,7 +100,7 @@ pub struct Packing {
 struct Inner {
     objects: HashMap<Arc<str>, Entry>,
     indexes: Vec<Index>,
-    /// The kind's dictionary, once trained: new objects are compressed with it.
+    /// The kind's dictionary, once built: new objects are compressed with it.
     dict: Option<Arc<Dictionary>>,
 }
 
@@ -133,24 +133,25 @@ impl IndexedStore {
     }
 
     /// True, once, when the store has grown to [`DICTIONARY_AT`] objects without a dictionary:
-    /// the caller then owes one call of [`train_dictionary`](Self::train_dictionary) (on a
-    /// blocking thread: training takes tens of milliseconds).
+    /// the caller then owes one call of [`build_dictionary`](Self::build_dictionary) (on a
+    /// blocking thread: compressing every object takes tens of milliseconds).
     pub fn wants_dictionary(&self) -> bool {
         self.dictionary.load(Ordering::Relaxed) == NO_DICTIONARY
             && self.len() >= DICTIONARY_AT
             && self.dictionary.compare_exchange(NO_DICTIONARY, TRAINING, Ordering::AcqRel, Ordering::Relaxed).is_ok()
     }
 
-    /// Train the kind's dictionary on a sample of the cached objects, then compress every
+    /// Build the kind's dictionary from a sample of the cached objects, then compress every
     /// cached object with it; objects cached later are compressed as they arrive. Readers are
-    /// never blocked for the training or the compression, only for swapping the results in.
-    /// A store trains at most once; if zstd cannot train a dictionary, objects stay plain.
-    pub fn train_dictionary(&self) -> Packing {
+    /// never blocked for the compression, only for swapping the results in. A store builds at
+    /// most one dictionary; if none can be built, objects stay plain.
+    pub fn build_dictionary(&self) -> Packing {
         self.dictionary.store(TRAINED, Ordering::Release);
         let plain = self.plain_objects();
         let step = plain.len().div_ceil(DICTIONARY_SAMPLES).max(1);
-        let samples: Vec<String> = plain.iter().step_by(step).filter_map(|o| o.json().ok().map(Cow::into_owned)).collect();
-        let Some(dict) = Dictionary::train(&samples, DICTIONARY_BYTES) else {
+        let samples: Vec<String> =
+            plain.iter().step_by(step).take(DICTIONARY_SAMPLES).filter_map(|o| o.json().ok().map(Cow::into_owned)).collect();
+        let Some(dict) = Dictionary::from_samples(&samples, DICTIONARY_BYTES) else {
             return Packing { dictionary_bytes: 0, dictionary_heap_bytes: 0, packed: 0, json_bytes: 0, packed_bytes: 0 };
         };
         drop(samples);
@@ -1014,7 +1015,7 @@ mod tests {
         assert!(s.wants_dictionary());
         assert!(!s.wants_dictionary(), "claimed once");
 
-        let packing = s.train_dictionary();
+        let packing = s.build_dictionary();
         assert!(packing.dictionary_bytes > 0 && packing.dictionary_bytes <= DICTIONARY_BYTES, "{packing:?}");
         assert_eq!(packing.packed, DICTIONARY_AT);
         assert!(packing.packed_bytes * 5 < packing.json_bytes, "{packing:?}");
@@ -1039,7 +1040,7 @@ mod tests {
         assert_eq!(changes.iter().filter(|c| matches!(c, Change::Updated { .. })).count(), 1, "pod 3 back to its listed version");
         assert!(s.snapshot().iter().all(|o| o.is_packed()));
         assert_consistent(&s);
-        assert!(!s.wants_dictionary(), "trained once");
+        assert!(!s.wants_dictionary(), "built once");
     }
 
     #[test]
@@ -1049,7 +1050,7 @@ mod tests {
             s.apply(json!({"metadata": {"name": format!("n{i}"), "resourceVersion": "1"}})).unwrap();
         }
         assert!(s.wants_dictionary());
-        let packing = s.train_dictionary();
+        let packing = s.build_dictionary();
         assert!(packing.packed == DICTIONARY_AT && packing.packed_bytes < packing.json_bytes, "{packing:?}");
         assert_eq!(s.get(None, "n7").unwrap().json().unwrap(), r#"{"metadata":{"name":"n7","resourceVersion":"1"}}"#);
     }

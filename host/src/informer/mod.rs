@@ -324,7 +324,7 @@ async fn run_watch(
                     Ok(changes) => changes.iter().for_each(|c| handlers.dispatch(c)),
                     Err(e) => warn!(informer = %key, error = %e, "relist rejected by the cache"),
                 }
-                train_dictionary_if_due(&key, &store);
+                build_dictionary_if_due(&key, &store);
                 if !*synced.borrow() {
                     info!(informer = %key, objects = store.len(), "informer synced");
                     synced.send_replace(true);
@@ -334,7 +334,7 @@ async fn run_watch(
                 Ok(v) if selected(&v) => match store.apply(v) {
                     Ok(change) => {
                         handlers.dispatch(&change);
-                        train_dictionary_if_due(&key, &store);
+                        build_dictionary_if_due(&key, &store);
                     }
                     Err(e) => warn!(informer = %key, error = %e, "object not cached"),
                 },
@@ -357,20 +357,20 @@ async fn run_watch(
     }
 }
 
-/// Once the store has grown large enough, train its kind's dictionary on a blocking thread, so
-/// events keep flowing meanwhile (the store compresses what it holds when training ends).
-fn train_dictionary_if_due(key: &InformerKey, store: &Arc<IndexedStore>) {
+/// Once the store has grown large enough, build its kind's dictionary on a blocking thread, so
+/// events keep flowing meanwhile (the store compresses what it holds, then swaps it in).
+fn build_dictionary_if_due(key: &InformerKey, store: &Arc<IndexedStore>) {
     if !store.wants_dictionary() {
         return;
     }
     let (key, store) = (key.to_string(), store.clone());
     tokio::task::spawn_blocking(move || {
         let started = std::time::Instant::now();
-        let p = store.train_dictionary();
+        let p = store.build_dictionary();
         info!(
             informer = %key, dictionary_bytes = p.dictionary_bytes, dictionary_heap_bytes = p.dictionary_heap_bytes,
             objects = p.packed, json_bytes = p.json_bytes, packed_bytes = p.packed_bytes,
-            took_ms = started.elapsed().as_millis() as u64, "cache dictionary trained; objects compressed"
+            took_ms = started.elapsed().as_millis() as u64, "cache dictionary built; objects compressed"
         );
     });
 }
