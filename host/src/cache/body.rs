@@ -4,7 +4,7 @@
 //! Objects of one kind repeat each other almost entirely (the same keys, the same template,
 //! the same images): a zstd dictionary made of a sample of them turns a 1.2 KB Pod into
 //! tens of bytes. Reads decompress (a few microseconds for a Pod, with a per-thread context);
-//! a store below [`TRAIN_AT`](super::store) objects keeps plain text and pays nothing.
+//! a store below [`DICTIONARY_AT`](super::DICTIONARY_AT) objects keeps plain text and pays nothing.
 
 use std::borrow::Cow;
 use std::cell::RefCell;

@@ -66,7 +66,7 @@ impl Change {
 pub struct IndexedStore {
     kind: KindRef,
     inner: RwLock<Inner>,
-    /// Where the dictionary stands: [`NO_DICTIONARY`], [`TRAINING`] or [`TRAINED`].
+    /// Where the dictionary stands: [`NO_DICTIONARY`], [`BUILDING`] or [`BUILT`].
     dictionary: AtomicU8,
 }
 
@@ -79,8 +79,11 @@ const DICTIONARY_SAMPLES: usize = 16;
 const DICTIONARY_BYTES: usize = 16 * 1024;
 
 const NO_DICTIONARY: u8 = 0;
-const TRAINING: u8 = 1;
-const TRAINED: u8 = 2;
+const BUILDING: u8 = 1;
+const BUILT: u8 = 2;
+/// Objects compressed per write-lock hold while a store is packed: readers wait for a swap of
+/// this many entries at most, and the plain versions are freed chunk by chunk.
+const PACK_CHUNK: usize = 512;
 
 /// What [`IndexedStore::build_dictionary`] did.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -138,7 +141,7 @@ impl IndexedStore {
     pub fn wants_dictionary(&self) -> bool {
         self.dictionary.load(Ordering::Relaxed) == NO_DICTIONARY
             && self.len() >= DICTIONARY_AT
-            && self.dictionary.compare_exchange(NO_DICTIONARY, TRAINING, Ordering::AcqRel, Ordering::Relaxed).is_ok()
+            && self.dictionary.compare_exchange(NO_DICTIONARY, BUILDING, Ordering::AcqRel, Ordering::Relaxed).is_ok()
     }
 
     /// Build the kind's dictionary from a sample of the cached objects, then compress every
@@ -146,7 +149,7 @@ impl IndexedStore {
     /// never blocked for the compression, only for swapping the results in. A store builds at
     /// most one dictionary; if none can be built, objects stay plain.
     pub fn build_dictionary(&self) -> Packing {
-        self.dictionary.store(TRAINED, Ordering::Release);
+        self.dictionary.store(BUILT, Ordering::Release);
         let plain = self.plain_objects();
         let step = plain.len().div_ceil(DICTIONARY_SAMPLES).max(1);
         let samples: Vec<String> =
@@ -169,17 +172,22 @@ impl IndexedStore {
         self.inner.read().objects.values().map(|e| e.obj.clone()).filter(|o| !o.is_packed()).collect()
     }
 
-    /// Compress `objects` with `dict` outside the lock, then swap in those still cached as they were.
+    /// Compress `objects` with `dict` outside the lock, [`PACK_CHUNK`] at a time, swapping in
+    /// those still cached as they were after each chunk.
     fn pack(&self, objects: Vec<Arc<CachedObject>>, dict: &Arc<Dictionary>, packing: &mut Packing) {
-        let packed: Vec<(Arc<CachedObject>, CachedObject)> = objects.into_iter().filter_map(|o| o.packed(dict).map(|p| (o, p))).collect();
-        let mut inner = self.inner.write();
-        for (old, new) in packed {
-            let Some(entry) = inner.objects.get_mut(old.key()) else { continue };
-            if Arc::ptr_eq(&entry.obj, &old) {
-                packing.packed += 1;
-                packing.json_bytes += new.json_len();
-                packing.packed_bytes += new.stored_json_bytes();
-                entry.obj = Arc::new(new);
+        let mut objects = objects.into_iter().peekable();
+        while objects.peek().is_some() {
+            let packed: Vec<(Arc<CachedObject>, CachedObject)> =
+                objects.by_ref().take(PACK_CHUNK).filter_map(|o| o.packed(dict).map(|p| (o, p))).collect();
+            let mut inner = self.inner.write();
+            for (old, new) in packed {
+                let Some(entry) = inner.objects.get_mut(old.key()) else { continue };
+                if Arc::ptr_eq(&entry.obj, &old) {
+                    packing.packed += 1;
+                    packing.json_bytes += new.json_len();
+                    packing.packed_bytes += new.stored_json_bytes();
+                    entry.obj = Arc::new(new);
+                }
             }
         }
     }
