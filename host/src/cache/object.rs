@@ -40,7 +40,7 @@ impl OwnerRef<'_> {
 }
 
 /// A byte range in [`CachedObject::text`]. `u32`s keep it at 8 bytes.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default)]
 struct Span {
     start: u32,
     len: u32,
