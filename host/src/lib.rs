@@ -30,6 +30,7 @@ pub mod duration;
 pub mod executor;
 pub mod fence;
 pub mod grants;
+pub(crate) mod heap;
 pub mod hotload;
 pub mod identity;
 pub mod informer;

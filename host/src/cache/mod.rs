@@ -15,7 +15,7 @@ mod view;
 pub use index::{IndexSpec, NAMESPACE_INDEX, OWNER_INDEX};
 pub use object::{CachedObject, OwnerRef};
 pub use selector::Selector;
-pub use store::{Change, DICTIONARY_AT, IndexedStore, Packing};
+pub use store::{Change, DICTIONARY_AT, IndexedStore, Listed, Packing};
 pub use view::CacheView;
 
 use std::sync::Arc;

@@ -60,6 +60,17 @@ impl Change {
     }
 }
 
+/// One object of a list, prepared by [`IndexedStore::prepare`] for
+/// [`IndexedStore::replace_listed`].
+pub struct Listed(Prepared);
+
+enum Prepared {
+    /// Already cached with the listed resourceVersion.
+    Same { key: String, cached: Arc<CachedObject> },
+    /// New or changed: its cached form, and its parsed JSON if the store has field indexes.
+    New { obj: Arc<CachedObject>, value: Option<Value> },
+}
+
 /// One kind's objects (one informer's cache), with the built-in `namespace`, `owner` and
 /// `label=value` indexes and any added ones. Results of reads are ordered by key
 /// (`namespace/name`).
@@ -261,52 +272,49 @@ impl IndexedStore {
         self.inner.write().remove(&key).map(Change::Deleted)
     }
 
+    /// Prepare one object of a list for [`replace_listed`](Self::replace_listed), as it arrives:
+    /// an object the store holds at the listed resourceVersion is only looked up; any other is
+    /// made into its cached form now (managedFields dropped, serialised, compressed if the kind
+    /// has a dictionary), so a list of N objects never holds N parsed documents at once. The
+    /// parsed document is kept only while the store has a field index (whose values it gives).
+    pub fn prepare(&self, mut value: Value) -> Result<Listed> {
+        let key = key_of(&value)?;
+        let (same, dict, reads_json) = {
+            let inner = self.inner.read();
+            let same = inner.same_version(&key, str_field(&value["metadata"], "resourceVersion"));
+            (same, inner.dict.clone(), inner.indexes.iter().any(|i| i.spec.reads_json()))
+        };
+        Ok(Listed(match same {
+            Some(cached) => Prepared::Same { key, cached },
+            None => {
+                let obj = Arc::new(CachedObject::from_value_mut(&mut value, dict.as_ref())?);
+                Prepared::New { obj, value: reads_json.then_some(value) }
+            }
+        }))
+    }
+
     /// Replace everything with a fresh list (a relist), atomically for readers.
     ///
     /// Returns a change for every listed object in list order — `Added`, `Updated`, or
     /// `Unchanged` when the resourceVersion is the one cached — followed by `Deleted` for each
-    /// cached object missing from the list, in key order. If any object is invalid nothing is
-    /// changed. Should another writer change a listed object while the list is being prepared,
-    /// its version is kept and no change is reported for it.
-    pub fn replace(&self, values: Vec<Value>) -> Result<Vec<Change>> {
-        enum Prepared {
-            /// Already cached with the listed resourceVersion.
-            Same {
-                key: String,
-                cached: Arc<CachedObject>,
-            },
-            New {
-                obj: Arc<CachedObject>,
-                value: Value,
-            },
-        }
-        let mut checked = Vec::with_capacity(values.len());
-        let dict = {
-            let inner = self.inner.read();
-            for value in values {
-                let key = key_of(&value)?;
-                let same = inner.same_version(&key, str_field(&value["metadata"], "resourceVersion"));
-                checked.push((key, value, same));
-            }
-            inner.dict.clone()
-        };
-        // Serialise the new and changed objects before taking the write lock.
-        let mut prepared = Vec::with_capacity(checked.len());
-        for (key, mut value, same) in checked {
-            prepared.push(match same {
-                Some(cached) => Prepared::Same { key, cached },
-                None => Prepared::New { obj: Arc::new(CachedObject::from_value_mut(&mut value, dict.as_ref())?), value },
-            });
-        }
-
+    /// cached object missing from the list, in key order. Should another writer change a listed
+    /// object while the list was being prepared, its version is kept and no change is reported
+    /// for it.
+    pub fn replace_listed(&self, listed: Vec<Listed>) -> Vec<Change> {
         let mut inner = self.inner.write();
-        let mut changes = Vec::with_capacity(prepared.len());
-        let mut seen = HashSet::with_capacity(prepared.len());
-        for p in prepared {
+        let mut changes = Vec::with_capacity(listed.len());
+        let mut seen = HashSet::with_capacity(listed.len());
+        for Listed(p) in listed {
             match p {
                 Prepared::New { obj, value } => {
                     seen.insert(obj.key_arc().clone());
-                    changes.push(inner.upsert(obj, &value));
+                    // A field index added since the object was prepared reads its parsed JSON.
+                    let parsed = match value {
+                        Some(v) => v,
+                        None if inner.indexes.iter().any(|i| i.spec.reads_json()) => obj.value(),
+                        None => Value::Null,
+                    };
+                    changes.push(inner.upsert(obj, &parsed));
                 }
                 Prepared::Same { key, cached } => {
                     let Some((key, entry)) = inner.objects.get_key_value(key.as_str()) else {
@@ -323,7 +331,14 @@ impl IndexedStore {
         let mut gone: Vec<Arc<str>> = inner.objects.keys().filter(|k| !seen.contains(*k)).cloned().collect();
         gone.sort_unstable();
         changes.extend(gone.iter().filter_map(|k| inner.remove(k)).map(Change::Deleted));
-        Ok(changes)
+        changes
+    }
+
+    /// [`prepare`](Self::prepare) every object, then [`replace_listed`](Self::replace_listed).
+    /// If any object is invalid nothing is changed.
+    pub fn replace(&self, values: Vec<Value>) -> Result<Vec<Change>> {
+        let listed = values.into_iter().map(|v| self.prepare(v)).collect::<Result<Vec<_>>>()?;
+        Ok(self.replace_listed(listed))
     }
 
     /// One object, if cached.

@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use futures::stream::BoxStream;
-use kube::api::{Api, DynamicObject};
+use kube::api::Api;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, watcher};
 use parking_lot::{Mutex, RwLock};
@@ -27,6 +27,9 @@ use tracing::{debug, info, warn};
 
 use crate::cache::{self, Change, IndexedStore, Selector};
 use crate::kinds::{self, KindRef, KindResolver};
+
+mod raw;
+use raw::RawObject;
 
 /// Errors starting or waiting for an informer.
 #[derive(Debug, thiserror::Error)]
@@ -262,7 +265,7 @@ impl InformerRegistry {
         let (synced_tx, synced) = watch::channel(false);
         let last_error = Arc::new(Mutex::new(String::from("none")));
         let client = self.resolver.client().clone();
-        let api: Api<DynamicObject> = match (&key.namespace, resolved.namespaced) {
+        let api: Api<RawObject> = match (&key.namespace, resolved.namespaced) {
             (Some(ns), true) => Api::namespaced_with(client, ns, &resolved.resource),
             _ => Api::all_with(client, &resolved.resource),
         };
@@ -288,7 +291,7 @@ impl InformerRegistry {
 #[allow(clippy::too_many_arguments)] // the informer's task: each handle is one the Informer keeps too
 async fn run_watch(
     key: InformerKey,
-    api: Api<DynamicObject>,
+    api: Api<RawObject>,
     config: watcher::Config,
     delay: Duration,
     store: Arc<IndexedStore>,
@@ -298,7 +301,10 @@ async fn run_watch(
 ) {
     let stream = watcher(api, config).default_backoff().boxed();
     let mut stream = if delay.is_zero() { stream } else { delayed(stream, delay) };
-    let mut buffer: Vec<serde_json::Value> = Vec::new();
+    // The list so far, each object in its cached form as it arrived (never N parsed documents),
+    // and the first object the cache refused: a list with one is rejected whole.
+    let mut buffer: Vec<cache::Listed> = Vec::new();
+    let mut refused: Option<cache::Error> = None;
     // The key's annotation selector parsed when the key was made: it parses.
     let annotations = key.annotations.as_deref().and_then(|s| Selector::parse(s).ok());
     let selected = |v: &serde_json::Value| annotations.as_ref().is_none_or(|s| matches_annotations(s, v));
@@ -313,41 +319,53 @@ async fn run_watch(
             }
         };
         match event {
-            watcher::Event::Init => buffer.clear(),
-            watcher::Event::InitApply(obj) => match to_value(obj, &key.kind) {
-                Ok(v) if selected(&v) => buffer.push(v),
-                Ok(_) => {}
-                Err(e) => warn!(informer = %key, error = %e, "skipping object that does not serialise"),
-            },
-            watcher::Event::InitDone => {
-                match store.replace(std::mem::take(&mut buffer)) {
-                    Ok(changes) => changes.iter().for_each(|c| handlers.dispatch(c)),
-                    Err(e) => warn!(informer = %key, error = %e, "relist rejected by the cache"),
+            watcher::Event::Init => {
+                buffer.clear();
+                refused = None;
+            }
+            watcher::Event::InitApply(obj) => {
+                let v = to_value(obj, &key.kind);
+                if selected(&v) && refused.is_none() {
+                    match store.prepare(v) {
+                        Ok(listed) => buffer.push(listed),
+                        Err(e) => refused = Some(e),
+                    }
                 }
-                build_dictionary_if_due(&key, &store);
+            }
+            watcher::Event::InitDone => {
+                let listed = std::mem::take(&mut buffer);
+                match refused.take() {
+                    None => store.replace_listed(listed).iter().for_each(|c| handlers.dispatch(c)),
+                    Some(e) => warn!(informer = %key, error = %e, "relist rejected by the cache"),
+                }
+                if !build_dictionary_if_due(&key, &store) {
+                    // The list's transient allocations are free now; return them.
+                    tokio::task::spawn_blocking(crate::heap::release_free_memory);
+                }
                 if !*synced.borrow() {
                     info!(informer = %key, objects = store.len(), "informer synced");
                     synced.send_replace(true);
                 }
             }
-            watcher::Event::Apply(obj) => match to_value(obj, &key.kind) {
-                Ok(v) if selected(&v) => match store.apply(v) {
-                    Ok(change) => {
-                        handlers.dispatch(&change);
-                        build_dictionary_if_due(&key, &store);
+            watcher::Event::Apply(obj) => {
+                let v = to_value(obj, &key.kind);
+                if selected(&v) {
+                    match store.apply(v) {
+                        Ok(change) => {
+                            handlers.dispatch(&change);
+                            build_dictionary_if_due(&key, &store);
+                        }
+                        Err(e) => warn!(informer = %key, error = %e, "object not cached"),
                     }
-                    Err(e) => warn!(informer = %key, error = %e, "object not cached"),
-                },
-                // No longer selected (its annotations changed): it leaves the cache, as an object
-                // leaving a label selector does.
-                Ok(v) => {
+                } else {
+                    // No longer selected (its annotations changed): it leaves the cache, as an
+                    // object leaving a label selector does.
                     let meta = |f: &str| v.pointer(&format!("/metadata/{f}")).and_then(serde_json::Value::as_str);
                     if let Some(change) = store.delete(meta("namespace"), meta("name").unwrap_or_default()) {
                         handlers.dispatch(&change);
                     }
                 }
-                Err(e) => warn!(informer = %key, error = %e, "object not cached"),
-            },
+            }
             watcher::Event::Delete(obj) => {
                 if let Some(change) = store.delete(obj.metadata.namespace.as_deref(), obj.metadata.name.as_deref().unwrap_or_default()) {
                     handlers.dispatch(&change);
@@ -358,10 +376,11 @@ async fn run_watch(
 }
 
 /// Once the store has grown large enough, build its kind's dictionary on a blocking thread, so
-/// events keep flowing meanwhile (the store compresses what it holds, then swaps it in).
-fn build_dictionary_if_due(key: &InformerKey, store: &Arc<IndexedStore>) {
+/// events keep flowing meanwhile (the store compresses what it holds, then swaps it in, then
+/// the plain versions' memory is returned to the OS). True if it started a build.
+fn build_dictionary_if_due(key: &InformerKey, store: &Arc<IndexedStore>) -> bool {
     if !store.wants_dictionary() {
-        return;
+        return false;
     }
     let (key, store) = (key.to_string(), store.clone());
     tokio::task::spawn_blocking(move || {
@@ -372,7 +391,9 @@ fn build_dictionary_if_due(key: &InformerKey, store: &Arc<IndexedStore>) {
             objects = p.packed, json_bytes = p.json_bytes, packed_bytes = p.packed_bytes,
             took_ms = started.elapsed().as_millis() as u64, "cache dictionary built; objects compressed"
         );
+        crate::heap::release_free_memory();
     });
+    true
 }
 
 /// Whether `selector` matches `object`'s annotations.
@@ -409,11 +430,16 @@ fn delayed<T: Send + 'static>(mut stream: BoxStream<'static, T>, delay: Duration
 /// The object as JSON, with the informer's `apiVersion` and `kind`: the API server leaves them
 /// out of the items of a built-in kind's list (a Namespace or ConfigMap from the initial list
 /// would otherwise reach plugins without them, and e.g. `create_owned` on it fails).
-fn to_value(mut obj: DynamicObject, kind: &KindRef) -> serde_json::Result<serde_json::Value> {
-    if obj.types.as_ref().is_none_or(|t| t.api_version.is_empty() || t.kind.is_empty()) {
-        obj.types = Some(kube::core::TypeMeta { api_version: kind.api_version.to_string(), kind: kind.kind.to_string() });
+fn to_value(obj: RawObject, kind: &KindRef) -> serde_json::Value {
+    let mut value = obj.value;
+    if let Some(map) = value.as_object_mut() {
+        let missing = |f: &str| map.get(f).and_then(serde_json::Value::as_str).is_none_or(str::is_empty);
+        if missing("apiVersion") || missing("kind") {
+            map.insert("apiVersion".into(), kind.api_version.to_string().into());
+            map.insert("kind".into(), kind.kind.to_string().into());
+        }
     }
-    serde_json::to_value(obj)
+    value
 }
 
 #[cfg(test)]
@@ -427,14 +453,14 @@ mod tests {
     fn list_items_without_api_version_and_kind_get_the_informers() {
         let ns = KindRef::new("v1", "Namespace");
         // As a built-in kind's list returns its items: no apiVersion, no kind.
-        let item: DynamicObject = serde_json::from_value(serde_json::json!({"metadata": {"name": "team-a"}})).unwrap();
-        let v = to_value(item, &ns).unwrap();
+        let item: RawObject = serde_json::from_value(serde_json::json!({"metadata": {"name": "team-a"}})).unwrap();
+        let v = to_value(item, &ns);
         assert_eq!((v["apiVersion"].as_str(), v["kind"].as_str()), (Some("v1"), Some("Namespace")));
         // As a watch event or a custom resource's list: kept as sent.
-        let event: DynamicObject =
+        let event: RawObject =
             serde_json::from_value(serde_json::json!({"apiVersion": "wasmloop.dev/v1alpha1", "kind": "PodSet", "metadata": {"name": "p"}}))
                 .unwrap();
-        let v = to_value(event, &ns).unwrap();
+        let v = to_value(event, &ns);
         assert_eq!((v["apiVersion"].as_str(), v["kind"].as_str()), (Some("wasmloop.dev/v1alpha1"), Some("PodSet")));
     }
 
