@@ -12,7 +12,7 @@
 # plugin; the host and bench binaries) and starts and stops its own etcd + kube-apiserver.
 # Sections (see bench/ for how each is measured):
 #   1 convergence vs kube-controller-manager and the floor, 100 × 10 and 1000 × 10
-#   2 Wasm vs native (criterion)   3 memory
+#   2 Wasm vs native (criterion)   3 memory (plugins; the cache from 1 000 to 100 000 Pods vs KCM)
 #   4 work queue   5 latency (host pinned apart from the load; taskset): event → reconcile, hot reload
 #   6 scale-out (--shard-mode plugin, 30 shards): 1 vs 3 replicas, imbalance, kill -9 → takeover
 #   7 the plugin author's inner loop: `wasmloop dev` on the guide's plugin, save → new version reconciling
@@ -103,6 +103,7 @@ if [ $quick = 1 ]; then
   lat=(--rate 100 --seconds 1 --keys 20)
   rel=(--compile-runs 1 --cached-runs 1)
   cache_pods=1000
+  cache_scale=(--counts 200,500 --runs 1 --settle-secs 1)
   scale=(--namespaces 9 --replicasets 1 --replicas 2 --lease-duration 4 --lease-grace 2 --timeout-secs 120)
   # The plugin crate's dependencies as tests/tests/new.rs and dev.rs built them (the full run builds them cold).
   devloop=(--edits 2 --target-dir "$target_dir/new-plugin")
@@ -119,6 +120,7 @@ else
   lat=(--rate 1000 --seconds 10 --keys 500)
   rel=(--compile-runs 5 --cached-runs 10)
   cache_pods=10000
+  cache_scale=(--counts 1000,10000,100000 --runs 5)
   # The Deployment's lease duration and grace (deploy/): what a crash costs in production.
   scale=(--namespaces 90 --replicasets 4 --replicas 10 --lease-duration 15 --lease-grace 5)
   devloop=(--edits 5)
@@ -146,6 +148,10 @@ say "3. memory: host RSS idle and with plugins loaded; cache bytes per Pod"
 "$bench_bin" memory --kubeconfig "$kubeconfig" --host-bin "$host_bin" --plugin "$plugin" --manifest "$manifest" \
   --work-dir "$results/work" --out "$results/memory.json" "${mem[@]}"
 "$bench_bin" cache-memory --pods "$cache_pods" --out "$results/cache_memory.json" >/dev/null
+say "3. memory: the cache from 1 000 to 100 000 Pods, host vs kube-controller-manager"
+"$bench_bin" cache-scale --kubeconfig "$kubeconfig" --control-plane-script "$root/scripts/control-plane.sh" \
+  --control-plane-dir "$cp_dir" --host-bin "$host_bin" --plugin "$plugin" --manifest "$manifest" \
+  --work-dir "$results/work-cache-scale" --out "$results/cache_scale.json" "${cache_scale[@]}"
 
 say "4. work queue"
 "$bench_bin" queue --out "$results/queue.json" "${queue[@]}"

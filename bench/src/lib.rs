@@ -7,6 +7,7 @@
 
 pub mod alloc;
 pub mod cache_memory;
+pub mod cache_scale;
 pub mod call_cost;
 pub mod controllers;
 pub mod convergence;

@@ -8,7 +8,7 @@ use anyhow::Context;
 use clap::{Parser, Subcommand};
 use serde::Serialize;
 use wasmloop_bench::{
-    alloc, cache_memory, call_cost, convergence, devloop, latency, memory, polyglot, queue, reload, report, scaleout, shadow,
+    alloc, cache_memory, cache_scale, call_cost, convergence, devloop, latency, memory, polyglot, queue, reload, report, scaleout, shadow,
 };
 
 #[global_allocator]
@@ -31,6 +31,9 @@ enum Command {
         #[arg(long)]
         out: Option<PathBuf>,
     },
+    /// Section 3b: the cache from 1 000 to 100 000 Pods, host vs kube-controller-manager: RSS,
+    /// bytes per Pod, start → synced.
+    CacheScale(cache_scale::Args),
     /// The fixed cost of one Wasm reconcile, phase by phase (echo plugin, key not in the cache).
     CallCost(call_cost::Args),
     /// Section 1: ReplicaSet convergence, kube-controller-manager vs the wasmloop host.
@@ -98,6 +101,10 @@ fn main() -> anyhow::Result<()> {
         Command::Convergence(args) => {
             let out = args.out.clone();
             write_json(&out, &rt()?.block_on(convergence::run(args))?)?;
+        }
+        Command::CacheScale(args) => {
+            let out = args.out.clone();
+            write_json(&out, &rt()?.block_on(cache_scale::run(args))?)?;
         }
         Command::Memory(args) => {
             let out = args.out.clone();

@@ -17,11 +17,13 @@ use crate::cache_memory::CacheMemory;
 use crate::stats::Summary;
 use crate::{convergence, latency, memory, phases::PhaseReport, queue, reload};
 
+mod cache_scale;
 mod devloop;
 mod polyglot;
 mod race;
 mod rollout;
 mod scaleout;
+use cache_scale::CacheScale;
 use devloop::DevLoop;
 use polyglot::Polyglot;
 use race::Race;
@@ -138,6 +140,8 @@ pub fn run(args: Args) -> Result<()> {
     let phases: Vec<PhaseReport> = serde_json::from_value(phases["phases"].clone()).context("phases.json")?;
     let mem: memory::Results = read(dir, "memory.json")?;
     let cache_mem: CacheMemory = read(dir, "cache_memory.json")?;
+    let cache_scale_results: crate::cache_scale::Results = read(dir, "cache_scale.json")?;
+    let cache_scale = CacheScale::new(&cache_scale_results)?;
     let q: queue::Results = read(dir, "queue.json")?;
     let lat: latency::Results = read(dir, "latency.json")?;
     let attacked: latency::Results = read(dir, "latency_attack.json")?;
@@ -232,6 +236,7 @@ pub fn run(args: Args) -> Result<()> {
             status(race.rss_ratio() <= 0.5)
         )?;
     }
+    cache_scale.target_rows(w)?;
     writeln!(
         w,
         "| ≤ 2 MiB per extra idle plugin | {} per plugin ({n_lo}→{n_hi} plugins) | {} |",
@@ -457,6 +462,7 @@ pub fn run(args: Args) -> Result<()> {
         mib(file_per_plugin.median),
     )?;
     cache_memory_table(w, &cache_mem)?;
+    cache_scale.section(w)?;
     if let Some(race) = [&large, &small].into_iter().find(|r| r.rss_ratio() > 0.5) {
         let ours = race.conv.runs_of("wasmloop");
         let target_pods = race.conv.target_pods();
