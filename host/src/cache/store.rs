@@ -178,6 +178,47 @@ impl IndexedStore {
         packing
     }
 
+    /// While a (re)list is being prepared: once it holds [`DICTIONARY_AT`] objects and the store
+    /// has no dictionary, build the dictionary from the listed objects, compress those already
+    /// prepared, and let every object prepared from now on be compressed as it arrives, so a
+    /// large first list is never held plain (which then leaves the freed plain text scattered
+    /// between the compressed objects). None if the store has or is building a dictionary, the
+    /// list is too short, or no dictionary could be built.
+    pub fn dictionary_for_list(&self, listed: &mut [Listed]) -> Option<Packing> {
+        let fresh: Vec<&Arc<CachedObject>> = listed
+            .iter()
+            .filter_map(|Listed(p)| match p {
+                Prepared::New { obj, .. } if !obj.is_packed() => Some(obj),
+                _ => None,
+            })
+            .collect();
+        if fresh.len() < DICTIONARY_AT
+            || self.dictionary.compare_exchange(NO_DICTIONARY, BUILT, Ordering::AcqRel, Ordering::Relaxed).is_err()
+        {
+            return None;
+        }
+        let step = fresh.len().div_ceil(DICTIONARY_SAMPLES).max(1);
+        let samples: Vec<String> =
+            fresh.iter().step_by(step).take(DICTIONARY_SAMPLES).filter_map(|o| o.json().ok().map(Cow::into_owned)).collect();
+        let dict = Dictionary::from_samples(&samples, DICTIONARY_BYTES)?;
+        let mut packing =
+            Packing { dictionary_bytes: dict.size(), dictionary_heap_bytes: dict.heap_bytes(), packed: 0, json_bytes: 0, packed_bytes: 0 };
+        for Listed(p) in listed.iter_mut() {
+            if let Prepared::New { obj, .. } = p
+                && let Some(packed) = obj.packed(&dict)
+            {
+                packing.packed += 1;
+                packing.json_bytes += packed.json_len();
+                packing.packed_bytes += packed.stored_json_bytes();
+                *obj = Arc::new(packed);
+            }
+        }
+        // Objects the store already holds (a relist) are compressed too.
+        self.inner.write().dict = Some(dict.clone());
+        self.pack(self.plain_objects(), &dict, &mut packing);
+        Some(packing)
+    }
+
     /// The cached objects whose JSON is not compressed.
     fn plain_objects(&self) -> Vec<Arc<CachedObject>> {
         self.inner.read().objects.values().map(|e| e.obj.clone()).filter(|o| !o.is_packed()).collect()
@@ -1076,5 +1117,28 @@ mod tests {
         let packing = s.build_dictionary();
         assert!(packing.packed == DICTIONARY_AT && packing.packed_bytes < packing.json_bytes, "{packing:?}");
         assert_eq!(s.get(None, "n7").unwrap().json().unwrap(), r#"{"metadata":{"name":"n7","resourceVersion":"1"}}"#);
+    }
+
+    #[test]
+    fn a_long_first_list_is_compressed_as_it_arrives_from_its_dictionary_at_object() {
+        let s = store();
+        let mut listed: Vec<Listed> = (0..DICTIONARY_AT - 1).map(|i| s.prepare(realistic_pod(i)).unwrap()).collect();
+        assert!(s.dictionary_for_list(&mut listed).is_none(), "one object short");
+        listed.push(s.prepare(realistic_pod(DICTIONARY_AT - 1)).unwrap());
+        let packing = s.dictionary_for_list(&mut listed).expect("built from the list");
+        assert!(packing.packed == DICTIONARY_AT && packing.packed_bytes < packing.json_bytes, "{packing:?}");
+        // Objects prepared from now on arrive compressed.
+        listed.push(s.prepare(realistic_pod(DICTIONARY_AT)).unwrap());
+        assert!(s.dictionary_for_list(&mut listed).is_none(), "built once");
+        assert!(!s.wants_dictionary(), "the owner's post-list build is not due either");
+        let changes = s.replace_listed(listed);
+        assert_eq!(changes.len(), DICTIONARY_AT + 1);
+        assert!(s.snapshot().iter().all(|o| o.is_packed()));
+        let mut want = realistic_pod(7);
+        want["metadata"].as_object_mut().unwrap().remove("managedFields");
+        let key = key_of(&want).unwrap();
+        let (ns, name) = key.split_once('/').map_or((None, key.as_str()), |(n, m)| (Some(n), m));
+        assert_eq!(s.get(ns, name).unwrap().value(), want);
+        assert_consistent(&s);
     }
 }
