@@ -111,6 +111,29 @@ pub struct Packing {
     pub packed_bytes: usize,
 }
 
+impl Packing {
+    /// Nothing packed yet with `dict`.
+    fn with(dict: &Dictionary) -> Self {
+        Self { dictionary_bytes: dict.size(), dictionary_heap_bytes: dict.heap_bytes(), packed: 0, json_bytes: 0, packed_bytes: 0 }
+    }
+
+    /// Count one object now kept compressed.
+    fn count(&mut self, packed: &CachedObject) {
+        self.packed += 1;
+        self.json_bytes += packed.json_len();
+        self.packed_bytes += packed.stored_json_bytes();
+    }
+}
+
+/// The kind's dictionary from [`DICTIONARY_SAMPLES`] of `objects`, spread over them; None if
+/// none can be built.
+fn sampled_dictionary(objects: &[&Arc<CachedObject>]) -> Option<Arc<Dictionary>> {
+    let step = objects.len().div_ceil(DICTIONARY_SAMPLES).max(1);
+    let samples: Vec<String> =
+        objects.iter().step_by(step).take(DICTIONARY_SAMPLES).filter_map(|o| o.json().ok().map(Cow::into_owned)).collect();
+    Dictionary::from_samples(&samples, DICTIONARY_BYTES)
+}
+
 struct Inner {
     objects: HashMap<Arc<str>, Entry>,
     indexes: Vec<Index>,
@@ -162,15 +185,10 @@ impl IndexedStore {
     pub fn build_dictionary(&self) -> Packing {
         self.dictionary.store(BUILT, Ordering::Release);
         let plain = self.plain_objects();
-        let step = plain.len().div_ceil(DICTIONARY_SAMPLES).max(1);
-        let samples: Vec<String> =
-            plain.iter().step_by(step).take(DICTIONARY_SAMPLES).filter_map(|o| o.json().ok().map(Cow::into_owned)).collect();
-        let Some(dict) = Dictionary::from_samples(&samples, DICTIONARY_BYTES) else {
+        let Some(dict) = sampled_dictionary(&plain.iter().collect::<Vec<_>>()) else {
             return Packing { dictionary_bytes: 0, dictionary_heap_bytes: 0, packed: 0, json_bytes: 0, packed_bytes: 0 };
         };
-        drop(samples);
-        let mut packing =
-            Packing { dictionary_bytes: dict.size(), dictionary_heap_bytes: dict.heap_bytes(), packed: 0, json_bytes: 0, packed_bytes: 0 };
+        let mut packing = Packing::with(&dict);
         self.pack(plain, &dict, &mut packing);
         // Objects cached while the first pass ran are still plain: they are few.
         self.inner.write().dict = Some(dict.clone());
@@ -197,19 +215,13 @@ impl IndexedStore {
         {
             return None;
         }
-        let step = fresh.len().div_ceil(DICTIONARY_SAMPLES).max(1);
-        let samples: Vec<String> =
-            fresh.iter().step_by(step).take(DICTIONARY_SAMPLES).filter_map(|o| o.json().ok().map(Cow::into_owned)).collect();
-        let dict = Dictionary::from_samples(&samples, DICTIONARY_BYTES)?;
-        let mut packing =
-            Packing { dictionary_bytes: dict.size(), dictionary_heap_bytes: dict.heap_bytes(), packed: 0, json_bytes: 0, packed_bytes: 0 };
+        let dict = sampled_dictionary(&fresh)?;
+        let mut packing = Packing::with(&dict);
         for Listed(p) in listed.iter_mut() {
             if let Prepared::New { obj, .. } = p
                 && let Some(packed) = obj.packed(&dict)
             {
-                packing.packed += 1;
-                packing.json_bytes += packed.json_len();
-                packing.packed_bytes += packed.stored_json_bytes();
+                packing.count(&packed);
                 *obj = Arc::new(packed);
             }
         }
@@ -235,9 +247,7 @@ impl IndexedStore {
             for (old, new) in packed {
                 let Some(entry) = inner.objects.get_mut(old.key()) else { continue };
                 if Arc::ptr_eq(&entry.obj, &old) {
-                    packing.packed += 1;
-                    packing.json_bytes += new.json_len();
-                    packing.packed_bytes += new.stored_json_bytes();
+                    packing.count(&new);
                     entry.obj = Arc::new(new);
                 }
             }
