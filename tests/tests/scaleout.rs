@@ -4,6 +4,9 @@
 //! the middle of new work, its shards move to the other two within the lease duration, every
 //! PodSet converges exactly, and no shard ever had two owners at once (checked from both sides:
 //! the Leases' holders, and each host's own log of when it took a shard and when it let go).
+//! Shards are weighed by their objects: one namespace holds far more PodSets than the others,
+//! each shard's owner publishes its PodSet count on the shard's Lease, and the survivors split
+//! the shards by that weight, not by their number.
 //!
 //! The hosts run with the deploy ServiceAccount's token and RBAC (`deploy/rbac/`), as deployed.
 //! Needs the plugins and the host built, as `scripts/test.sh` does.
@@ -17,12 +20,16 @@ use k8s_openapi::jiff::Timestamp;
 use kube::Client;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use serde_json::json;
+use wasmloop::shard::{OBJECTS_ANNOTATION, lease_name, shard_name, shard_of_scope};
 use wasmloop_tests::cluster::*;
 use wasmloop_tests::{TestNamespace, apply_plugin, client, eventually, init_tracing, plugin_path, sa_kubeconfig};
 
 const SHARDS: usize = 30;
 const LEASE_SECS: u64 = 4;
 const WAIT: Duration = Duration::from_secs(90);
+/// PodSets (of 0 replicas) in the first namespace: its shard outweighs any replica's fair share
+/// of the others.
+const HEAVY: usize = 60;
 
 /// The podset manifest, granted in `namespaces` only, in `SHARDS` key-space shards.
 fn sharded_manifest(namespaces: &[String]) -> String {
@@ -74,6 +81,63 @@ async fn shard_holders(admin: &Client, ns: &str) -> Result<BTreeMap<String, Opti
         .filter(|l| l.metadata.name.as_deref().is_some_and(|n| n.starts_with("wasmloop-shard-podset-")))
         .map(|l| (l.metadata.name.unwrap_or_default(), l.spec.and_then(|s| s.holder_identity)))
         .collect())
+}
+
+/// The object count each shard's Lease publishes (`None`: not yet, or not a number).
+async fn published_weights(admin: &Client, ns: &str) -> Result<BTreeMap<String, Option<u64>>> {
+    let leases = Api::<Lease>::namespaced(admin.clone(), ns).list(&ListParams::default()).await?.items;
+    Ok(leases
+        .into_iter()
+        .filter(|l| l.metadata.name.as_deref().is_some_and(|n| n.starts_with("wasmloop-shard-podset-")))
+        .map(|l| {
+            let n = l.metadata.annotations.as_ref().and_then(|a| a.get(OBJECTS_ANNOTATION)).and_then(|v| v.parse().ok());
+            (l.metadata.name.unwrap_or_default(), n)
+        })
+        .collect())
+}
+
+/// Once every shard's Lease publishes its PodSet count (within the publishing hysteresis of
+/// `truth`, PodSets per shard) and each host in `hosts` owns a share whose total weight is
+/// within 1.2× the mean: the shards each owns, and that max / mean.
+async fn split_by_weight(admin: &Client, ns: &str, hosts: &[HostProcess], truth: &BTreeMap<String, u64>) -> Result<(Vec<BTreeSet<String>>, f64)> {
+    let last = std::sync::Mutex::new(String::new());
+    let waited = eventually("every shard's count published and the shards split by it", WAIT, || {
+        let last = &last;
+        async move {
+            let published = published_weights(admin, ns).await?;
+            let mut weight = BTreeMap::new();
+            for i in 0..SHARDS {
+                let shard = shard_name("podset", i, SHARDS);
+                let want = truth.get(&shard).copied().unwrap_or(0);
+                let Some(Some(have)) = published.get(&lease_name(&shard)).copied() else {
+                    *last.lock().expect("not poisoned") = format!("{shard}: no count published");
+                    return Ok(None);
+                };
+                let ratio = (have as f64 + 1.0) / (want as f64 + 1.0);
+                if !(0.8..=1.25).contains(&ratio) {
+                    *last.lock().expect("not poisoned") = format!("{shard}: publishes {have}, holds {want}");
+                    return Ok(None);
+                }
+                weight.insert(shard, have.max(1));
+            }
+            let mut per_host = Vec::new();
+            for h in hosts {
+                per_host.push(owned(h).await?);
+            }
+            let all: BTreeSet<&String> = per_host.iter().flatten().collect();
+            if all.len() != SHARDS || per_host.iter().map(BTreeSet::len).sum::<usize>() != SHARDS {
+                *last.lock().expect("not poisoned") = format!("shards owned: {:?}", per_host.iter().map(BTreeSet::len).collect::<Vec<_>>());
+                return Ok(None);
+            }
+            let loads: Vec<u64> = per_host.iter().map(|mine| mine.iter().map(|s| weight[s]).sum()).collect();
+            let mean = loads.iter().sum::<u64>() as f64 / loads.len() as f64;
+            let imbalance = *loads.iter().max().expect("hosts") as f64 / mean;
+            *last.lock().expect("not poisoned") = format!("weight per host {loads:?} (max / mean {imbalance:.2})");
+            Ok((imbalance <= 1.2).then_some((per_host, imbalance)))
+        }
+    })
+    .await;
+    waited.map_err(|e| e.context(last.into_inner().unwrap_or_default()))
 }
 
 /// When each host owned each shard, from its log: from "took over the shard" to the next
@@ -150,13 +214,16 @@ async fn three_replicas_share_thirty_shards_and_survive_kill_9() -> Result<()> {
         ensure!(held == mine.len(), "host {} reports {} shards but holds {held} Leases", h.name, mine.len());
     }
 
-    // Work in every namespace: two PodSets of 2 each.
+    // Work in every namespace: two PodSets of 2 each; and in the first, HEAVY more of 0.
     let mut want: BTreeMap<String, BTreeMap<String, usize>> = BTreeMap::new();
     for ns in &names {
         for p in ["one", "two"] {
             create_podset(&admin, ns, p, 2).await?;
             want.entry(ns.clone()).or_default().insert(p.to_string(), 2);
         }
+    }
+    for i in 0..HEAVY {
+        create_podset(&admin, &names[0], &format!("idle-{i}"), 0).await?;
     }
     for (ns, w) in &want {
         converged(&admin, ns, w).await?;
@@ -203,9 +270,20 @@ async fn three_replicas_share_thirty_shards_and_survive_kill_9() -> Result<()> {
     );
     // Expiry (≤ the lease duration) + kube-lease-manager's back-off (≤ 1 s) + the 0.5 s tick + polls.
     ensure!(moved < Duration::from_secs(LEASE_SECS + 4), "the dead host's shards took {moved:?} to move");
-    let split = settled(&hosts, 2).await?;
+    // Balanced by objects: the heavy namespace's shard (over a third of all PodSets) shares its
+    // replica with few others; by shard count (15 each) its replica would carry far more.
+    settled(&hosts, 2).await?;
+    let mut truth: BTreeMap<String, u64> = BTreeMap::new();
+    for (i, ns) in names.iter().enumerate() {
+        let podsets = want[ns].len() + if i == 0 { HEAVY } else { 0 };
+        *truth.entry(shard_name("podset", shard_of_scope(ns, SHARDS), SHARDS)).or_default() += podsets as u64;
+    }
+    let (split, imbalance) = split_by_weight(&admin, &home.name, &hosts, &truth).await?;
+    let heavy = shard_name("podset", shard_of_scope(&names[0], SHARDS), SHARDS);
     let counts: Vec<usize> = split.iter().map(BTreeSet::len).collect();
-    ensure!(counts.iter().all(|n| n.abs_diff(SHARDS / 2) <= 2), "unbalanced after the kill: {counts:?}");
+    eprintln!("after the kill, by weight: shards per host {counts:?}, max / mean weight {imbalance:.2}");
+    let heavy_host = split.iter().position(|mine| mine.contains(&heavy)).expect("every shard owned");
+    ensure!(counts[heavy_host] < SHARDS / 2, "the heavy shard's replica still has {} shards: {counts:?}", counts[heavy_host]);
 
     // No shard ever had two owners: the hosts' own ownership intervals never overlap.
     let now = Timestamp::now();

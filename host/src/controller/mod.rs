@@ -328,6 +328,10 @@ impl Controller {
         });
         let current = inner.wire(reconciler, grants).await?;
         *inner.current.write() = Some(current);
+        if let Some(ownership) = &inner.ownership {
+            let me = Arc::downgrade(&inner);
+            ownership.count_objects_with(Box::new(move || me.upgrade().map(|inner| inner.objects_per_shard())));
+        }
         // The initial list at low priority: events that arrive meanwhile go first (with aging).
         inner.enqueue_all(Reason::Event, crate::queue::Priority::Low);
         let workers = (0..inner.config.workers.max(1))

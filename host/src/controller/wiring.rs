@@ -166,6 +166,25 @@ impl Inner {
         }
     }
 
+    /// The cached objects of the reconciled kind in each of the plugin's shards (one shard when
+    /// unsharded): the weights of the shards ([`crate::shard::Ownership::count_objects_with`]).
+    pub(super) fn objects_per_shard(&self) -> Vec<u64> {
+        let shards = self.ownership.as_ref().map_or(1, |o| o.count());
+        let mut counts = vec![0; shards];
+        let Some(primary) = self.current.read().as_ref().map(|c| c.primary.clone()) else { return counts };
+        for store in &primary {
+            let objects = store.snapshot();
+            // One hash per namespace, not per object.
+            let mut shard_of: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
+            for o in &objects {
+                let scope = o.namespace().unwrap_or(o.name());
+                let shard = *shard_of.entry(scope).or_insert_with(|| crate::shard::shard_of_scope(scope, shards));
+                counts[shard] += 1;
+            }
+        }
+        counts
+    }
+
     /// Queue the keys of each shard this replica takes over (they were not queued before).
     pub(super) async fn follow_takeovers(me: std::sync::Weak<Self>, mut news: tokio::sync::broadcast::Receiver<usize>) {
         loop {

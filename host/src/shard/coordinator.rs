@@ -5,10 +5,11 @@
 //! - the **live members** are the holders of `wasmloop-member-*` Leases whose renewals were
 //!   observed within their duration (on this replica's clock, as client-go's leader elector
 //!   judges a leader, so clock skew between nodes does not matter); this replica always counts;
-//! - the **assignment** is [`rendezvous::assign`] of every registered shard over them;
+//! - the **assignment** is [`rendezvous::assign_weighted`] of every registered shard over them,
+//!   each shard weighing the object count its owner published on its Lease ([`weight`]);
 //! - this replica's member Lease and the Leases of the shards assigned here are taken as soon
 //!   as they are free, or expired on this replica's clock, and renewed `grace` before they
-//!   expire ([`super::lease`]: optimistic concurrency, one winner); a shard no longer assigned
+//!   expire (a shard's take or renewal also publishes its object count when it moved) ([`super::lease`]: optimistic concurrency, one winner); a shard no longer assigned
 //!   here has its fence closed at once, its running reconciles are let finish (at most
 //!   `release_timeout`), then its Lease is released, so the next owner takes it on the event;
 //! - each observed renewal of a shard Lease held by this replica opens that shard's fence until
@@ -35,7 +36,7 @@ use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
 use super::lease::LeaseWriter;
-use super::{Ownership, lease_name, rendezvous, shard_name};
+use super::{Ownership, lease_name, rendezvous, shard_name, weight};
 
 /// The prefix of the Leases that say which replicas are live.
 pub const MEMBER_LEASE_PREFIX: &str = "wasmloop-member-";
@@ -203,14 +204,16 @@ struct Seen {
     lease: Lease,
     holder: Option<String>,
     renew: Option<String>,
+    /// The object count published on it (shard Leases).
+    objects: Option<u64>,
     /// Until when its holder counts as live, on this replica's clock.
     alive_until: Instant,
 }
 
-/// A Lease write this replica decided on.
+/// A Lease write this replica decided on (a take or renewal with the object count to publish).
 enum Op {
-    Acquire(String, Option<Lease>),
-    Renew(Lease),
+    Acquire(String, Option<Lease>, Option<u64>),
+    Renew(Lease, Option<u64>),
     Release(Lease),
 }
 
@@ -293,7 +296,8 @@ impl Inner {
             }
         };
         let renewed = table.get(&name).is_none_or(|p| p.renew != renew);
-        table.insert(name.clone(), Seen { lease: lease.clone(), holder: spec.holder_identity.clone(), renew, alive_until });
+        let objects = lease.metadata.annotations.as_ref().and_then(|a| a.get(weight::ANNOTATION)).and_then(|v| weight::parse(v));
+        table.insert(name.clone(), Seen { lease: lease.clone(), holder: spec.holder_identity.clone(), renew, objects, alive_until });
         if !name.starts_with(SHARD_LEASE_PREFIX) {
             return;
         }
@@ -370,16 +374,21 @@ impl Inner {
         let shards: BTreeMap<String, (Arc<Ownership>, usize)> =
             plugins.iter().flat_map(|o| o.shard_names().into_iter().enumerate().map(|(i, s)| (lease_name(&s), (o.clone(), i)))).collect();
         let names: BTreeSet<String> = plugins.iter().flat_map(|o| o.shard_names()).collect();
+        let weights = weight::weights(names.iter().map(|s| (s.as_str(), table.get(&lease_name(s)).and_then(|seen| seen.objects))));
         let me = self.config.identity.as_str();
         let desired: BTreeSet<String> =
-            rendezvous::assign(&names, &members).into_iter().filter(|(_, m)| *m == me).map(|(s, _)| s).collect();
+            rendezvous::assign_weighted(&weights, &members).into_iter().filter(|(_, m)| *m == me).map(|(s, _)| s).collect();
         let desired_leases: BTreeSet<String> = desired.iter().map(|s| lease_name(s)).collect();
         *self.desired.lock() = desired;
 
         let now = Instant::now();
+        let mut counts = ObjectCounts::default();
         let mut ops: Vec<Op> = std::iter::once(member_lease_name(me))
             .chain(desired_leases.iter().cloned())
-            .filter_map(|name| self.keep(&name, table.get(&name), now))
+            .filter_map(|name| {
+                let objects = || shards.get(&name).and_then(|(o, i)| counts.of(o, *i));
+                self.keep(&name, table.get(&name), objects, now)
+            })
             .collect();
         releasing.retain(|name, _| !desired_leases.contains(name));
         for (name, seen) in table.iter() {
@@ -404,8 +413,8 @@ impl Inner {
         let results = futures::future::join_all(ops.into_iter().map(|op| async move {
             let call = async {
                 match op {
-                    Op::Acquire(name, seen) => self.writer.acquire(&name, seen.as_ref()).await,
-                    Op::Renew(seen) => self.writer.renew(&seen).await,
+                    Op::Acquire(name, seen, objects) => self.writer.acquire(&name, seen.as_ref(), objects).await,
+                    Op::Renew(seen, objects) => self.writer.renew(&seen, objects).await,
                     Op::Release(seen) => self.writer.release(&seen).await,
                 }
             };
@@ -423,13 +432,30 @@ impl Inner {
     }
 
     /// What to do to keep Lease `name` (ours, or to be taken): take it when missing, free or
-    /// expired on this replica's clock; renew it `grace` before it expires.
-    fn keep(&self, name: &str, seen: Option<&Seen>, now: Instant) -> Option<Op> {
-        let Some(seen) = seen else { return Some(Op::Acquire(name.to_string(), None)) };
+    /// expired on this replica's clock; renew it `grace` before it expires. A shard's Lease
+    /// carries `objects()` (this replica's count, asked only when writing) when it moved from the
+    /// published one.
+    fn keep(&self, name: &str, seen: Option<&Seen>, objects: impl FnOnce() -> Option<u64>, now: Instant) -> Option<Op> {
+        let publish = |published: Option<u64>| objects().and_then(|n| weight::to_publish(published, n));
+        let Some(seen) = seen else { return Some(Op::Acquire(name.to_string(), None, publish(None))) };
         if seen.holder.as_deref() == Some(self.config.identity.as_str()) {
-            return (seen.alive_until.saturating_duration_since(now) <= self.config.grace).then(|| Op::Renew(seen.lease.clone()));
+            let due = seen.alive_until.saturating_duration_since(now) <= self.config.grace;
+            return due.then(|| Op::Renew(seen.lease.clone(), publish(seen.objects)));
         }
-        (seen.holder.is_none() || seen.alive_until <= now).then(|| Op::Acquire(name.to_string(), Some(seen.lease.clone())))
+        let free = seen.holder.is_none() || seen.alive_until <= now;
+        free.then(|| Op::Acquire(name.to_string(), Some(seen.lease.clone()), publish(seen.objects)))
+    }
+}
+
+/// Each plugin's object counts per shard, asked of its controller at most once per round.
+#[derive(Default)]
+struct ObjectCounts(HashMap<String, Option<Vec<u64>>>);
+
+impl ObjectCounts {
+    /// The objects in shard `index` of `ownership`'s plugin.
+    fn of(&mut self, ownership: &Ownership, index: usize) -> Option<u64> {
+        let counts = self.0.entry(ownership.plugin().to_string()).or_insert_with(|| ownership.objects_per_shard());
+        counts.as_ref().and_then(|c| c.get(index).copied())
     }
 }
 

@@ -24,6 +24,13 @@ pub enum Error {
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+/// Set the shard's object count annotation to `objects` (unchanged when `None`).
+fn publish(metadata: &mut ObjectMeta, objects: Option<u64>) {
+    if let Some(n) = objects {
+        metadata.annotations.get_or_insert_with(Default::default).insert(super::weight::ANNOTATION.to_string(), n.to_string());
+    }
+}
+
 /// Writes the Leases of one namespace as `identity`.
 #[derive(Clone)]
 pub struct LeaseWriter {
@@ -37,12 +44,15 @@ impl LeaseWriter {
         Self { api: Api::namespaced(client, namespace), identity: identity.to_string(), duration }
     }
 
-    /// Take `name`: create it, or take `seen` over (the caller judged it free or expired).
-    pub async fn acquire(&self, name: &str, seen: Option<&Lease>) -> Result<Lease> {
+    /// Take `name`: create it, or take `seen` over (the caller judged it free or expired);
+    /// with `objects`, publish that count ([`super::weight`]).
+    pub async fn acquire(&self, name: &str, seen: Option<&Lease>, objects: Option<u64>) -> Result<Lease> {
         let now = MicroTime(Timestamp::now());
         let Some(seen) = seen else {
+            let mut metadata = ObjectMeta { name: Some(name.to_string()), ..ObjectMeta::default() };
+            publish(&mut metadata, objects);
             let lease = Lease {
-                metadata: ObjectMeta { name: Some(name.to_string()), ..ObjectMeta::default() },
+                metadata,
                 spec: Some(LeaseSpec {
                     holder_identity: Some(self.identity.clone()),
                     acquire_time: Some(now.clone()),
@@ -55,6 +65,7 @@ impl LeaseWriter {
             return self.api.create(&PostParams::default(), &lease).await.map_err(|e| self.error(name, e));
         };
         let mut lease = seen.clone();
+        publish(&mut lease.metadata, objects);
         let spec = lease.spec.get_or_insert_with(LeaseSpec::default);
         if spec.holder_identity.as_deref() != Some(self.identity.as_str()) {
             spec.lease_transitions = Some(spec.lease_transitions.unwrap_or(0) + 1);
@@ -66,9 +77,10 @@ impl LeaseWriter {
         self.replace(lease).await
     }
 
-    /// Renew `seen`, which this replica holds.
-    pub async fn renew(&self, seen: &Lease) -> Result<Lease> {
+    /// Renew `seen`, which this replica holds; with `objects`, publish that count.
+    pub async fn renew(&self, seen: &Lease, objects: Option<u64>) -> Result<Lease> {
         let mut lease = seen.clone();
+        publish(&mut lease.metadata, objects);
         let spec = lease.spec.get_or_insert_with(LeaseSpec::default);
         spec.renew_time = Some(MicroTime(Timestamp::now()));
         spec.lease_duration_seconds = Some(self.duration_secs());

@@ -8,7 +8,8 @@
 //! - **membership**: each replica holds its own Lease (`wasmloop-member-<identity>`); a replica
 //!   is live while its renewals keep being observed ([`coordinator`]);
 //! - **assignment**: every replica computes the same owner for each shard by rendezvous hashing
-//!   over the live replicas, with bounded loads ([`rendezvous`]);
+//!   over the live replicas, with loads bounded in objects: each shard weighs the objects its
+//!   owner counted and published on its Lease ([`rendezvous`], [`weight`]);
 //! - **ownership**: the assigned replica takes the shard's own Lease (`wasmloop-shard-…`); its
 //!   writes for that shard go out only while its renewals are observed (a [`Fence`] per shard,
 //!   as for the single leader), and a replica that is no longer assigned a shard closes its
@@ -22,8 +23,10 @@
 pub mod coordinator;
 mod lease;
 mod rendezvous;
+mod weight;
 
 pub use coordinator::{ShardConfig, Sharding};
+pub use weight::ANNOTATION as OBJECTS_ANNOTATION;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -44,21 +47,36 @@ pub fn lease_name(shard: &str) -> String {
 
 /// The key-space shard of `key` among `count`: by namespace, else (cluster-scoped) by name.
 pub fn shard_of(key: &ObjectKey, count: usize) -> usize {
+    shard_of_scope(key.namespace.as_deref().unwrap_or(&key.name), count)
+}
+
+/// The key-space shard among `count` of the keys in `scope` (a namespace, or the name of a
+/// cluster-scoped object).
+pub fn shard_of_scope(scope: &str, count: usize) -> usize {
     if count <= 1 {
         return 0;
     }
-    let by = key.namespace.as_deref().unwrap_or(&key.name);
-    (rendezvous::stable_hash(&[by]) % count as u64) as usize
+    (rendezvous::stable_hash(&[scope]) % count as u64) as usize
 }
 
+/// Counts the objects of the reconciled kind in each shard (index order) in the controller's
+/// cache; `None` while there is no controller to ask.
+pub type ObjectCounter = Box<dyn Fn() -> Option<Vec<u64>> + Send + Sync>;
+
 /// One plugin's shards as seen from this replica: a write fence per shard, the reconciles
-/// running in each, and news of shards taken over.
-#[derive(Debug)]
+/// running in each, news of shards taken over, and how to count each shard's objects.
 pub struct Ownership {
     plugin: String,
     fences: Vec<Fence>,
     running: Vec<AtomicUsize>,
     acquired: broadcast::Sender<usize>,
+    counter: parking_lot::Mutex<Option<ObjectCounter>>,
+}
+
+impl std::fmt::Debug for Ownership {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Ownership").field("plugin", &self.plugin).field("shards", &self.count()).finish_non_exhaustive()
+    }
 }
 
 impl Ownership {
@@ -70,7 +88,20 @@ impl Ownership {
             fences: (0..count).map(|_| Fence::closed()).collect(),
             running: (0..count).map(|_| AtomicUsize::new(0)).collect(),
             acquired: broadcast::channel(count.max(16)).0,
+            counter: parking_lot::Mutex::new(None),
         }
+    }
+
+    /// Count each shard's objects with `counter` (the controller reconciling the plugin, set
+    /// again when it is replaced): the counts become the shards' weights ([`weight`]).
+    pub fn count_objects_with(&self, counter: ObjectCounter) {
+        *self.counter.lock() = Some(counter);
+    }
+
+    /// The objects in each shard (index order), if a controller counts them.
+    pub(crate) fn objects_per_shard(&self) -> Option<Vec<u64>> {
+        let counts = self.counter.lock().as_ref().and_then(|count| count())?;
+        (counts.len() == self.count()).then_some(counts)
     }
 
     /// The plugin whose shards these are.

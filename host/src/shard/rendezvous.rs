@@ -8,6 +8,13 @@
 //! not; the cap keeps every replica within one shard of the mean at the cost of a few extra
 //! moves when membership changes (Mirrokni et al., "Consistent Hashing with Bounded Loads").
 //! Shards are placed in the order of their own hash, so the result depends only on the sets.
+//!
+//! Shards differ in size (a shard is the namespaces that hash to it), so [`assign_weighted`]
+//! counts load in *weight* (the objects each shard holds, as its owner published them:
+//! [`super::weight`]) instead of in shards: heaviest first, each to the first replica in its
+//! ranking with room for it under ⌈total weight / replicas⌉, and a shard that fits nowhere to the
+//! least loaded replica (greedy longest-first scheduling, within 4/3 of the best split). With
+//! equal weights every replica gets at most ⌈shards / replicas⌉.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -24,29 +31,48 @@ pub fn stable_hash(parts: &[&str]) -> u64 {
     u64::from_le_bytes(digest[..8].try_into().expect("a SHA-256 digest has 32 bytes"))
 }
 
-/// Assign every shard to one member. Empty when there are no members.
-pub fn assign<'a>(shards: &BTreeSet<String>, members: &'a BTreeSet<String>) -> BTreeMap<String, &'a str> {
+/// Assign every shard (with its weight, at least 1 is counted) to one member, so that each
+/// member's total weight stays near the mean. Empty when there are no members.
+pub fn assign_weighted<'a>(shards: &BTreeMap<String, u64>, members: &'a BTreeSet<String>) -> BTreeMap<String, &'a str> {
     let mut assignment = BTreeMap::new();
     if members.is_empty() {
         return assignment;
     }
-    let capacity = shards.len().div_ceil(members.len());
-    let mut load: BTreeMap<&str, usize> = members.iter().map(|m| (m.as_str(), 0)).collect();
-    let mut order: Vec<&String> = shards.iter().collect();
-    order.sort_by_key(|s| (stable_hash(&[s]), *s));
+    // In units of the weights' common divisor, so that equal weights split exactly as equal
+    // counts do (the cap is then ⌈shards / replicas⌉).
+    let unit = shards.values().map(|w| (*w).max(1)).fold(0, gcd).max(1);
+    let weight = |s: &str| shards[s].max(1) / unit;
+    let total: u64 = shards.keys().map(|s| weight(s)).sum();
+    let capacity = total.div_ceil(members.len() as u64);
+    let mut load: BTreeMap<&str, u64> = members.iter().map(|m| (m.as_str(), 0)).collect();
+    let mut order: Vec<&String> = shards.keys().collect();
+    order.sort_by_key(|s| (std::cmp::Reverse(weight(s)), stable_hash(&[s]), *s));
     for shard in order {
+        let w = weight(shard);
         let mut ranking: Vec<&str> = members.iter().map(String::as_str).collect();
         ranking.sort_by_key(|m| (std::cmp::Reverse(stable_hash(&[m, shard])), *m));
-        let owner = ranking.into_iter().find(|m| load[m] < capacity).expect("capacity × members ≥ shards");
-        *load.get_mut(owner).expect("every member has a load") += 1;
+        let fits = ranking.iter().copied().find(|m| load[m] + w <= capacity);
+        // Nowhere under the cap (only with unequal weights): the least loaded, in ranking order.
+        let owner = fits.unwrap_or_else(|| *ranking.iter().min_by_key(|m| load[*m]).expect("members is not empty"));
+        *load.get_mut(owner).expect("every member has a load") += w;
         assignment.insert(shard.clone(), owner);
     }
     assignment
 }
 
+fn gcd(a: u64, b: u64) -> u64 {
+    if b == 0 { a } else { gcd(b, a % b) }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every shard weighing the same: ⌈shards / members⌉ each at most.
+    fn assign<'a>(shards: &BTreeSet<String>, members: &'a BTreeSet<String>) -> BTreeMap<String, &'a str> {
+        let weights: BTreeMap<String, u64> = shards.iter().map(|s| (s.clone(), 1)).collect();
+        assign_weighted(&weights, members)
+    }
 
     fn names(prefix: &str, n: usize) -> BTreeSet<String> {
         (0..n).map(|i| format!("{prefix}{i}")).collect()
@@ -110,6 +136,64 @@ mod tests {
         let taken = after.values().filter(|m| **m == "r3").count();
         assert_eq!(taken, 15);
         assert!(moved <= taken * 2, "moved {moved} for a new replica taking {taken}");
+    }
+
+    /// max / mean of the members' total weights.
+    fn imbalance(weights: &BTreeMap<String, u64>, a: &BTreeMap<String, &str>, members: usize) -> f64 {
+        let mut per: BTreeMap<&str, u64> = BTreeMap::new();
+        for (s, m) in a {
+            *per.entry(*m).or_insert(0) += weights[s];
+        }
+        let total: u64 = per.values().sum();
+        *per.values().max().unwrap() as f64 / (total as f64 / members as f64)
+    }
+
+    /// 30 shards whose sizes differ as namespaces do: a few large, most small.
+    fn skewed(n: usize) -> BTreeMap<String, u64> {
+        (0..n).map(|i| (format!("podset/{i}-of-{n}"), [5000, 1000, 600, 300, 200, 100, 50, 20, 10, 5][i % 10])).collect()
+    }
+
+    #[test]
+    fn equal_weights_assign_as_unweighted() {
+        let (s, m) = (names("podset/", 45), names("r", 4));
+        let weights: BTreeMap<String, u64> = s.iter().map(|k| (k.clone(), 7)).collect();
+        assert_eq!(assign_weighted(&weights, &m), assign(&s, &m));
+    }
+
+    #[test]
+    fn unequal_shards_are_balanced_by_weight() {
+        let (weights, members) = (skewed(30), names("wasmloop-", 3));
+        let shards: BTreeSet<String> = weights.keys().cloned().collect();
+        let by_count = imbalance(&weights, &assign(&shards, &members), 3);
+        let by_weight = imbalance(&weights, &assign_weighted(&weights, &members), 3);
+        assert!(by_count > 1.2, "the unweighted split should show the skew: {by_count:.3}");
+        assert!(by_weight <= 1.05, "weighted: {by_weight:.3} (unweighted {by_count:.3})");
+        // One shard heavier than a replica's share: alone on its replica, the rest shared.
+        let mut heavy = skewed(12);
+        heavy.insert("podset/huge".into(), 100_000);
+        let a = assign_weighted(&heavy, &members);
+        let huge_owner = a["podset/huge"];
+        assert_eq!(a.values().filter(|m| **m == huge_owner).count(), 1, "{a:?}");
+        assert_eq!(a.len(), 13);
+    }
+
+    #[test]
+    fn weighted_assignment_depends_only_on_its_inputs_and_moves_little() {
+        let (weights, four) = (skewed(60), names("r", 4));
+        let reversed: BTreeSet<String> = four.iter().rev().cloned().collect();
+        assert_eq!(assign_weighted(&weights, &four), assign_weighted(&weights, &reversed));
+        let before = assign_weighted(&weights, &four);
+        let mut three = four.clone();
+        three.remove("r3");
+        let after = assign_weighted(&weights, &three);
+        let moved: u64 = weights.keys().filter(|k| before[*k] != after[*k]).map(|k| weights[k]).sum();
+        let orphaned: u64 = weights.keys().filter(|k| before[*k] == "r3").map(|k| weights[k]).sum();
+        assert!(after.values().all(|m| *m != "r3"));
+        assert!(moved <= orphaned * 3, "moved {moved} of weight for {orphaned} orphaned");
+        assert!(imbalance(&weights, &after, 3) <= 1.1);
+        // Zero weights count as one: an empty shard still goes somewhere.
+        let zeros: BTreeMap<String, u64> = (0..5).map(|i| (format!("s{i}"), 0)).collect();
+        assert_eq!(assign_weighted(&zeros, &three).len(), 5);
     }
 
     #[test]
