@@ -6,7 +6,8 @@
 //!   observed within their duration (on this replica's clock, as client-go's leader elector
 //!   judges a leader, so clock skew between nodes does not matter); this replica always counts;
 //! - the **assignment** is [`rendezvous::assign_weighted`] of every registered shard over them,
-//!   each shard weighing the object count its owner published on its Lease ([`weight`]);
+//!   each shard weighing the object count its owner published on its Lease ([`weight`]), a
+//!   shard staying with the live replica holding its Lease while that one is within the slack;
 //! - this replica's member Lease and the Leases of the shards assigned here are taken as soon
 //!   as they are free, or expired on this replica's clock, and renewed `grace` before they
 //!   expire (a shard's take or renewal also publishes its object count when it moved) ([`super::lease`]: optimistic concurrency, one winner); a shard no longer assigned
@@ -375,9 +376,14 @@ impl Inner {
             plugins.iter().flat_map(|o| o.shard_names().into_iter().enumerate().map(|(i, s)| (lease_name(&s), (o.clone(), i)))).collect();
         let names: BTreeSet<String> = plugins.iter().flat_map(|o| o.shard_names()).collect();
         let weights = weight::weights(names.iter().map(|s| (s.as_str(), table.get(&lease_name(s)).and_then(|seen| seen.objects))));
+        let holders: BTreeMap<String, String> =
+            names.iter().filter_map(|s| Some((s.clone(), table.get(&lease_name(s))?.holder.clone()?))).collect();
         let me = self.config.identity.as_str();
-        let desired: BTreeSet<String> =
-            rendezvous::assign_weighted(&weights, &members).into_iter().filter(|(_, m)| *m == me).map(|(s, _)| s).collect();
+        let desired: BTreeSet<String> = rendezvous::assign_weighted(&weights, &members, &holders)
+            .into_iter()
+            .filter(|(_, m)| *m == me)
+            .map(|(s, _)| s)
+            .collect();
         let desired_leases: BTreeSet<String> = desired.iter().map(|s| lease_name(s)).collect();
         *self.desired.lock() = desired;
 

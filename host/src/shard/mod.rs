@@ -26,7 +26,8 @@ mod rendezvous;
 mod weight;
 
 pub use coordinator::{ShardConfig, Sharding};
-pub use weight::ANNOTATION as OBJECTS_ANNOTATION;
+pub use rendezvous::assign_weighted;
+pub use weight::{ANNOTATION as OBJECTS_ANNOTATION, parse as parse_objects, weights};
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 

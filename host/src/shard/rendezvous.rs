@@ -31,9 +31,24 @@ pub fn stable_hash(parts: &[&str]) -> u64 {
     u64::from_le_bytes(digest[..8].try_into().expect("a SHA-256 digest has 32 bytes"))
 }
 
+/// How far over its share a replica may keep the shards it already holds: moving a shard costs a
+/// handover (fence, release, take, its keys queued again), so weights that drift a little do
+/// not move shards.
+pub const STICKY_SLACK: f64 = 0.1;
+
 /// Assign every shard (with its weight, at least 1 is counted) to one member, so that each
-/// member's total weight stays near the mean. Empty when there are no members.
-pub fn assign_weighted<'a>(shards: &BTreeMap<String, u64>, members: &'a BTreeSet<String>) -> BTreeMap<String, &'a str> {
+/// member's total weight stays near the mean. A shard whose Lease a live member holds
+/// (`holders`) stays there while that member's load stays within [`STICKY_SLACK`] of the cap.
+/// Empty when there are no members.
+///
+/// Stable under its own handovers: a shard is taken from its holder only when the holder has no
+/// room even under the slack, hence none under the cap, so the shard lands on the same member
+/// whether the Lease still names the old holder, nobody (released), or the new one.
+pub fn assign_weighted<'a>(
+    shards: &BTreeMap<String, u64>,
+    members: &'a BTreeSet<String>,
+    holders: &BTreeMap<String, String>,
+) -> BTreeMap<String, &'a str> {
     let mut assignment = BTreeMap::new();
     if members.is_empty() {
         return assignment;
@@ -44,6 +59,7 @@ pub fn assign_weighted<'a>(shards: &BTreeMap<String, u64>, members: &'a BTreeSet
     let weight = |s: &str| shards[s].max(1) / unit;
     let total: u64 = shards.keys().map(|s| weight(s)).sum();
     let capacity = total.div_ceil(members.len() as u64);
+    let sticky = capacity + (capacity as f64 * STICKY_SLACK) as u64;
     let mut load: BTreeMap<&str, u64> = members.iter().map(|m| (m.as_str(), 0)).collect();
     let mut order: Vec<&String> = shards.keys().collect();
     order.sort_by_key(|s| (std::cmp::Reverse(weight(s)), stable_hash(&[s]), *s));
@@ -51,7 +67,9 @@ pub fn assign_weighted<'a>(shards: &BTreeMap<String, u64>, members: &'a BTreeSet
         let w = weight(shard);
         let mut ranking: Vec<&str> = members.iter().map(String::as_str).collect();
         ranking.sort_by_key(|m| (std::cmp::Reverse(stable_hash(&[m, shard])), *m));
-        let fits = ranking.iter().copied().find(|m| load[m] + w <= capacity);
+        let holder = holders.get(shard).and_then(|h| members.get(h)).map(String::as_str);
+        let kept = holder.filter(|h| load[h] + w <= sticky);
+        let fits = kept.or_else(|| ranking.iter().copied().find(|m| load[m] + w <= capacity));
         // Nowhere under the cap (only with unequal weights): the least loaded, in ranking order.
         let owner = fits.unwrap_or_else(|| *ranking.iter().min_by_key(|m| load[*m]).expect("members is not empty"));
         *load.get_mut(owner).expect("every member has a load") += w;
@@ -71,7 +89,12 @@ mod tests {
     /// Every shard weighing the same: ⌈shards / members⌉ each at most.
     fn assign<'a>(shards: &BTreeSet<String>, members: &'a BTreeSet<String>) -> BTreeMap<String, &'a str> {
         let weights: BTreeMap<String, u64> = shards.iter().map(|s| (s.clone(), 1)).collect();
-        assign_weighted(&weights, members)
+        assign_weighted(&weights, members, &BTreeMap::new())
+    }
+
+    /// The holders an assignment leaves behind.
+    fn held(a: &BTreeMap<String, &str>) -> BTreeMap<String, String> {
+        a.iter().map(|(s, m)| (s.clone(), m.to_string())).collect()
     }
 
     fn names(prefix: &str, n: usize) -> BTreeSet<String> {
@@ -157,7 +180,7 @@ mod tests {
     fn equal_weights_assign_as_unweighted() {
         let (s, m) = (names("podset/", 45), names("r", 4));
         let weights: BTreeMap<String, u64> = s.iter().map(|k| (k.clone(), 7)).collect();
-        assert_eq!(assign_weighted(&weights, &m), assign(&s, &m));
+        assert_eq!(assign_weighted(&weights, &m, &BTreeMap::new()), assign(&s, &m));
     }
 
     #[test]
@@ -165,13 +188,13 @@ mod tests {
         let (weights, members) = (skewed(30), names("wasmloop-", 3));
         let shards: BTreeSet<String> = weights.keys().cloned().collect();
         let by_count = imbalance(&weights, &assign(&shards, &members), 3);
-        let by_weight = imbalance(&weights, &assign_weighted(&weights, &members), 3);
+        let by_weight = imbalance(&weights, &assign_weighted(&weights, &members, &BTreeMap::new()), 3);
         assert!(by_count > 1.2, "the unweighted split should show the skew: {by_count:.3}");
         assert!(by_weight <= 1.05, "weighted: {by_weight:.3} (unweighted {by_count:.3})");
         // One shard heavier than a replica's share: alone on its replica, the rest shared.
         let mut heavy = skewed(12);
         heavy.insert("podset/huge".into(), 100_000);
-        let a = assign_weighted(&heavy, &members);
+        let a = assign_weighted(&heavy, &members, &BTreeMap::new());
         let huge_owner = a["podset/huge"];
         assert_eq!(a.values().filter(|m| **m == huge_owner).count(), 1, "{a:?}");
         assert_eq!(a.len(), 13);
@@ -181,11 +204,11 @@ mod tests {
     fn weighted_assignment_depends_only_on_its_inputs_and_moves_little() {
         let (weights, four) = (skewed(60), names("r", 4));
         let reversed: BTreeSet<String> = four.iter().rev().cloned().collect();
-        assert_eq!(assign_weighted(&weights, &four), assign_weighted(&weights, &reversed));
-        let before = assign_weighted(&weights, &four);
+        assert_eq!(assign_weighted(&weights, &four, &BTreeMap::new()), assign_weighted(&weights, &reversed, &BTreeMap::new()));
+        let before = assign_weighted(&weights, &four, &BTreeMap::new());
         let mut three = four.clone();
         three.remove("r3");
-        let after = assign_weighted(&weights, &three);
+        let after = assign_weighted(&weights, &three, &BTreeMap::new());
         let moved: u64 = weights.keys().filter(|k| before[*k] != after[*k]).map(|k| weights[k]).sum();
         let orphaned: u64 = weights.keys().filter(|k| before[*k] == "r3").map(|k| weights[k]).sum();
         assert!(after.values().all(|m| *m != "r3"));
@@ -193,7 +216,64 @@ mod tests {
         assert!(imbalance(&weights, &after, 3) <= 1.1);
         // Zero weights count as one: an empty shard still goes somewhere.
         let zeros: BTreeMap<String, u64> = (0..5).map(|i| (format!("s{i}"), 0)).collect();
-        assert_eq!(assign_weighted(&zeros, &three).len(), 5);
+        assert_eq!(assign_weighted(&zeros, &three, &BTreeMap::new()).len(), 5);
+    }
+
+    #[test]
+    fn holders_keep_their_shards_while_weights_drift() {
+        let (mut weights, members) = (skewed(30), names("r", 3));
+        let before = assign_weighted(&weights, &members, &BTreeMap::new());
+        // Every weight drifts by up to ±8 %: nothing moves while the holders stay within the slack.
+        for (i, w) in weights.values_mut().enumerate() {
+            *w = *w * [92, 100, 108][i % 3] / 100;
+        }
+        let after = assign_weighted(&weights, &members, &held(&before));
+        assert_eq!(after, before);
+        // Without holders the drift reshuffles some shards.
+        let fresh = assign_weighted(&weights, &members, &BTreeMap::new());
+        assert!(weights.keys().any(|s| fresh[s] != before[s]), "the drift should matter without holders");
+        assert!(imbalance(&weights, &after, 3) <= 1.0 + STICKY_SLACK + 0.05);
+    }
+
+    #[test]
+    fn a_shard_moved_off_its_holder_lands_the_same_whoever_the_lease_names() {
+        let members = names("r", 3);
+        let mut weights = skewed(30);
+        let before = assign_weighted(&weights, &members, &BTreeMap::new());
+        // One shard triples: its holder overflows and something must move.
+        let grown = before.keys().find(|s| weights[*s] == 600).expect("a shard of 600").clone();
+        weights.insert(grown.clone(), 1800);
+        let moved = assign_weighted(&weights, &members, &held(&before));
+        let changed: Vec<&String> = weights.keys().filter(|s| moved[*s] != before[*s]).collect();
+        assert!(!changed.is_empty());
+        for s in changed {
+            // The Lease as released (nobody), and as taken by the new owner: the same answer.
+            let mut released = held(&before);
+            released.remove(s);
+            assert_eq!(assign_weighted(&weights, &members, &released), moved, "{s} released");
+            let mut taken = held(&before);
+            taken.insert(s.clone(), moved[s].to_string());
+            assert_eq!(assign_weighted(&weights, &members, &taken), moved, "{s} taken");
+        }
+        // A dead holder does not count.
+        let gone: BTreeMap<String, String> = weights.keys().map(|s| (s.clone(), "r9".to_string())).collect();
+        assert_eq!(assign_weighted(&weights, &members, &gone), assign_weighted(&weights, &members, &BTreeMap::new()));
+    }
+
+    #[test]
+    fn a_replica_leaving_moves_only_its_own_shards_when_the_others_hold_theirs() {
+        let weights = skewed(60);
+        let four = names("r", 4);
+        let before = assign_weighted(&weights, &four, &BTreeMap::new());
+        let mut three = four.clone();
+        three.remove("r0");
+        let after = assign_weighted(&weights, &three, &held(&before));
+        for s in weights.keys() {
+            if before[s] != "r0" {
+                assert_eq!(after[s], before[s], "{s} moved off a live holder");
+            }
+        }
+        assert!(imbalance(&weights, &after, 3) <= 1.2, "{:.3}", imbalance(&weights, &after, 3));
     }
 
     #[test]
