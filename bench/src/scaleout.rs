@@ -4,7 +4,11 @@
 //! 1. **one replica** owns every shard; the workload (`namespaces` × `replicasets` ×
 //!    `replicas`) is created and timed from the first create to every status at `replicas`;
 //! 2. **three replicas** (10/10/10 shards of 30): the same workload in fresh namespaces, timed
-//!    the same way; each replica's reconciles over the phase give the imbalance (max / mean);
+//!    the same way; each replica's reconciles over the phase give the imbalance (max / mean) of
+//!    a burst into namespaces nobody has counted yet;
+//!    **steady**: once every shard's owner has published its object count on the shard's Lease
+//!    and the replicas hold the split those weights give, every ReplicaSet is scaled by one
+//!    replica, timed the same way: the imbalance of work on objects the replicas know;
 //! 3. **failover**: one of the three is killed with SIGKILL, then one new ReplicaSet is created in
 //!    each of fresh namespaces picked so that every shard has work. Watches on the shard Leases
 //!    and on the new Pods time, for each shard of the dead replica, kill → a survivor's Lease →
@@ -19,11 +23,11 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail, ensure};
 use futures::stream::BoxStream;
-use futures::{StreamExt, TryStreamExt};
+use futures::{FutureExt, StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::ReplicaSet;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, PostParams};
+use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::watcher::{self, Event};
 use kube::{Client, Resource};
 use serde::de::DeserializeOwned;
@@ -31,7 +35,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 use wasmloop::hotload::PluginManifest;
 use wasmloop::kinds::ObjectKey;
-use wasmloop::shard::{lease_name, shard_name, shard_of};
+use wasmloop::shard::{OBJECTS_ANNOTATION, assign_weighted, lease_name, parse_objects, shard_name, shard_of, weights};
 
 use crate::controllers::{HostArgs, HostProcess};
 use crate::convergence::{HostProfile, RS_INFLIGHT};
@@ -105,8 +109,11 @@ pub struct Results {
     pub workers: usize,
     /// One replica owning every shard.
     pub one: Phase,
-    /// Three replicas sharing the shards.
+    /// Three replicas sharing the shards: a burst of new objects.
     pub three: Phase,
+    /// The same three once the shards' weights settled: every ReplicaSet scaled by one.
+    /// (`settle_s`: phase 2 converged → the weighted split held.)
+    pub steady: Phase,
     /// Phase 2's replicas after kill -9 of one.
     pub failover: Failover,
 }
@@ -437,9 +444,96 @@ async fn create_namespaces(client: &Client, namespaces: &[String]) -> Result<()>
     futures::stream::iter(namespaces).map(|ns| ensure_namespace(client, ns)).buffer_unordered(NS_INFLIGHT).try_collect::<()>().await
 }
 
-/// One phase against `members`, settled after `settle_s` owning `split`: create the workload in
-/// fresh `namespaces`, time it to converged statuses, and count each replica's reconciles and
-/// CPU over it.
+/// Scale every ReplicaSet of the workload in `namespaces` to `replicas`, `RS_INFLIGHT` at once:
+/// when the last patch returned, from `t0`.
+async fn scale_workload(
+    client: Client,
+    namespaces: Vec<String>,
+    per_namespace: usize,
+    replicas: u32,
+    t0: Instant,
+) -> Result<Duration> {
+    let items: Vec<(String, String)> =
+        namespaces.iter().flat_map(|ns| (0..per_namespace).map(move |i| (ns.clone(), format!("web-{i}")))).collect();
+    futures::stream::iter(items)
+        .map(|(ns, name)| {
+            let api = Api::<ReplicaSet>::namespaced(client.clone(), &ns);
+            async move {
+                let patch = Patch::Merge(json!({"spec": {"replicas": replicas}}));
+                api.patch(&name, &PatchParams::default(), &patch).await.with_context(|| format!("scaling ReplicaSet {ns}/{name}"))?;
+                anyhow::Ok(t0.elapsed())
+            }
+        })
+        .buffer_unordered(RS_INFLIGHT)
+        .try_fold(Duration::ZERO, |a, b| async move { Ok(a.max(b)) })
+        .await
+}
+
+/// Once every shard's Lease publishes the ReplicaSets in it (every ReplicaSet in the cluster,
+/// as the replicas cache them; within the publishing hysteresis, ±25 %) and every replica owns
+/// exactly the shards the weighted assignment of those counts (and the Leases' holders) gives
+/// it: the shards each owns.
+async fn weighted_split(client: &Client, args: &Args, plugin_ns: &str, members: &mut [Member]) -> Result<Vec<BTreeSet<String>>> {
+    let identities: BTreeSet<String> = members.iter().map(|m| m.identity.clone()).collect();
+    let deadline = Instant::now() + Duration::from_secs(args.timeout_secs);
+    let leases = Api::<Lease>::namespaced(client.clone(), plugin_ns);
+    let replicasets = Api::<ReplicaSet>::all(client.clone());
+    loop {
+        let mut truth: BTreeMap<String, u64> = BTreeMap::new();
+        for rs in replicasets.list_metadata(&Default::default()).await?.items {
+            *truth.entry(shard_of_namespace(rs.metadata.namespace.as_deref().unwrap_or(""), args.shards)).or_default() += 1;
+        }
+        let (mut published, mut holder) = (HashMap::new(), HashMap::new());
+        for l in leases.list(&Default::default()).await?.items {
+            let name = l.metadata.name.clone().unwrap_or_default();
+            let n = l.metadata.annotations.as_ref().and_then(|a| a.get(OBJECTS_ANNOTATION)).and_then(|v| parse_objects(v));
+            published.insert(name.clone(), n);
+            if let Some(h) = l.spec.and_then(|s| s.holder_identity) {
+                holder.insert(name, h);
+            }
+        }
+        let shards: Vec<String> = (0..args.shards).map(|i| shard_name(PLUGIN, i, args.shards)).collect();
+        let counts: Vec<(&str, Option<u64>)> =
+            shards.iter().map(|s| (s.as_str(), published.get(&lease_name(s)).copied().flatten())).collect();
+        let counted = counts.iter().all(|(s, n)| {
+            let want = truth.get(*s).copied().unwrap_or(0) as f64 + 1.0;
+            n.is_some_and(|n| (0.8..=1.25).contains(&((n as f64 + 1.0) / want)))
+        });
+        let holders: BTreeMap<String, String> =
+            shards.iter().filter_map(|s| Some((s.clone(), holder.get(&lease_name(s))?.clone()))).collect();
+        let expected = assign_weighted(&weights(counts), &identities, &holders);
+        let mut split = Vec::new();
+        for m in members.iter_mut() {
+            m.host.check_running()?;
+            split.push(owned_shards(&m.metrics()?));
+        }
+        let holds = members
+            .iter()
+            .zip(&split)
+            .all(|(m, mine)| *mine == expected.iter().filter(|(_, o)| **o == m.identity).map(|(s, _)| s.clone()).collect());
+        if counted && holds {
+            return Ok(split);
+        }
+        if Instant::now() > deadline {
+            let counts: Vec<usize> = split.iter().map(BTreeSet::len).collect();
+            bail!("after {} s the weights had not settled: counts published {counted}, shards owned {counts:?}", args.timeout_secs);
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// What one phase does to the workload.
+enum Work {
+    /// Create it (in fresh namespaces).
+    Create,
+    /// Scale every ReplicaSet to `replicas`.
+    Scale(u32),
+}
+
+/// One phase against `members`, settled after `settle_s` owning `split`: create (or scale) the
+/// workload in `namespaces`, time it to converged statuses, and count each replica's reconciles
+/// and CPU over it.
+#[allow(clippy::too_many_arguments)]
 async fn phase(
     client: &Client,
     args: &Args,
@@ -448,17 +542,25 @@ async fn phase(
     settle_s: f64,
     namespaces: &[String],
     label: &str,
+    work: Work,
 ) -> Result<Phase> {
-    create_namespaces(client, namespaces).await?;
     let selector = format!("{PHASE_LABEL}={label}");
     let mut rss = synced_watch(Api::<ReplicaSet>::all(client.clone()), watcher::Config::default().labels(&selector)).await?;
     // From a quiet start: whatever the replicas were still reconciling (shards just moved) is done.
     let reconciles0 = settled_reconciles(members).await?;
     let cpu0 = members.iter().map(|m| procfs::cpu_seconds(m.host.pid())).collect::<Result<Vec<_>>>()?;
     let total = namespaces.len() * args.replicasets;
+    let target = match work {
+        Work::Create => args.replicas,
+        Work::Scale(replicas) => replicas,
+    };
     let t0 = Instant::now();
-    let mut create =
-        std::pin::pin!(create_workload(client.clone(), namespaces.to_vec(), args.replicasets, args.replicas, label.to_string(), t0));
+    let mut create = match work {
+        Work::Create => {
+            create_workload(client.clone(), namespaces.to_vec(), args.replicasets, args.replicas, label.to_string(), t0).boxed()
+        }
+        Work::Scale(replicas) => scale_workload(client.clone(), namespaces.to_vec(), args.replicasets, replicas, t0).boxed(),
+    };
     let deadline = tokio::time::Instant::now() + Duration::from_secs(args.timeout_secs);
     let mut statuses = Statuses::default();
     let (mut created, mut converged) = (None, None);
@@ -471,11 +573,11 @@ async fn phase(
                 None => bail!("ReplicaSet watch ended"),
             },
             () = tokio::time::sleep_until(deadline) => bail!(
-                "phase {label}: not converged after {} s: {} of {total} statuses at {}",
-                args.timeout_secs, statuses.at_target(args.replicas), args.replicas
+                "phase {label}: not converged after {} s: {} of {total} statuses at {target}",
+                args.timeout_secs, statuses.at_target(target)
             ),
         }
-        if converged.is_none() && statuses.converged(total, args.replicas) {
+        if converged.is_none() && statuses.converged(total, target) {
             converged = Some(t0.elapsed());
         }
     }
@@ -661,7 +763,8 @@ pub async fn run(args: Args) -> Result<Results> {
     let split = settled(&mut one, args.shards, settle_timeout).await?;
     let settle_s = started.elapsed().as_secs_f64();
     let ns_one = names("one");
-    let p1 = phase(&client, &args, &mut one, &split, settle_s, &ns_one, "one").await?;
+    create_namespaces(&client, &ns_one).await?;
+    let p1 = phase(&client, &args, &mut one, &split, settle_s, &ns_one, "one", Work::Create).await?;
     report_phase("1 replica", &p1);
     stop_all(one).await?;
     futures::stream::iter(&ns_one)
@@ -670,16 +773,31 @@ pub async fn run(args: Args) -> Result<Results> {
         .try_collect::<()>()
         .await?;
 
+    // Phase 1's Leases carry its object counts (published before its workload was deleted):
+    // phase 2 starts as a fresh install does, with none.
+    Api::<Lease>::namespaced(client.clone(), &plugin_ns)
+        .delete_collection(&Default::default(), &Default::default())
+        .await
+        .context("deleting phase 1's Leases")?;
+
     // 2. Three replicas, 10/10/10 shards of 30.
     let started = Instant::now();
     let mut three = fleet.start(&["r1", "r2", "r3"]).await?;
     let split = settled(&mut three, args.shards, settle_timeout).await?;
     let settle_s = started.elapsed().as_secs_f64();
-    let p3 = phase(&client, &args, &mut three, &split, settle_s, &names("three"), "three").await?;
+    let ns_three = names("three");
+    create_namespaces(&client, &ns_three).await?;
+    let p3 = phase(&client, &args, &mut three, &split, settle_s, &ns_three, "three", Work::Create).await?;
     report_phase("3 replicas", &p3);
+    let started = Instant::now();
+    let split = weighted_split(&client, &args, &plugin_ns, &mut three).await?;
+    let settle_s = started.elapsed().as_secs_f64();
+    let steady = phase(&client, &args, &mut three, &split, settle_s, &ns_three, "three", Work::Scale(args.replicas + 1)).await?;
+    report_phase("3 replicas, weights settled, every ReplicaSet scaled by one", &steady);
 
     // 3. kill -9 of r1; new work in every shard.
-    let (fo, survivors) = failover(&client, &args, &plugin_ns, three, &format!("so-{tag}-fo")).await?;
+    let fo_prefix = format!("so-{tag}-fo");
+    let (fo, survivors) = failover(&client, &args, &plugin_ns, three, &fo_prefix).await?;
     let warm: Vec<String> = fo.shards.iter().map(|s| format!("{:.0}", s.warm_s() * 1e3)).collect();
     eprintln!(
         "scale-out: failover: Leases taken {:.2}–{:.2} s after the kill, Lease → first Pod [{}] ms, resumed {:.2} s, converged {:.2} s, shards after {:?}",
@@ -691,6 +809,13 @@ pub async fn run(args: Args) -> Result<Results> {
         fo.shards_after
     );
     stop_all(survivors).await?;
+    // The later sections' controllers watch every namespace: leave nothing behind.
+    let ns_failover = spread_namespaces(&fo_prefix, args.namespaces.max(args.shards), args.shards);
+    futures::stream::iter(ns_three.iter().chain(&ns_failover))
+        .map(|ns| delete_workload(&client, ns, settle_timeout))
+        .buffer_unordered(NS_INFLIGHT)
+        .try_collect::<()>()
+        .await?;
     Ok(Results {
         host_profile: args.host_profile.clone(),
         shards: args.shards,
@@ -702,6 +827,7 @@ pub async fn run(args: Args) -> Result<Results> {
         workers: parsed.controller.workers,
         one: p1,
         three: p3,
+        steady,
         failover: fo,
     })
 }
