@@ -18,7 +18,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use serde::{Deserialize, Serialize};
 
-use crate::controllers::{HostArgs, HostProcess, Kcm};
+use crate::controllers::{HostArgs, HostProcess, HostUnderTest, Kcm, PeerControlPlane};
 use crate::convergence::kcm_flags;
 use crate::kube_util::{self, apply_plugin, ensure_namespace, wait_until};
 use crate::procfs;
@@ -28,20 +28,10 @@ const IN_FLIGHT: usize = 64;
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct Args {
-    #[arg(long)]
-    pub kubeconfig: PathBuf,
-    /// `scripts/control-plane.sh` (starts kube-controller-manager).
-    #[arg(long)]
-    pub control_plane_script: PathBuf,
-    /// The running control plane's directory.
-    #[arg(long)]
-    pub control_plane_dir: PathBuf,
-    #[arg(long)]
-    pub host_bin: PathBuf,
-    #[arg(long)]
-    pub plugin: PathBuf,
-    #[arg(long)]
-    pub manifest: PathBuf,
+    #[command(flatten)]
+    pub host: HostUnderTest,
+    #[command(flatten)]
+    pub peer: PeerControlPlane,
     /// Pod counts to measure at, ascending (0, the baseline, is always measured first).
     #[arg(long, value_delimiter = ',', default_value = "1000,10000,100000")]
     pub counts: Vec<usize>,
@@ -57,9 +47,6 @@ pub struct Args {
     /// Leave the Pods (and namespaces) in the API server at the end, for a closer look.
     #[arg(long)]
     pub keep: bool,
-    /// Logs and the precompiled-plugin directory go here.
-    #[arg(long)]
-    pub work_dir: PathBuf,
     #[arg(long)]
     pub out: PathBuf,
 }
@@ -106,15 +93,15 @@ pub async fn run(args: Args) -> Result<Results> {
         "--counts must be positive and ascending"
     );
     ensure!(args.runs > 0, "--runs must be at least 1");
-    std::fs::create_dir_all(&args.work_dir)?;
-    let client = kube_util::client(&args.kubeconfig).await?;
+    std::fs::create_dir_all(&args.host.work_dir)?;
+    let client = kube_util::client(&args.host.kubeconfig).await?;
     let tag = std::process::id();
     let ns = format!("bench-scale-{tag}");
     let plugin_ns = format!("wasmloop-bench-scale-{tag}");
     ensure_namespace(&client, &ns).await?;
     ensure_namespace(&client, &plugin_ns).await?;
-    let wasm = std::fs::read(&args.plugin).with_context(|| format!("reading {}", args.plugin.display()))?;
-    let manifest = std::fs::read_to_string(&args.manifest).with_context(|| format!("reading {}", args.manifest.display()))?;
+    let wasm = std::fs::read(&args.host.plugin).with_context(|| format!("reading {}", args.host.plugin.display()))?;
+    let manifest = std::fs::read_to_string(&args.host.manifest).with_context(|| format!("reading {}", args.host.manifest.display()))?;
     apply_plugin(&client, &plugin_ns, "replicaset", &wasm, &manifest).await?;
     // A first start compiles the plugin into the precompiled cache; every measured start loads it.
     let warm = start_host(&args, &plugin_ns, "warm-up").await?;
@@ -162,11 +149,11 @@ pub async fn run(args: Args) -> Result<Results> {
 
 async fn start_host(args: &Args, plugin_ns: &str, label: &str) -> Result<HostProcess> {
     let host_args = HostArgs {
-        bin: &args.host_bin,
-        kubeconfig: &args.kubeconfig,
+        bin: &args.host.host_bin,
+        kubeconfig: &args.host.kubeconfig,
         plugin_namespace: plugin_ns,
-        precompiled_dir: &args.work_dir.join("precompiled"),
-        log: args.work_dir.join(format!("host-{label}.log")),
+        precompiled_dir: &args.host.work_dir.join("precompiled"),
+        log: args.host.work_dir.join(format!("host-{label}.log")),
         extra: &[],
     };
     HostProcess::start(host_args, Duration::from_secs(args.timeout_secs)).await
@@ -187,13 +174,13 @@ async fn measure(args: &Args, plugin_ns: &str, controller: &str, pods: usize, ru
         (sync, cpu, rss)
     } else {
         let timeout = Duration::from_secs(args.timeout_secs);
-        let kcm = Kcm::start(&args.control_plane_script, &args.control_plane_dir, &kcm_flags(), timeout).await?;
+        let kcm = Kcm::start(&args.peer.control_plane_script, &args.peer.control_plane_dir, &kcm_flags(), timeout).await?;
         let sync = started.elapsed().as_secs_f64();
         let cpu = procfs::cpu_seconds(kcm.pid())?;
         tokio::time::sleep(settle).await;
         let rss = procfs::settled_rss(kcm.pid(), 10, Duration::from_millis(300))?;
         kcm.check_running()?;
-        kcm.stop(&args.work_dir.join(format!("kcm-{pods}-{run}.log")))?;
+        kcm.stop(&args.host.work_dir.join(format!("kcm-{pods}-{run}.log")))?;
         (sync, cpu, rss)
     };
     Ok(Start { controller: controller.into(), pods, sync_secs, sync_cpu_secs, rss_bytes })

@@ -16,6 +16,38 @@ pub struct HostProcess {
     pub log: PathBuf,
 }
 
+/// The host under test, the plugin it runs and where its logs go: the arguments every section
+/// that starts `wasmloop run` shares (`#[command(flatten)]`).
+#[derive(clap::Args, Debug, Clone)]
+pub struct HostUnderTest {
+    #[arg(long)]
+    pub kubeconfig: PathBuf,
+    /// The wasmloop binary (`wasmloop run`).
+    #[arg(long)]
+    pub host_bin: PathBuf,
+    /// The replicaset plugin component.
+    #[arg(long)]
+    pub plugin: PathBuf,
+    /// Its admin manifest.
+    #[arg(long)]
+    pub manifest: PathBuf,
+    /// Logs and the precompiled-plugin directory go here.
+    #[arg(long)]
+    pub work_dir: PathBuf,
+}
+
+/// Where kube-controller-manager comes from: the project's control-plane script and the
+/// running control plane it joins.
+#[derive(clap::Args, Debug, Clone)]
+pub struct PeerControlPlane {
+    /// `scripts/control-plane.sh` (starts and stops kube-controller-manager).
+    #[arg(long)]
+    pub control_plane_script: PathBuf,
+    /// The running control plane's directory.
+    #[arg(long)]
+    pub control_plane_dir: PathBuf,
+}
+
 /// How to start the host.
 pub struct HostArgs<'a> {
     pub bin: &'a Path,

@@ -23,7 +23,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use tokio::sync::Semaphore;
 
-use crate::controllers::{HostArgs, HostProcess, Kcm};
+use crate::controllers::{HostArgs, HostProcess, HostUnderTest, Kcm, PeerControlPlane};
 use crate::fixtures;
 use crate::kube_util::{self, apply_plugin, delete_workload, ensure_namespace};
 use crate::procfs;
@@ -33,26 +33,13 @@ pub const PLUGIN_NAMESPACE: &str = "wasmloop-bench";
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct Args {
-    #[arg(long)]
-    pub kubeconfig: PathBuf,
-    /// scripts/control-plane.sh (starts and stops kube-controller-manager).
-    #[arg(long)]
-    pub control_plane_script: PathBuf,
-    /// The control plane's directory.
-    #[arg(long)]
-    pub control_plane_dir: PathBuf,
-    /// The wasmloop binary (`wasmloop run`).
-    #[arg(long)]
-    pub host_bin: PathBuf,
+    #[command(flatten)]
+    pub host: HostUnderTest,
+    #[command(flatten)]
+    pub peer: PeerControlPlane,
     /// How the host binary was built (reported).
     #[arg(long, default_value = "release")]
     pub host_profile: String,
-    /// The replicaset plugin component.
-    #[arg(long)]
-    pub plugin: PathBuf,
-    /// Its admin manifest.
-    #[arg(long)]
-    pub manifest: PathBuf,
     /// Runs per controller (alternating kcm, wasmloop, kcm, ...).
     #[arg(long, default_value_t = 5)]
     pub runs: usize,
@@ -66,9 +53,6 @@ pub struct Args {
     /// Give up on a run after this many seconds.
     #[arg(long, default_value_t = 180)]
     pub timeout_secs: u64,
-    /// Logs and the precompiled-plugin directory go here.
-    #[arg(long)]
-    pub work_dir: PathBuf,
     #[arg(long)]
     pub out: PathBuf,
 }
@@ -197,16 +181,16 @@ impl Results {
 }
 
 pub async fn run(args: Args) -> Result<Results> {
-    std::fs::create_dir_all(&args.work_dir)?;
-    let client = kube_util::client(&args.kubeconfig).await?;
-    let wasm = std::fs::read(&args.plugin).with_context(|| format!("reading {}", args.plugin.display()))?;
-    let manifest = std::fs::read_to_string(&args.manifest).with_context(|| format!("reading {}", args.manifest.display()))?;
+    std::fs::create_dir_all(&args.host.work_dir)?;
+    let client = kube_util::client(&args.host.kubeconfig).await?;
+    let wasm = std::fs::read(&args.host.plugin).with_context(|| format!("reading {}", args.host.plugin.display()))?;
+    let manifest = std::fs::read_to_string(&args.host.manifest).with_context(|| format!("reading {}", args.host.manifest.display()))?;
     ensure_namespace(&client, PLUGIN_NAMESPACE).await?;
     apply_plugin(&client, PLUGIN_NAMESPACE, "replicaset", &wasm, &manifest).await?;
-    let precompiled = args.work_dir.join("precompiled");
+    let precompiled = args.host.work_dir.join("precompiled");
     let tag = std::process::id();
     let pid_of = |f: &str| -> Result<u32> {
-        let path = args.control_plane_dir.join(f);
+        let path = args.peer.control_plane_dir.join(f);
         Ok(std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?.trim().parse()?)
     };
     let cp_pids = [pid_of("apiserver.pid")?, pid_of("etcd.pid")?];
@@ -219,12 +203,12 @@ pub async fn run(args: Args) -> Result<Results> {
             let result = match controller {
                 "kcm" => {
                     let kcm =
-                        Kcm::start(&args.control_plane_script, &args.control_plane_dir, &kcm_flags(), Duration::from_secs(60)).await?;
+                        Kcm::start(&args.peer.control_plane_script, &args.peer.control_plane_dir, &kcm_flags(), Duration::from_secs(60)).await?;
                     let ready_s = started.elapsed().as_secs_f64();
                     tokio::time::sleep(Duration::from_secs(1)).await;
                     let r = drive(&client, &ns, &args, Driver::Watch, kcm.pid(), &cp_pids, None).await;
                     let alive = kcm.check_running();
-                    kcm.stop(&args.work_dir.join(format!("kcm-{i}.log")))?;
+                    kcm.stop(&args.host.work_dir.join(format!("kcm-{i}.log")))?;
                     alive?;
                     r.map(|r| Run { ready_s, ..r })
                 }
@@ -234,11 +218,11 @@ pub async fn run(args: Args) -> Result<Results> {
                 }
                 _ => {
                     let host_args = HostArgs {
-                        bin: &args.host_bin,
-                        kubeconfig: &args.kubeconfig,
+                        bin: &args.host.host_bin,
+                        kubeconfig: &args.host.kubeconfig,
                         plugin_namespace: PLUGIN_NAMESPACE,
                         precompiled_dir: &precompiled,
-                        log: args.work_dir.join(format!("wasmloop-{i}.log")),
+                        log: args.host.work_dir.join(format!("wasmloop-{i}.log")),
                         extra: &[],
                     };
                     let mut host = HostProcess::start(host_args, Duration::from_secs(120)).await?;

@@ -12,20 +12,14 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, DeleteParams, ListParams};
 use serde::{Deserialize, Serialize};
 
-use crate::controllers::{HostArgs, HostProcess};
+use crate::controllers::{HostArgs, HostProcess, HostUnderTest};
 use crate::kube_util::{self, apply_plugin, ensure_namespace, wait_until};
 use crate::procfs;
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct Args {
-    #[arg(long)]
-    pub kubeconfig: PathBuf,
-    #[arg(long)]
-    pub host_bin: PathBuf,
-    #[arg(long)]
-    pub plugin: PathBuf,
-    #[arg(long)]
-    pub manifest: PathBuf,
+    #[command(flatten)]
+    pub host: HostUnderTest,
     /// Plugin counts to measure at, ascending.
     #[arg(long, value_delimiter = ',', default_value = "1,10,50")]
     pub counts: Vec<usize>,
@@ -35,9 +29,6 @@ pub struct Args {
     /// Seconds to let the process settle before reading RSS.
     #[arg(long, default_value_t = 3)]
     pub settle_secs: u64,
-    /// Logs and the precompiled-plugin directory go here.
-    #[arg(long)]
-    pub work_dir: PathBuf,
     #[arg(long)]
     pub out: PathBuf,
 }
@@ -59,10 +50,10 @@ pub struct Results {
 
 pub async fn run(args: Args) -> Result<Results> {
     anyhow::ensure!(!args.counts.is_empty() && args.counts.windows(2).all(|w| w[0] < w[1]), "--counts must be ascending");
-    std::fs::create_dir_all(&args.work_dir)?;
-    let client = kube_util::client(&args.kubeconfig).await?;
-    let wasm = std::fs::read(&args.plugin).with_context(|| format!("reading {}", args.plugin.display()))?;
-    let manifest = std::fs::read_to_string(&args.manifest).with_context(|| format!("reading {}", args.manifest.display()))?;
+    std::fs::create_dir_all(&args.host.work_dir)?;
+    let client = kube_util::client(&args.host.kubeconfig).await?;
+    let wasm = std::fs::read(&args.host.plugin).with_context(|| format!("reading {}", args.host.plugin.display()))?;
+    let manifest = std::fs::read_to_string(&args.host.manifest).with_context(|| format!("reading {}", args.host.manifest.display()))?;
     let tag = std::process::id();
     let target_ns = format!("bench-idle-{tag}");
     ensure_namespace(&client, &target_ns).await?;
@@ -72,11 +63,11 @@ pub async fn run(args: Args) -> Result<Results> {
         let plugin_ns = format!("wasmloop-bench-mem-{tag}-{r}");
         ensure_namespace(&client, &plugin_ns).await?;
         let host_args = HostArgs {
-            bin: &args.host_bin,
-            kubeconfig: &args.kubeconfig,
+            bin: &args.host.host_bin,
+            kubeconfig: &args.host.kubeconfig,
             plugin_namespace: &plugin_ns,
-            precompiled_dir: &args.work_dir.join("precompiled"),
-            log: args.work_dir.join(format!("memory-{r}.log")),
+            precompiled_dir: &args.host.work_dir.join("precompiled"),
+            log: args.host.work_dir.join(format!("memory-{r}.log")),
             extra: &[],
         };
         let mut host = HostProcess::start(host_args, Duration::from_secs(60)).await?;

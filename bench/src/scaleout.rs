@@ -37,7 +37,7 @@ use wasmloop::hotload::PluginManifest;
 use wasmloop::kinds::ObjectKey;
 use wasmloop::shard::{OBJECTS_ANNOTATION, assign_weighted, lease_name, parse_objects, shard_name, shard_of, weights};
 
-use crate::controllers::{HostArgs, HostProcess};
+use crate::controllers::{HostArgs, HostProcess, HostUnderTest};
 use crate::convergence::{HostProfile, RS_INFLIGHT};
 use crate::fixtures::{self, rs_kind};
 use crate::kube_util::{self, apply_plugin, delete_workload, ensure_namespace, metric_sum};
@@ -52,20 +52,11 @@ const NS_INFLIGHT: usize = 8;
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct Args {
-    #[arg(long)]
-    pub kubeconfig: PathBuf,
-    /// The wasmloop binary (`wasmloop run`).
-    #[arg(long)]
-    pub host_bin: PathBuf,
+    #[command(flatten)]
+    pub host: HostUnderTest,
     /// How the host binary was built (reported).
     #[arg(long, default_value = "release")]
     pub host_profile: String,
-    /// The replicaset plugin component.
-    #[arg(long)]
-    pub plugin: PathBuf,
-    /// Its admin manifest (`shards: N` is appended).
-    #[arg(long)]
-    pub manifest: PathBuf,
     /// Key-space shards of the plugin.
     #[arg(long, default_value_t = 30)]
     pub shards: usize,
@@ -87,9 +78,6 @@ pub struct Args {
     /// Give up on a phase after this many seconds.
     #[arg(long, default_value_t = 300)]
     pub timeout_secs: u64,
-    /// Logs and the precompiled-plugin directory go here.
-    #[arg(long)]
-    pub work_dir: PathBuf,
     #[arg(long)]
     pub out: PathBuf,
 }
@@ -279,7 +267,7 @@ struct Fleet<'a> {
 impl Fleet<'_> {
     /// Start one replica per identity, at once, each ready (plugin loaded, informers synced).
     async fn start(&self, identities: &[&str]) -> Result<Vec<Member>> {
-        let precompiled = self.args.work_dir.join("precompiled");
+        let precompiled = self.args.host.work_dir.join("precompiled");
         let starts = identities.iter().map(|id| {
             let precompiled = precompiled.clone();
             async move {
@@ -297,11 +285,11 @@ impl Fleet<'_> {
                 .map(ToString::to_string)
                 .collect();
                 let host_args = HostArgs {
-                    bin: &self.args.host_bin,
-                    kubeconfig: &self.args.kubeconfig,
+                    bin: &self.args.host.host_bin,
+                    kubeconfig: &self.args.host.kubeconfig,
                     plugin_namespace: &self.plugin_ns,
                     precompiled_dir: &precompiled,
-                    log: self.args.work_dir.join(format!("scaleout-{id}.log")),
+                    log: self.args.host.work_dir.join(format!("scaleout-{id}.log")),
                     extra: &extra,
                 };
                 let host = HostProcess::start(host_args, Duration::from_secs(120)).await?;
@@ -736,10 +724,10 @@ fn report_phase(name: &str, p: &Phase) {
 
 pub async fn run(args: Args) -> Result<Results> {
     ensure!(args.shards >= 3 && args.namespaces > 0 && args.replicasets > 0 && args.replicas > 0, "empty workload or fewer than 3 shards");
-    std::fs::create_dir_all(&args.work_dir)?;
-    let client = kube_util::client(&args.kubeconfig).await?;
-    let wasm = std::fs::read(&args.plugin).with_context(|| format!("reading {}", args.plugin.display()))?;
-    let base = std::fs::read_to_string(&args.manifest).with_context(|| format!("reading {}", args.manifest.display()))?;
+    std::fs::create_dir_all(&args.host.work_dir)?;
+    let client = kube_util::client(&args.host.kubeconfig).await?;
+    let wasm = std::fs::read(&args.host.plugin).with_context(|| format!("reading {}", args.host.plugin.display()))?;
+    let base = std::fs::read_to_string(&args.host.manifest).with_context(|| format!("reading {}", args.host.manifest.display()))?;
     let manifest =
         format!("{}\n# Key-space shards spread over the replicas (wasmloop-bench scale-out).\nshards: {}\n", base.trim_end(), args.shards);
     let parsed =
