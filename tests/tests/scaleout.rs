@@ -19,8 +19,13 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::jiff::Timestamp;
 use kube::Client;
 use kube::api::{Api, ListParams, Patch, PatchParams};
+
 use serde_json::json;
-use wasmloop::shard::{OBJECTS_ANNOTATION, lease_name, shard_name, shard_of_scope};
+use k8s_openapi::api::coordination::v1::LeaseSpec;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+use kube::api::{ObjectMeta, PostParams};
+use wasmloop::shard::coordinator::member_lease_name;
+use wasmloop::shard::{OBJECTS_ANNOTATION, assign_weighted, lease_name, shard_name, shard_of_scope};
 use wasmloop_tests::cluster::*;
 use wasmloop_tests::{TestNamespace, apply_plugin, client, eventually, init_tracing, plugin_path, sa_kubeconfig};
 
@@ -284,6 +289,48 @@ async fn three_replicas_share_thirty_shards_and_survive_kill_9() -> Result<()> {
     eprintln!("after the kill, by weight: shards per host {counts:?}, max / mean weight {imbalance:.2}");
     let heavy_host = split.iter().position(|mine| mine.contains(&heavy)).expect("every shard owned");
     ensure!(counts[heavy_host] < SHARDS / 2, "the heavy shard's replica still has {} shards: {counts:?}", counts[heavy_host]);
+
+    // A replica of a version that splits by count joins (a rolling update): its member Lease does
+    // not say it weighs shards. The two hosts split by count too while it is live, so all three
+    // compute the same split; once it is gone they split by objects again.
+    let old = "old-version-replica";
+    let leases = Api::<Lease>::namespaced(admin.clone(), &home.name);
+    let spec = || LeaseSpec {
+        holder_identity: Some(old.to_string()),
+        lease_duration_seconds: Some(LEASE_SECS as i32),
+        renew_time: Some(MicroTime(Timestamp::now())),
+        ..LeaseSpec::default()
+    };
+    let member = Lease { metadata: ObjectMeta { name: Some(member_lease_name(old)), ..ObjectMeta::default() }, spec: Some(spec()) };
+    leases.create(&PostParams::default(), &member).await?;
+    let renewing = tokio::spawn({
+        let leases = leases.clone();
+        async move {
+            loop {
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                let renew = Patch::Merge(json!({"spec": spec()}));
+                let _ = leases.patch(&member_lease_name(old), &PatchParams::default(), &renew).await;
+            }
+        }
+    });
+    let everyone: BTreeSet<String> = hosts.iter().map(|h| h.name.clone()).chain([old.to_string()]).collect();
+    let equal: BTreeMap<String, u64> = (0..SHARDS).map(|i| (shard_name("podset", i, SHARDS), 1)).collect();
+    let by_count = assign_weighted(&equal, &everyone, &BTreeMap::new());
+    let mixed = eventually("the hosts splitting by count beside the old replica", WAIT, || async {
+        for h in &hosts {
+            let want: BTreeSet<String> = by_count.iter().filter(|(_, m)| **m == h.name).map(|(s, _)| s.clone()).collect();
+            if owned(h).await? != want {
+                return Ok(None);
+            }
+        }
+        Ok(Some(hosts.iter().map(|h| by_count.values().filter(|m| **m == h.name).count()).collect::<Vec<_>>()))
+    })
+    .await?;
+    eprintln!("beside a replica that splits by count, the hosts own {mixed:?} shards (the old replica's {} are its own)", SHARDS - mixed.iter().sum::<usize>());
+    renewing.abort();
+    leases.delete(&member_lease_name(old), &Default::default()).await?;
+    let (_, imbalance) = split_by_weight(&admin, &home.name, &hosts, &truth).await?;
+    eprintln!("the old replica gone: split by weight again, max / mean {imbalance:.2}");
 
     // No shard ever had two owners: the hosts' own ownership intervals never overlap.
     let now = Timestamp::now();

@@ -36,7 +36,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
-use super::lease::LeaseWriter;
+use super::lease::{LeaseWriter, Stamp};
 use super::{Ownership, lease_name, rendezvous, shard_name, weight};
 
 /// The prefix of the Leases that say which replicas are live.
@@ -104,6 +104,8 @@ struct Inner {
     changed: Notify,
     /// The live members, as last computed.
     members: watch::Sender<BTreeSet<String>>,
+    /// Whether the last round split shards by their objects ([`weight::split_by_objects`]).
+    by_objects: std::sync::atomic::AtomicBool,
     stop: watch::Sender<bool>,
     task: Mutex<Option<JoinHandle<()>>>,
     owned: Family<ShardLabels, Gauge>,
@@ -126,6 +128,7 @@ impl Sharding {
             writer: LeaseWriter::new(client.clone(), &config.namespace, &config.identity, config.duration),
             client,
             members: watch::Sender::new(BTreeSet::from([config.identity.clone()])),
+            by_objects: std::sync::atomic::AtomicBool::new(true),
             config,
             plugins: Mutex::new(BTreeMap::new()),
             desired: Mutex::new(BTreeSet::new()),
@@ -207,14 +210,16 @@ struct Seen {
     renew: Option<String>,
     /// The object count published on it (shard Leases).
     objects: Option<u64>,
+    /// How its holder splits shards (member Leases: [`weight::SPLIT_ANNOTATION`]).
+    split: Option<String>,
     /// Until when its holder counts as live, on this replica's clock.
     alive_until: Instant,
 }
 
-/// A Lease write this replica decided on (a take or renewal with the object count to publish).
+/// A Lease write this replica decided on (a take or renewal with an annotation to set).
 enum Op {
-    Acquire(String, Option<Lease>, Option<u64>),
-    Renew(Lease, Option<u64>),
+    Acquire(String, Option<Lease>, Stamp),
+    Renew(Lease, Stamp),
     Release(Lease),
 }
 
@@ -297,8 +302,10 @@ impl Inner {
             }
         };
         let renewed = table.get(&name).is_none_or(|p| p.renew != renew);
-        let objects = lease.metadata.annotations.as_ref().and_then(|a| a.get(weight::ANNOTATION)).and_then(|v| weight::parse(v));
-        table.insert(name.clone(), Seen { lease: lease.clone(), holder: spec.holder_identity.clone(), renew, objects, alive_until });
+        let annotation = |key: &str| lease.metadata.annotations.as_ref().and_then(|a| a.get(key));
+        let objects = annotation(weight::ANNOTATION).and_then(|v| weight::parse(v));
+        let split = annotation(weight::SPLIT_ANNOTATION).cloned();
+        table.insert(name.clone(), Seen { lease: lease.clone(), holder: spec.holder_identity.clone(), renew, objects, split, alive_until });
         if !name.starts_with(SHARD_LEASE_PREFIX) {
             return;
         }
@@ -375,10 +382,21 @@ impl Inner {
         let shards: BTreeMap<String, (Arc<Ownership>, usize)> =
             plugins.iter().flat_map(|o| o.shard_names().into_iter().enumerate().map(|(i, s)| (lease_name(&s), (o.clone(), i)))).collect();
         let names: BTreeSet<String> = plugins.iter().flat_map(|o| o.shard_names()).collect();
-        let weights = weight::weights(names.iter().map(|s| (s.as_str(), table.get(&lease_name(s)).and_then(|seen| seen.objects))));
-        let holders: BTreeMap<String, String> =
-            names.iter().filter_map(|s| Some((s.clone(), table.get(&lease_name(s))?.holder.clone()?))).collect();
         let me = self.config.identity.as_str();
+        let others = members.iter().filter(|m| *m != me).map(|m| table.get(&member_lease_name(m)).and_then(|s| s.split.as_deref()));
+        let by_objects = weight::split_by_objects(others);
+        if self.by_objects.swap(by_objects, std::sync::atomic::Ordering::Relaxed) != by_objects {
+            info!(by_objects, "sharding: shards split by their objects (every live replica weighs them), else by their number");
+        }
+        let (weights, holders) = if by_objects {
+            let weights =
+                weight::weights(names.iter().map(|s| (s.as_str(), table.get(&lease_name(s)).and_then(|seen| seen.objects))));
+            let holders: BTreeMap<String, String> =
+                names.iter().filter_map(|s| Some((s.clone(), table.get(&lease_name(s))?.holder.clone()?))).collect();
+            (weights, holders)
+        } else {
+            (names.iter().map(|s| (s.clone(), 1)).collect(), BTreeMap::new())
+        };
         let desired: BTreeSet<String> = rendezvous::assign_weighted(&weights, &members, &holders)
             .into_iter()
             .filter(|(_, m)| *m == me)
@@ -389,11 +407,20 @@ impl Inner {
 
         let now = Instant::now();
         let mut counts = ObjectCounts::default();
-        let mut ops: Vec<Op> = std::iter::once(member_lease_name(me))
+        let member = member_lease_name(me);
+        let mut ops: Vec<Op> = std::iter::once(member.clone())
             .chain(desired_leases.iter().cloned())
             .filter_map(|name| {
-                let objects = || shards.get(&name).and_then(|(o, i)| counts.of(o, *i));
-                self.keep(&name, table.get(&name), objects, now)
+                let seen = table.get(&name);
+                let stamp = |seen: Option<&Seen>| -> Stamp {
+                    if name == member {
+                        let said = seen.and_then(|s| s.split.as_deref()) == Some(weight::SPLIT_BY_OBJECTS);
+                        return (!said).then(|| (weight::SPLIT_ANNOTATION, weight::SPLIT_BY_OBJECTS.to_string()));
+                    }
+                    let n = shards.get(&name).and_then(|(o, i)| counts.of(o, *i))?;
+                    weight::to_publish(seen.and_then(|s| s.objects), n).map(|n| (weight::ANNOTATION, n.to_string()))
+                };
+                self.keep(&name, seen, stamp, now)
             })
             .collect();
         releasing.retain(|name, _| !desired_leases.contains(name));
@@ -419,8 +446,8 @@ impl Inner {
         let results = futures::future::join_all(ops.into_iter().map(|op| async move {
             let call = async {
                 match op {
-                    Op::Acquire(name, seen, objects) => self.writer.acquire(&name, seen.as_ref(), objects).await,
-                    Op::Renew(seen, objects) => self.writer.renew(&seen, objects).await,
+                    Op::Acquire(name, seen, stamp) => self.writer.acquire(&name, seen.as_ref(), stamp).await,
+                    Op::Renew(seen, stamp) => self.writer.renew(&seen, stamp).await,
                     Op::Release(seen) => self.writer.release(&seen).await,
                 }
             };
@@ -438,18 +465,17 @@ impl Inner {
     }
 
     /// What to do to keep Lease `name` (ours, or to be taken): take it when missing, free or
-    /// expired on this replica's clock; renew it `grace` before it expires. A shard's Lease
-    /// carries `objects()` (this replica's count, asked only when writing) when it moved from the
-    /// published one.
-    fn keep(&self, name: &str, seen: Option<&Seen>, objects: impl FnOnce() -> Option<u64>, now: Instant) -> Option<Op> {
-        let publish = |published: Option<u64>| objects().and_then(|n| weight::to_publish(published, n));
-        let Some(seen) = seen else { return Some(Op::Acquire(name.to_string(), None, publish(None))) };
+    /// expired on this replica's clock; renew it `grace` before it expires. The write sets
+    /// `stamp(seen)` (asked only when writing: a shard's count when it moved, a member's way of
+    /// splitting when its Lease does not say it yet).
+    fn keep(&self, name: &str, seen: Option<&Seen>, stamp: impl FnOnce(Option<&Seen>) -> Stamp, now: Instant) -> Option<Op> {
+        let Some(seen) = seen else { return Some(Op::Acquire(name.to_string(), None, stamp(None))) };
         if seen.holder.as_deref() == Some(self.config.identity.as_str()) {
             let due = seen.alive_until.saturating_duration_since(now) <= self.config.grace;
-            return due.then(|| Op::Renew(seen.lease.clone(), publish(seen.objects)));
+            return due.then(|| Op::Renew(seen.lease.clone(), stamp(Some(seen))));
         }
         let free = seen.holder.is_none() || seen.alive_until <= now;
-        free.then(|| Op::Acquire(name.to_string(), Some(seen.lease.clone()), publish(seen.objects)))
+        free.then(|| Op::Acquire(name.to_string(), Some(seen.lease.clone()), stamp(Some(seen))))
     }
 }
 

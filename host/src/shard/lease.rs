@@ -24,10 +24,13 @@ pub enum Error {
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
-/// Set the shard's object count annotation to `objects` (unchanged when `None`).
-fn publish(metadata: &mut ObjectMeta, objects: Option<u64>) {
-    if let Some(n) = objects {
-        metadata.annotations.get_or_insert_with(Default::default).insert(super::weight::ANNOTATION.to_string(), n.to_string());
+/// An annotation a write sets on the Lease (a shard's object count, a member's way of splitting).
+pub type Stamp = Option<(&'static str, String)>;
+
+/// Set the `stamp` annotation (nothing when `None`).
+fn publish(metadata: &mut ObjectMeta, stamp: Stamp) {
+    if let Some((key, value)) = stamp {
+        metadata.annotations.get_or_insert_with(Default::default).insert(key.to_string(), value);
     }
 }
 
@@ -44,13 +47,13 @@ impl LeaseWriter {
         Self { api: Api::namespaced(client, namespace), identity: identity.to_string(), duration }
     }
 
-    /// Take `name`: create it, or take `seen` over (the caller judged it free or expired);
-    /// with `objects`, publish that count ([`super::weight`]).
-    pub async fn acquire(&self, name: &str, seen: Option<&Lease>, objects: Option<u64>) -> Result<Lease> {
+    /// Take `name`: create it, or take `seen` over (the caller judged it free or expired),
+    /// setting the `stamp` annotation.
+    pub async fn acquire(&self, name: &str, seen: Option<&Lease>, stamp: Stamp) -> Result<Lease> {
         let now = MicroTime(Timestamp::now());
         let Some(seen) = seen else {
             let mut metadata = ObjectMeta { name: Some(name.to_string()), ..ObjectMeta::default() };
-            publish(&mut metadata, objects);
+            publish(&mut metadata, stamp);
             let lease = Lease {
                 metadata,
                 spec: Some(LeaseSpec {
@@ -65,7 +68,7 @@ impl LeaseWriter {
             return self.api.create(&PostParams::default(), &lease).await.map_err(|e| self.error(name, e));
         };
         let mut lease = seen.clone();
-        publish(&mut lease.metadata, objects);
+        publish(&mut lease.metadata, stamp);
         let spec = lease.spec.get_or_insert_with(LeaseSpec::default);
         if spec.holder_identity.as_deref() != Some(self.identity.as_str()) {
             spec.lease_transitions = Some(spec.lease_transitions.unwrap_or(0) + 1);
@@ -77,10 +80,10 @@ impl LeaseWriter {
         self.replace(lease).await
     }
 
-    /// Renew `seen`, which this replica holds; with `objects`, publish that count.
-    pub async fn renew(&self, seen: &Lease, objects: Option<u64>) -> Result<Lease> {
+    /// Renew `seen`, which this replica holds, setting the `stamp` annotation.
+    pub async fn renew(&self, seen: &Lease, stamp: Stamp) -> Result<Lease> {
         let mut lease = seen.clone();
-        publish(&mut lease.metadata, objects);
+        publish(&mut lease.metadata, stamp);
         let spec = lease.spec.get_or_insert_with(LeaseSpec::default);
         spec.renew_time = Some(MicroTime(Timestamp::now()));
         spec.lease_duration_seconds = Some(self.duration_secs());

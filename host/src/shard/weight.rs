@@ -18,6 +18,21 @@ pub const ANNOTATION: &str = "wasmloop.dev/shard-objects";
 /// this factor up or down.
 pub const HYSTERESIS: f64 = 1.25;
 
+/// The member Lease annotation by which a replica says it splits shards by their objects.
+///
+/// A fleet splits by objects only while every live replica says so: during a rolling update from
+/// a version that split by shard count, an old and a new replica computing different splits could
+/// each leave a shard to the other, and nobody would reconcile it. Until the last old replica is
+/// gone, the new ones split by count (every weight 1, no holders kept), exactly as the old do.
+pub const SPLIT_ANNOTATION: &str = "wasmloop.dev/shard-split";
+/// [`SPLIT_ANNOTATION`]'s value: this replica weighs shards by their objects.
+pub const SPLIT_BY_OBJECTS: &str = "objects";
+
+/// Whether the fleet splits by objects: every other live replica's member Lease says so.
+pub fn split_by_objects<'a>(others: impl IntoIterator<Item = Option<&'a str>>) -> bool {
+    others.into_iter().all(|split| split == Some(SPLIT_BY_OBJECTS))
+}
+
 /// The largest count believed from a Lease; a larger or unreadable value counts as unknown.
 const MAX_OBJECTS: u64 = 1 << 40;
 
@@ -71,6 +86,14 @@ mod tests {
         assert_eq!(to_publish(Some(4), 3), None);
         assert_eq!(to_publish(Some(3), 2), Some(2));
         assert_eq!(to_publish(Some(10), 0), Some(0));
+    }
+
+    #[test]
+    fn one_replica_that_does_not_weigh_makes_the_fleet_split_by_count() {
+        assert!(split_by_objects([]));
+        assert!(split_by_objects([Some("objects"), Some("objects")]));
+        assert!(!split_by_objects([Some("objects"), None]));
+        assert!(!split_by_objects([Some("objects"), Some("count")]));
     }
 
     #[test]
