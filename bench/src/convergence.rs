@@ -203,7 +203,8 @@ pub async fn run(args: Args) -> Result<Results> {
             let result = match controller {
                 "kcm" => {
                     let kcm =
-                        Kcm::start(&args.peer.control_plane_script, &args.peer.control_plane_dir, &kcm_flags(), Duration::from_secs(60)).await?;
+                        Kcm::start(&args.peer.control_plane_script, &args.peer.control_plane_dir, &kcm_flags(), Duration::from_secs(60))
+                            .await?;
                     let ready_s = started.elapsed().as_secs_f64();
                     tokio::time::sleep(Duration::from_secs(1)).await;
                     let r = drive(&client, &ns, &args, Driver::Watch, kcm.pid(), &cp_pids, None).await;

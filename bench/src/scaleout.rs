@@ -434,13 +434,7 @@ async fn create_namespaces(client: &Client, namespaces: &[String]) -> Result<()>
 
 /// Scale every ReplicaSet of the workload in `namespaces` to `replicas`, `RS_INFLIGHT` at once:
 /// when the last patch returned, from `t0`.
-async fn scale_workload(
-    client: Client,
-    namespaces: Vec<String>,
-    per_namespace: usize,
-    replicas: u32,
-    t0: Instant,
-) -> Result<Duration> {
+async fn scale_workload(client: Client, namespaces: Vec<String>, per_namespace: usize, replicas: u32, t0: Instant) -> Result<Duration> {
     let items: Vec<(String, String)> =
         namespaces.iter().flat_map(|ns| (0..per_namespace).map(move |i| (ns.clone(), format!("web-{i}")))).collect();
     futures::stream::iter(items)

@@ -20,10 +20,10 @@ use k8s_openapi::jiff::Timestamp;
 use kube::Client;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 
-use serde_json::json;
 use k8s_openapi::api::coordination::v1::LeaseSpec;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use kube::api::{ObjectMeta, PostParams};
+use serde_json::json;
 use wasmloop::shard::coordinator::member_lease_name;
 use wasmloop::shard::{OBJECTS_ANNOTATION, assign_weighted, lease_name, shard_name, shard_of_scope};
 use wasmloop_tests::cluster::*;
@@ -104,7 +104,12 @@ async fn published_weights(admin: &Client, ns: &str) -> Result<BTreeMap<String, 
 /// Once every shard's Lease publishes its PodSet count (within the publishing hysteresis of
 /// `truth`, PodSets per shard) and each host in `hosts` owns a share whose total weight is
 /// within 1.2× the mean: the shards each owns, and that max / mean.
-async fn split_by_weight(admin: &Client, ns: &str, hosts: &[HostProcess], truth: &BTreeMap<String, u64>) -> Result<(Vec<BTreeSet<String>>, f64)> {
+async fn split_by_weight(
+    admin: &Client,
+    ns: &str,
+    hosts: &[HostProcess],
+    truth: &BTreeMap<String, u64>,
+) -> Result<(Vec<BTreeSet<String>>, f64)> {
     let last = std::sync::Mutex::new(String::new());
     let waited = eventually("every shard's count published and the shards split by it", WAIT, || {
         let last = &last;
@@ -326,7 +331,10 @@ async fn three_replicas_share_thirty_shards_and_survive_kill_9() -> Result<()> {
         Ok(Some(hosts.iter().map(|h| by_count.values().filter(|m| **m == h.name).count()).collect::<Vec<_>>()))
     })
     .await?;
-    eprintln!("beside a replica that splits by count, the hosts own {mixed:?} shards (the old replica's {} are its own)", SHARDS - mixed.iter().sum::<usize>());
+    eprintln!(
+        "beside a replica that splits by count, the hosts own {mixed:?} shards (the old replica's {} are its own)",
+        SHARDS - mixed.iter().sum::<usize>()
+    );
     renewing.abort();
     leases.delete(&member_lease_name(old), &Default::default()).await?;
     let (_, imbalance) = split_by_weight(&admin, &home.name, &hosts, &truth).await?;

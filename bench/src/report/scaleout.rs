@@ -153,7 +153,10 @@ impl ScaleOut<'_> {
             cpu(&r.three),
             cpu(&r.one)
         )?;
-        writeln!(w, "| phase | replica | shards | ReplicaSets in its shards | reconciles | CPU | settled before it (start → every shard owned once; steady: burst converged → the weighted split held) |")?;
+        writeln!(
+            w,
+            "| phase | replica | shards | ReplicaSets in its shards | reconciles | CPU | settled before it (start → every shard owned once; steady: burst converged → the weighted split held) |"
+        )?;
         writeln!(w, "|---|---|---|---|---|---|---|")?;
         for (name, p) in [("1 replica", &r.one), ("3 replicas", &r.three), ("3 replicas, steady", &r.steady)] {
             for s in &p.replicas {

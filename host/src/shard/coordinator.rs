@@ -389,19 +389,15 @@ impl Inner {
             info!(by_objects, "sharding: shards split by their objects (every live replica weighs them), else by their number");
         }
         let (weights, holders) = if by_objects {
-            let weights =
-                weight::weights(names.iter().map(|s| (s.as_str(), table.get(&lease_name(s)).and_then(|seen| seen.objects))));
+            let weights = weight::weights(names.iter().map(|s| (s.as_str(), table.get(&lease_name(s)).and_then(|seen| seen.objects))));
             let holders: BTreeMap<String, String> =
                 names.iter().filter_map(|s| Some((s.clone(), table.get(&lease_name(s))?.holder.clone()?))).collect();
             (weights, holders)
         } else {
             (names.iter().map(|s| (s.clone(), 1)).collect(), BTreeMap::new())
         };
-        let desired: BTreeSet<String> = rendezvous::assign_weighted(&weights, &members, &holders)
-            .into_iter()
-            .filter(|(_, m)| *m == me)
-            .map(|(s, _)| s)
-            .collect();
+        let desired: BTreeSet<String> =
+            rendezvous::assign_weighted(&weights, &members, &holders).into_iter().filter(|(_, m)| *m == me).map(|(s, _)| s).collect();
         let desired_leases: BTreeSet<String> = desired.iter().map(|s| lease_name(s)).collect();
         *self.desired.lock() = desired;
 
