@@ -10,8 +10,8 @@
 //!   shard staying with the live replica holding its Lease while that one is within the slack;
 //! - this replica's member Lease and the Leases of the shards assigned here are taken as soon
 //!   as they are free, or expired on this replica's clock, and renewed `grace` before they
-//!   expire (a shard's take or renewal also publishes its object count when it moved) ([`super::lease`]: optimistic concurrency, one winner); a shard no longer assigned
-//!   here has its fence closed at once, its running reconciles are let finish (at most
+//!   expire ([`super::lease`]: optimistic concurrency, one winner; a shard's take or renewal
+//!   also publishes its object count when it moved); a shard no longer assigned here has its fence closed at once, its running reconciles are let finish (at most
 //!   `release_timeout`), then its Lease is released, so the next owner takes it on the event;
 //! - each observed renewal of a shard Lease held by this replica opens that shard's fence until
 //!   `observed + duration - grace/2`; the first one after the fence was closed is a takeover,
@@ -383,19 +383,7 @@ impl Inner {
             plugins.iter().flat_map(|o| o.shard_names().into_iter().enumerate().map(|(i, s)| (lease_name(&s), (o.clone(), i)))).collect();
         let names: BTreeSet<String> = plugins.iter().flat_map(|o| o.shard_names()).collect();
         let me = self.config.identity.as_str();
-        let others = members.iter().filter(|m| *m != me).map(|m| table.get(&member_lease_name(m)).and_then(|s| s.split.as_deref()));
-        let by_objects = weight::split_by_objects(others);
-        if self.by_objects.swap(by_objects, std::sync::atomic::Ordering::Relaxed) != by_objects {
-            info!(by_objects, "sharding: shards split by their objects (every live replica weighs them), else by their number");
-        }
-        let (weights, holders) = if by_objects {
-            let weights = weight::weights(names.iter().map(|s| (s.as_str(), table.get(&lease_name(s)).and_then(|seen| seen.objects))));
-            let holders: BTreeMap<String, String> =
-                names.iter().filter_map(|s| Some((s.clone(), table.get(&lease_name(s))?.holder.clone()?))).collect();
-            (weights, holders)
-        } else {
-            (names.iter().map(|s| (s.clone(), 1)).collect(), BTreeMap::new())
-        };
+        let (weights, holders) = self.split_inputs(table, &members, &names);
         let desired: BTreeSet<String> =
             rendezvous::assign_weighted(&weights, &members, &holders).into_iter().filter(|(_, m)| *m == me).map(|(s, _)| s).collect();
         let desired_leases: BTreeSet<String> = desired.iter().map(|s| lease_name(s)).collect();
@@ -458,6 +446,30 @@ impl Inner {
                 Err(_) => warn!("sharding: a Lease write timed out"),
             }
         }
+    }
+
+    /// What the split of `names` over `members` weighs: each shard's published count and its
+    /// Lease's holder, or — while some live replica does not weigh shards — every shard 1 and no
+    /// holders (the split by number every version computes alike).
+    fn split_inputs(
+        &self,
+        table: &HashMap<String, Seen>,
+        members: &BTreeSet<String>,
+        names: &BTreeSet<String>,
+    ) -> (BTreeMap<String, u64>, BTreeMap<String, String>) {
+        let me = self.config.identity.as_str();
+        let others = members.iter().filter(|m| *m != me).map(|m| table.get(&member_lease_name(m)).and_then(|s| s.split.as_deref()));
+        let by_objects = weight::split_by_objects(others);
+        if self.by_objects.swap(by_objects, std::sync::atomic::Ordering::Relaxed) != by_objects {
+            info!(by_objects, "sharding: shards split by their objects (every live replica weighs them), else by their number");
+        }
+        if !by_objects {
+            return (names.iter().map(|s| (s.clone(), 1)).collect(), BTreeMap::new());
+        }
+        let seen = |s: &str| table.get(&lease_name(s));
+        let weights = weight::weights(names.iter().map(|s| (s.as_str(), seen(s).and_then(|l| l.objects))));
+        let holders = names.iter().filter_map(|s| Some((s.clone(), seen(s)?.holder.clone()?))).collect();
+        (weights, holders)
     }
 
     /// What to do to keep Lease `name` (ours, or to be taken): take it when missing, free or
