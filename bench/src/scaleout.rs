@@ -35,7 +35,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 use wasmloop::hotload::PluginManifest;
 use wasmloop::kinds::ObjectKey;
-use wasmloop::shard::{OBJECTS_ANNOTATION, assign_weighted, lease_name, parse_objects, shard_name, shard_of, weights};
+use wasmloop::shard::{OBJECTS_ANNOTATION, assign_weighted, count_is_current, lease_name, parse_objects, shard_name, shard_of, weights};
 
 use crate::controllers::{HostArgs, HostProcess, HostUnderTest};
 use crate::convergence::{HostProfile, RS_INFLIGHT};
@@ -477,10 +477,7 @@ async fn weighted_split(client: &Client, args: &Args, plugin_ns: &str, members: 
         let shards: Vec<String> = (0..args.shards).map(|i| shard_name(PLUGIN, i, args.shards)).collect();
         let counts: Vec<(&str, Option<u64>)> =
             shards.iter().map(|s| (s.as_str(), published.get(&lease_name(s)).copied().flatten())).collect();
-        let counted = counts.iter().all(|(s, n)| {
-            let want = truth.get(*s).copied().unwrap_or(0) as f64 + 1.0;
-            n.is_some_and(|n| (0.8..=1.25).contains(&((n as f64 + 1.0) / want)))
-        });
+        let counted = counts.iter().all(|(s, n)| n.is_some_and(|n| count_is_current(n, truth.get(*s).copied().unwrap_or(0))));
         let holders: BTreeMap<String, String> =
             shards.iter().filter_map(|s| Some((s.clone(), holder.get(&lease_name(s))?.clone()))).collect();
         let expected = assign_weighted(&weights(counts), &identities, &holders);

@@ -25,7 +25,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use kube::api::{ObjectMeta, PostParams};
 use serde_json::json;
 use wasmloop::shard::coordinator::member_lease_name;
-use wasmloop::shard::{OBJECTS_ANNOTATION, assign_weighted, lease_name, shard_name, shard_of_scope};
+use wasmloop::shard::{OBJECTS_ANNOTATION, assign_weighted, count_is_current, lease_name, shard_name, shard_of_scope};
 use wasmloop_tests::cluster::*;
 use wasmloop_tests::{TestNamespace, apply_plugin, client, eventually, init_tracing, plugin_path, sa_kubeconfig};
 
@@ -123,8 +123,7 @@ async fn split_by_weight(
                     *last.lock().expect("not poisoned") = format!("{shard}: no count published");
                     return Ok(None);
                 };
-                let ratio = (have as f64 + 1.0) / (want as f64 + 1.0);
-                if !(0.8..=1.25).contains(&ratio) {
+                if !count_is_current(have, want) {
                     *last.lock().expect("not poisoned") = format!("{shard}: publishes {have}, holds {want}");
                     return Ok(None);
                 }

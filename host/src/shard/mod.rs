@@ -27,7 +27,7 @@ mod weight;
 
 pub use coordinator::{ShardConfig, Sharding};
 pub use rendezvous::assign_weighted;
-pub use weight::{ANNOTATION as OBJECTS_ANNOTATION, parse as parse_objects, weights};
+pub use weight::{ANNOTATION as OBJECTS_ANNOTATION, is_current as count_is_current, parse as parse_objects, weights};
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 

@@ -41,13 +41,17 @@ pub fn parse(value: &str) -> Option<u64> {
     value.parse::<u64>().ok().filter(|n| *n <= MAX_OBJECTS)
 }
 
+/// Whether a published count still stands for `now` objects: within [`HYSTERESIS`] either way.
+pub fn is_current(published: u64, now: u64) -> bool {
+    // +1 on both sides: 0 → 1 object is not an infinite change.
+    let ratio = (now as f64 + 1.0) / (published as f64 + 1.0);
+    (1.0 / HYSTERESIS..=HYSTERESIS).contains(&ratio)
+}
+
 /// The count to publish with the next renewal of a shard whose Lease says `published` and whose
 /// owner counts `now`: `None` keeps the annotation as it is.
 pub fn to_publish(published: Option<u64>, now: u64) -> Option<u64> {
-    let Some(published) = published else { return Some(now) };
-    // +1 on both sides: 0 → 1 object is not an infinite change.
-    let ratio = (now as f64 + 1.0) / (published as f64 + 1.0);
-    (!(1.0 / HYSTERESIS..=HYSTERESIS).contains(&ratio)).then_some(now)
+    (!published.is_some_and(|p| is_current(p, now))).then_some(now)
 }
 
 /// The weight of every shard in `shards`: its published count, or — for a shard no owner has
