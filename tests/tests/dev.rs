@@ -170,6 +170,14 @@ fn seconds_after_save(line: &str) -> Result<f64> {
     Ok(rest.split(' ').next().unwrap_or_default().parse()?)
 }
 
+/// (N, M) of `compiled N functions, reused M from earlier versions (...)`.
+fn compiled_functions(line: &str) -> Option<(u64, u64)> {
+    let rest = line.split("compiled ").nth(1)?;
+    let (compiled, rest) = rest.split_once(" functions, reused ")?;
+    let (reused, _) = rest.split_once(' ')?;
+    Some((compiled.parse().ok()?, reused.parse().ok()?))
+}
+
 /// Write `files` (path relative to the crate, contents) at once; the instant before the writes.
 fn save(krate: &Path, files: &[(&str, &str)]) -> Result<Instant> {
     let at = Instant::now();
@@ -220,6 +228,10 @@ async fn run(client: &Client, krate: &Path, lib: &str, manifest: &str, before: &
         (seen - saved).as_secs_f64()
     );
     ensure!(plugin_state(client).await?["state"] == "Loaded", "version 2 is not reported Loaded");
+    // Version 2 compiled only what the edit changed: most functions came from version 1's compile.
+    let (compiled, reused) = dev.lines().iter().rev().find_map(|l| compiled_functions(l)).context("no `compiled N functions` line")?;
+    eprintln!("dev: version 2 compiled {compiled} functions, reused {reused} from version 1");
+    ensure!(reused > compiled, "version 2 reused {reused} compiled functions and compiled {compiled}: the function cache is not used");
 
     // A failed build: shown, and version 2 keeps reconciling.
     save(krate, &[("src/lib.rs", &format!("{v2}\nfn broken( {{\n"))])?;

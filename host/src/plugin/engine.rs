@@ -25,6 +25,7 @@ use wasmtime::component::{Component, HasSelf, Linker};
 use wasmtime::{Config, Enabled, Engine, InstanceAllocationStrategy, OptLevel, PoolingAllocationConfig};
 
 use super::bindings::{Controller, v0_1, v0_2};
+use super::function_cache::FunctionCache;
 use super::host::HostState;
 use super::limits::{self, EngineLimits};
 
@@ -87,6 +88,8 @@ struct Inner {
     /// Instance slots for reconciles: all but [`LOAD_SLOTS`], handed out first come, first
     /// served, so loading a plugin (`metadata()`) always finds an instance.
     reconcile_slots: Arc<tokio::sync::Semaphore>,
+    /// Compiled functions kept between compiles, when the engine was made with them.
+    functions: Option<Arc<FunctionCache>>,
     _ticker: Ticker,
 }
 
@@ -107,8 +110,23 @@ impl PluginEngine {
 
     /// An engine sized by `limits`.
     pub fn with_limits(limits: EngineLimits) -> Result<Self> {
+        Self::build(limits, None)
+    }
+
+    /// An engine sized by `limits` that compiles only the functions `functions` does not hold
+    /// yet (and adds those): for a process that compiles version after version of the same
+    /// plugin (`wasmloop dev`). The code is the same as without it.
+    pub fn with_function_cache(limits: EngineLimits, functions: Arc<FunctionCache>) -> Result<Self> {
+        Self::build(limits, Some(functions))
+    }
+
+    fn build(limits: EngineLimits, functions: Option<Arc<FunctionCache>>) -> Result<Self> {
         limits.validate()?;
-        let engine = Engine::new(&config(&limits)).map_err(|e| Error::Engine(format!("{e:#}")))?;
+        let mut config = config(&limits);
+        if let Some(functions) = &functions {
+            config.enable_incremental_compilation(functions.clone()).map_err(|e| Error::Engine(format!("{e:#}")))?;
+        }
+        let engine = Engine::new(&config).map_err(|e| Error::Engine(format!("{e:#}")))?;
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_async(&mut linker).map_err(|e| Error::Engine(format!("WASI: {e:#}")))?;
         Controller::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |s| s)
@@ -121,7 +139,12 @@ impl PluginEngine {
         let ticker = Ticker::start(engine.clone(), limits.epoch_tick)?;
         let slots = limits.instances.saturating_sub(LOAD_SLOTS).max(1) as usize;
         let reconcile_slots = Arc::new(tokio::sync::Semaphore::new(slots));
-        Ok(Self { inner: Arc::new(Inner { engine, linker, limits, reconcile_slots, _ticker: ticker }) })
+        Ok(Self { inner: Arc::new(Inner { engine, linker, limits, reconcile_slots, functions, _ticker: ticker }) })
+    }
+
+    /// The compiled functions kept between compiles, if this engine keeps them.
+    pub fn function_cache(&self) -> Option<&FunctionCache> {
+        self.inner.functions.as_deref()
     }
 
     /// The wasmtime engine.

@@ -4,6 +4,8 @@
 //! - [`limits`]: per-plugin [`Limits`] and engine-wide [`EngineLimits`];
 //! - [`engine`]: the shared [`PluginEngine`] (pooling allocator, epoch ticker, linker) and the
 //!   on-disk [`PrecompiledCache`];
+//! - [`function_cache`]: compiled functions kept in memory between compiles of a plugin's
+//!   versions (`wasmloop dev`);
 //! - [`host`]: the per-call Store data: zero-capability WASI, memory limiter, the `cache` and
 //!   `log` imports (reads checked against the plugin's grants);
 //! - [`bindings`], `convert`, `compat`: the contract's WIT (0.2, and 0.1 still loaded) and the
@@ -20,6 +22,7 @@ pub(crate) mod bindings;
 mod compat;
 pub(crate) mod convert;
 pub mod engine;
+pub mod function_cache;
 pub(crate) mod host;
 mod imports;
 pub mod inspect;
@@ -32,6 +35,7 @@ pub mod runtime;
 
 pub use convert::MetadataError;
 pub use engine::{Compiled, Origin, PluginEngine, PrecompiledCache};
+pub use function_cache::{FunctionCache, FunctionCacheStats};
 pub use inspect::{Inspection, inspect, inspect_compiled};
 pub use limits::{ByteSize, EngineLimits, Limits, LoadLimits};
 pub use recorder::{RecordOptions, Recorder, RecorderStats};
