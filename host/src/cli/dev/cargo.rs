@@ -139,9 +139,9 @@ impl PluginCrate {
             Toolchain::Npm => {
                 let mut c = Vec::new();
                 if self.dir.join("tsconfig.json").exists() {
-                    c.push(("npx".to_string(), vec!["--no-install".into(), "tsc".into(), "-p".into(), ".".into()]));
+                    c.push(self.npm_bin("tsc", &["-p", "."]));
                 }
-                c.push(("npx".to_string(), vec!["--no-install".into(), "wasmloop-js".into(), "build".into(), "-o".into(), out]));
+                c.push(self.npm_bin("wasmloop-js", &["build", "-o", &out]));
                 c
             }
             Toolchain::Python => {
@@ -153,6 +153,18 @@ impl PluginCrate {
                 let args = ["-m", "wasmloop_sdk.build", "--src", "src", "--build-dir", "build", "-o"];
                 vec![(python, args.iter().map(ToString::to_string).chain([out]).collect())]
             }
+        }
+    }
+
+    /// An npm package's tool: `node_modules/.bin/<name>` itself when installed (npx spends
+    /// about half a second finding it: on every save, twice), else `npx --no-install <name>`.
+    fn npm_bin(&self, name: &str, args: &[&str]) -> (String, Vec<String>) {
+        let args = args.iter().map(ToString::to_string);
+        let installed = self.dir.join("node_modules/.bin").join(name);
+        if installed.exists() {
+            (installed.display().to_string(), args.collect())
+        } else {
+            ("npx".to_string(), ["--no-install", name].into_iter().map(ToString::to_string).chain(args).collect())
         }
     }
 
@@ -220,6 +232,13 @@ mod tests {
         assert_eq!(steps[0], "npx --no-install tsc -p .");
         assert!(steps[1].starts_with("npx --no-install wasmloop-js build -o ") && steps[1].ends_with("build/plugin.wasm"), "{steps:?}");
         assert!(p.outputs().contains(&js.canonicalize().unwrap().join("node_modules")));
+        // Installed tools are run without npx.
+        let bin = js.join("node_modules/.bin");
+        std::fs::create_dir_all(&bin).unwrap();
+        std::fs::write(bin.join("tsc"), "").unwrap();
+        let steps: Vec<String> = p.commands().iter().map(|(c, a)| format!("{c} {}", a.join(" "))).collect();
+        assert_eq!(steps[0], format!("{} -p .", js.canonicalize().unwrap().join("node_modules/.bin/tsc").display()));
+        assert!(steps[1].starts_with("npx --no-install wasmloop-js build -o "), "{steps:?}");
 
         let py = tmp.path().join("py");
         std::fs::create_dir_all(&py).unwrap();
