@@ -172,6 +172,17 @@ pub struct DevFigures {
     pub origin: String,
     /// Loaded → the version's first reconcile finished.
     pub first_reconcile_s: Option<f64>,
+    /// Functions this version's compile compiled, and took from earlier versions' compiles
+    /// (`wasmloop dev`'s "compiled N functions, reused M" line; absent in older results).
+    #[serde(default)]
+    pub functions: Option<CompiledFunctions>,
+}
+
+/// "compiled N functions, reused M from earlier versions".
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct CompiledFunctions {
+    pub compiled: u64,
+    pub reused: u64,
 }
 
 /// A line of `wasmloop dev`'s stderr the benchmark acts on.
@@ -179,6 +190,8 @@ pub struct DevFigures {
 pub enum DevLine {
     /// A version is loaded (and maybe reconciling).
     Version(DevFigures),
+    /// A version's compile: what it compiled and reused (logged before the version's line).
+    Compiled(CompiledFunctions),
     /// A build failed, the host refused a version, or a step failed (the message's first line).
     Failed(String),
 }
@@ -190,7 +203,17 @@ pub fn parse_line(line: &str) -> Option<DevLine> {
     if message.contains("the last good version keeps running") {
         return Some(DevLine::Failed(message.to_string()));
     }
+    if let Some(functions) = parse_compiled(message) {
+        return Some(DevLine::Compiled(functions));
+    }
     parse_version(message).map(DevLine::Version)
+}
+
+/// "compiled N functions, reused M from earlier versions (…)".
+fn parse_compiled(message: &str) -> Option<CompiledFunctions> {
+    let (compiled, rest) = message.strip_prefix("compiled ")?.split_once(" functions, reused ")?;
+    let (reused, _) = rest.split_once(' ')?;
+    Some(CompiledFunctions { compiled: compiled.parse().ok()?, reused: reused.parse().ok()? })
 }
 
 /// "version N reconciling|loaded X s after WHAT (build B s, pack + apply P s, load L s (ORIGIN)…".
@@ -221,6 +244,7 @@ fn parse_version(message: &str) -> Option<DevFigures> {
         load_s: load.parse().ok()?,
         origin: origin.to_string(),
         first_reconcile_s,
+        functions: None,
     })
 }
 
@@ -442,12 +466,17 @@ impl DevSession {
     /// `wasmloop dev`'s line for version `version`, or an error if a build, load or step fails,
     /// `wasmloop dev` exits, or `timeout` passes.
     async fn version(&mut self, version: u32, timeout: Duration) -> Result<DevFigures> {
-        match tokio::time::timeout(timeout, self.lines.recv()).await {
-            Ok(Some(DevLine::Version(v))) if v.version == version => Ok(v),
-            Ok(Some(DevLine::Version(v))) => bail!("expected version {version}, wasmloop dev reported {v:?}"),
-            Ok(Some(DevLine::Failed(message))) => bail!("wasmloop dev: {message}\n{}", tail(&self.log, 30)),
-            Ok(None) => bail!("wasmloop dev exited\n{}", tail(&self.log, 30)),
-            Err(_) => bail!("no line for version {version} from wasmloop dev in {timeout:?}\n{}", tail(&self.log, 30)),
+        let deadline = tokio::time::Instant::now() + timeout;
+        let mut functions = None;
+        loop {
+            match tokio::time::timeout_at(deadline, self.lines.recv()).await {
+                Ok(Some(DevLine::Compiled(f))) => functions = Some(f),
+                Ok(Some(DevLine::Version(v))) if v.version == version => return Ok(DevFigures { functions, ..v }),
+                Ok(Some(DevLine::Version(v))) => bail!("expected version {version}, wasmloop dev reported {v:?}"),
+                Ok(Some(DevLine::Failed(message))) => bail!("wasmloop dev: {message}\n{}", tail(&self.log, 30)),
+                Ok(None) => bail!("wasmloop dev exited\n{}", tail(&self.log, 30)),
+                Err(_) => bail!("no line for version {version} from wasmloop dev in {timeout:?}\n{}", tail(&self.log, 30)),
+            }
         }
     }
 
@@ -657,8 +686,12 @@ mod tests {
                 load_s: 0.20,
                 origin: "Compiled".into(),
                 first_reconcile_s: Some(0.06),
+                functions: None,
             }))
         );
+        let compiled = "2026-12-04T23:40:28.050893Z  INFO wasmloop::dev: compiled 191 functions, reused 687 from earlier versions \
+                        (0.8 MiB kept)";
+        assert_eq!(parse_line(compiled), Some(DevLine::Compiled(CompiledFunctions { compiled: 191, reused: 687 })));
         let idle = "2026-12-01T21:27:53.087304Z  INFO wasmloop::dev: version 1 loaded 1.42 s after the start (build 0.98 s, \
                     pack + apply 0.18 s, load 0.25 s (Compiled)); no reconcile in 10 s (nothing to reconcile yet?)";
         let Some(DevLine::Version(v)) = parse_line(idle) else { panic!("not parsed: {idle}") };

@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 use anyhow::{Context, Result, ensure};
 
 use super::{mmm, status, summary_of};
-use crate::devloop::{Edit, Lang, Results};
+use crate::devloop::{CompiledFunctions, Edit, Lang, Results};
 
 /// Save → the new version's ConfigMap seen, every edit (seconds).
 const SAVE_TO_RECONCILING_S: f64 = 5.0;
@@ -110,6 +110,15 @@ impl DevLoop<'_> {
             after.join("; "),
             origins.join("; ")
         )?;
+        let reuse: Vec<String> = self.runs.iter().filter_map(|r| Some(format!("{} {}", r.lang.title(), reuse(&r.edits)?))).collect();
+        if !reuse.is_empty() {
+            writeln!(
+                w,
+                "Functions each edit's version compiled, of all its functions (the rest were reused from the functions the session \
+                 compiled for earlier versions: Cranelift's incremental cache, in memory): {}.\n",
+                reuse.join("; ")
+            )?;
+        }
         for r in &self.runs {
             edits_table(r, w)?;
         }
@@ -130,7 +139,7 @@ impl DevLoop<'_> {
                      with its own `{profile}` profile: opt-level z, fat LTO, codegen-units 1, stripped, panic = abort. `wasmloop dev` \
                      ({host} build) runs on it as a child process against this run's control plane: on every save it builds the \
                      crate, packs it, applies the plugin ConfigMaps and loads them into the host in its own process (no precompiled \
-                     cache: every version compiles). Once version 1 runs, a fresh Namespace labelled `{p}=true` gets its ConfigMap; \
+                     cache: every version compiles, reusing the functions the session compiled before). Once version 1 runs, a fresh Namespace labelled `{p}=true` gets its ConfigMap; \
                      then {n} edits, one at a time, each writing `src/lib.rs` at once (one `write`) so the plugin names its ConfigMap \
                      `{p}-e<i>` and says \"Welcome to <ns>, edit <i>!\"; the next edit is saved 1 s after the previous version \
                      reconciled. Timed from just before the write: until a watch on the Namespace's ConfigMaps (started before the \
@@ -256,6 +265,15 @@ fn missed(r: &Results, w: &mut String) -> Result<()> {
 }
 
 /// The load origins of the edits' versions, e.g. "`Compiled`" or "`Compiled` (4), `Reused` (1)".
+/// "median N of M (min–max)" of the functions each edit compiled; `None` for results without
+/// the figure.
+fn reuse(edits: &[Edit]) -> Option<String> {
+    let functions: Vec<CompiledFunctions> = edits.iter().map(|e| e.dev.functions).collect::<Option<_>>()?;
+    let compiled = summary_of(functions.iter().map(|f| f.compiled as f64)).ok()?;
+    let total = functions.iter().map(|f| f.compiled + f.reused).max()?;
+    Some(format!("{:.0} of {total} ({:.0}–{:.0})", compiled.median, compiled.min, compiled.max))
+}
+
 fn origins(edits: &[Edit]) -> String {
     let mut counts: Vec<(&str, usize)> = Vec::new();
     for e in edits {
@@ -292,6 +310,7 @@ mod tests {
                     load_s: 0.25,
                     origin: "Compiled".into(),
                     first_reconcile_s: Some(0.05),
+                    functions: Some(CompiledFunctions { compiled: 30, reused: 850 }),
                 },
             })
             .collect();
@@ -322,6 +341,10 @@ mod tests {
         assert!(section.contains("| Rust (3 edits) | 0.60 s (0.50–0.70) | 0.10 s (0.10–0.10) |"), "{section}");
         assert!(section.contains(" | 1.02 s (0.92–1.12) |\n"), "{section}");
         assert!(section.contains("per edit: Rust 20 ms (20–20)") && section.contains("loaded as: Rust `Compiled`"), "{section}");
+        assert!(
+            section.contains("compiled for earlier versions: Cranelift's incremental cache, in memory): Rust 30 of 880 (30–30)."),
+            "{section}"
+        );
         assert!(!section.contains("Target missed"), "{section}");
         assert!(!section.contains("TypeScript") && !section.contains("Python"), "only Rust measured: {section}");
     }
