@@ -177,4 +177,11 @@ pub trait Reconciler: Send + Sync + 'static {
     fn digest(&self) -> Option<&str> {
         None
     }
+    /// Whether `reconcile` runs untrusted guest code (a Wasm plugin): the controller then calls
+    /// it on the lower-priority guest threads ([`crate::plugin::guest_threads`]), so a guest
+    /// computing to its deadline cannot delay the host's own work; native reconcilers run on
+    /// the host's blocking threads.
+    fn runs_guest_code(&self) -> bool {
+        false
+    }
 }

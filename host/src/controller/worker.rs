@@ -19,6 +19,7 @@ use crate::admission;
 use crate::cache;
 use crate::executor;
 use crate::kinds::ObjectKey;
+use crate::plugin::guest_threads;
 use crate::queue::{RateLimiter, TokenBucket, WorkQueue};
 use crate::reconciler::{Reason, Request};
 
@@ -270,9 +271,10 @@ impl Inner {
         let view: cache::SharedCache = current.view.clone();
         let candidate = shadow.filter(|_| canary.is_none()).map(|shadow| start_candidate(&shadow, &request, &view));
         let serving = reconciler.clone();
-        let result = tokio::task::spawn_blocking(move || reconciler.reconcile(&request, &view))
-            .await
-            .unwrap_or_else(|e| Err(ReconcileError::transient(Cause::Stopped(format!("reconciler panicked: {e}")))));
+        let guest = reconciler.runs_guest_code();
+        let call = move || reconciler.reconcile(&request, &view);
+        let joined = if guest { guest_threads::run(call).await } else { tokio::task::spawn_blocking(call).await };
+        let result = joined.unwrap_or_else(|e| Err(ReconcileError::transient(Cause::Stopped(format!("reconciler panicked: {e}")))));
         if let Some(candidate) = candidate {
             self.compare_later(key, shadow::Side::of(serving.as_ref(), &result), candidate);
         }

@@ -805,7 +805,8 @@ impl Inner {
         let record = self.config.record.clone();
         // A compile cannot be interrupted: past the budget it is abandoned, and its thread keeps
         // the pool permit until it ends, so abandoned compiles stay bounded too.
-        let work = tokio::task::spawn_blocking(move || {
+        // On the guest threads: compiling a hostile component must not delay the host either.
+        let work = crate::plugin::guest_threads::run(move || {
             let _permit = permit;
             let wasm = match input {
                 Input::Wasm(wasm) => wasm,

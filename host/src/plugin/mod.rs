@@ -6,6 +6,7 @@
 //!   on-disk [`PrecompiledCache`];
 //! - [`function_cache`]: compiled functions kept in memory between compiles of a plugin's
 //!   versions (`wasmloop dev`);
+//! - [`guest_threads`]: the lower-priority threads guest code (reconciles, compiles) runs on;
 //! - [`host`]: the per-call Store data: zero-capability WASI, memory limiter, the `cache` and
 //!   `log` imports (reads checked against the plugin's grants);
 //! - [`bindings`], `convert`, `compat`: the contract's WIT (0.2, and 0.1 still loaded) and the
@@ -23,6 +24,7 @@ mod compat;
 pub(crate) mod convert;
 pub mod engine;
 pub mod function_cache;
+pub mod guest_threads;
 pub(crate) mod host;
 mod imports;
 pub mod inspect;

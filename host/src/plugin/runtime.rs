@@ -538,9 +538,13 @@ impl Reconciler for WasmPlugin {
         Some(&self.digest)
     }
 
+    fn runs_guest_code(&self) -> bool {
+        true
+    }
+
     /// Reconcile in a fresh instance. **Blocking**: run it on a blocking thread
-    /// (`spawn_blocking`), as the controller does; WASI's sync adapters block on the Tokio
-    /// runtime. Never panics; traps, timeouts and out-of-memory become `Transient` errors naming
+    /// ([`super::guest_threads::run`], as the controller does); WASI's sync adapters block on
+    /// the Tokio runtime. Never panics; traps, timeouts and out-of-memory become `Transient` errors naming
     /// which, an invalid outcome a `Permanent` one.
     fn reconcile(&self, request: &Request, cache: &SharedCache) -> Result<Outcome, ReconcileError> {
         let Some(recorder) = &self.recorder else { return self.guarded_call(request, cache, None) };
