@@ -172,13 +172,13 @@ pub struct DevFigures {
     pub origin: String,
     /// Loaded → the version's first reconcile finished.
     pub first_reconcile_s: Option<f64>,
-    /// Functions this version's compile compiled, and took from earlier versions' compiles
+    /// Functions this version's compile compiled, and found already compiled
     /// (`wasmloop dev`'s "compiled N functions, reused M" line; absent in older results).
     #[serde(default)]
     pub functions: Option<CompiledFunctions>,
 }
 
-/// "compiled N functions, reused M from earlier versions".
+/// "compiled N functions, reused M compiled before".
 #[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
 pub struct CompiledFunctions {
     pub compiled: u64,
@@ -209,7 +209,7 @@ pub fn parse_line(line: &str) -> Option<DevLine> {
     parse_version(message).map(DevLine::Version)
 }
 
-/// "compiled N functions, reused M from earlier versions (…)".
+/// "compiled N functions, reused M compiled before (…)".
 fn parse_compiled(message: &str) -> Option<CompiledFunctions> {
     let (compiled, rest) = message.strip_prefix("compiled ")?.split_once(" functions, reused ")?;
     let (reused, _) = rest.split_once(' ')?;
@@ -689,7 +689,7 @@ mod tests {
                 functions: None,
             }))
         );
-        let compiled = "2026-12-04T23:40:28.050893Z  INFO wasmloop::dev: compiled 191 functions, reused 687 from earlier versions \
+        let compiled = "2026-12-04T23:40:28.050893Z  INFO wasmloop::dev: compiled 191 functions, reused 687 compiled before \
                         (0.8 MiB kept)";
         assert_eq!(parse_line(compiled), Some(DevLine::Compiled(CompiledFunctions { compiled: 191, reused: 687 })));
         let idle = "2026-12-01T21:27:53.087304Z  INFO wasmloop::dev: version 1 loaded 1.42 s after the start (build 0.98 s, \

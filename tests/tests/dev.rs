@@ -170,7 +170,7 @@ fn seconds_after_save(line: &str) -> Result<f64> {
     Ok(rest.split(' ').next().unwrap_or_default().parse()?)
 }
 
-/// (N, M) of `compiled N functions, reused M from earlier versions (...)`.
+/// (N, M) of `compiled N functions, reused M compiled before (...)`.
 fn compiled_functions(line: &str) -> Option<(u64, u64)> {
     let rest = line.split("compiled ").nth(1)?;
     let (compiled, rest) = rest.split_once(" functions, reused ")?;

@@ -271,7 +271,7 @@ impl<'a> Session<'a> {
         let (reused, new) = (compiled.hits - compiled_before.hits, compiled.misses - compiled_before.misses);
         if reused + new > 0 {
             let kept = self.engine.function_cache().map_or(0, FunctionCache::bytes);
-            info!(target: DEV_LOG, "compiled {new} functions, reused {reused} from earlier versions ({:.1} MiB kept)", kept as f64 / (1 << 20) as f64);
+            info!(target: DEV_LOG, "compiled {new} functions, reused {reused} compiled before ({:.1} MiB kept)", kept as f64 / (1 << 20) as f64);
         }
         self.delete_old_payloads(&current).await;
         if origin == LoadOrigin::Unchanged {
@@ -291,7 +291,7 @@ impl<'a> Session<'a> {
         Ok(())
     }
 
-    /// How many functions compiles so far took from earlier versions (hits) or compiled (misses).
+    /// How many functions compiles so far found already compiled (hits: earlier versions, or a function repeated in the component) or compiled (misses).
     fn compiled_functions(&self) -> FunctionCacheStats {
         self.engine.function_cache().map(FunctionCache::stats).unwrap_or_default()
     }
