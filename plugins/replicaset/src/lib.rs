@@ -24,7 +24,11 @@
 //! slow-start batches as KCM does, stopping at the first failing batch, but a reconcile's first
 //! batch is the size this controller's calls have proven rather than always one
 //! (`host/src/controller/slow_start.rs`; one again after any failure); Events about each created or
-//! deleted Pod are not recorded (the host records failures); the co-location rank of the
+//! deleted Pod are not recorded (the host records failures); a reconcile whose creates or deletes
+//! close the gap to `spec.replicas` (at most one burst) leaves the status they are about to change
+//! unwritten unless it reports a failure: the host parks the key until its cache shows those Pods
+//! and reconciles it again, and that reconcile writes the status (KCM writes both, the first one
+//! stale as it lands); the co-location rank of the
 //! deletion order counts Pods *controlled* by ReplicaSets of the same controller, where KCM
 //! counts Pods matching their selectors.
 
@@ -77,10 +81,16 @@ impl Reconciler for ReplicaSetReconciler {
         let failure = req.last_error.as_deref().filter(|e| is_manage_error(e));
         let now = time::now();
         let status = Status::observe(&rs, &claimed, desired, failure, now);
-        if !status.matches(&rs) {
+        let deleting = rs.metadata.is_deleting();
+        // Creates or deletes that close the gap to `desired` make this status stale the moment
+        // they land; the host parks this key until its cache shows them and then reconciles it
+        // again, which writes the status they produced. One write instead of two. A failure to
+        // report, or a gap larger than one burst (progress worth showing), is written now.
+        let closing_gap = !deleting && claimed.len() != desired && claimed.len().abs_diff(desired) <= BURST_REPLICAS;
+        if !status.matches(&rs) && !(closing_gap && failure.is_none()) {
             out = out.status_key(req.key.clone(), status.to_json());
         }
-        if rs.metadata.is_deleting() {
+        if deleting {
             return Ok(out);
         }
         if claimed.len() < desired {

@@ -108,8 +108,38 @@ fn creates_pods_from_the_template_with_generated_names() {
         json!([{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web", "uid": "rs-1", "controller": true, "blockOwnerDeletion": true}])
     );
     assert_eq!(p["spec"]["containers"][0]["image"], "nginx");
-    // Status first (as KCM computes it from the Pods before creating), then the creates.
-    assert!(matches!(out.actions[0], wasmloop_sdk::Action::UpdateStatus { .. }));
+    // The creates close the gap: the status they are about to change waits for them.
+    assert_eq!(out.status_updates().count(), 0, "{out:?}");
+}
+
+#[test]
+fn the_status_waits_for_the_pods_that_close_the_gap() {
+    let f = fake(replicas(3), &[full("web-a")]);
+    let out = f.reconcile::<ReplicaSetReconciler>(&key()).unwrap();
+    assert_eq!((out.created().count(), out.status_updates().count()), (2, 0));
+    // Once the cache shows them (the host parks the key until then), one write says so.
+    f.execute(&out);
+    let out = f.reconcile::<ReplicaSetReconciler>(&key()).unwrap();
+    assert_eq!((out.actions.len(), &status(&out)["replicas"], &status(&out)["observedGeneration"]), (1, &json!(3), &json!(4)));
+
+    // Deletes the same way.
+    let mut rs = f.get(&key()).unwrap();
+    rs["spec"]["replicas"] = json!(1);
+    f.add(rs);
+    let out = f.reconcile::<ReplicaSetReconciler>(&key()).unwrap();
+    assert_eq!((deleted_names(&out).len(), out.status_updates().count()), (2, 0));
+}
+
+#[test]
+fn a_gap_wider_than_one_burst_reports_progress() {
+    let wide = i64::try_from(BURST_REPLICAS).unwrap() + 1;
+    let f = fake(replicas(wide + 1), &[full("web-a")]);
+    let out = f.reconcile::<ReplicaSetReconciler>(&key()).unwrap();
+    assert_eq!(out.created().count(), BURST_REPLICAS);
+    assert_eq!(status(&out)["replicas"], 1, "the first of two bursts writes what it saw");
+    f.execute(&out);
+    let out = f.reconcile::<ReplicaSetReconciler>(&key()).unwrap();
+    assert_eq!((out.created().count(), out.status_updates().count()), (1, 0), "the last burst closes the gap");
 }
 
 #[test]
@@ -186,7 +216,9 @@ fn pods_of_other_controllers_are_neither_adopted_nor_counted() {
     let out = f.reconcile::<ReplicaSetReconciler>(&key()).unwrap();
     assert!(out.patches().next().is_none());
     assert_eq!(out.created().count(), 1);
-    assert_eq!(status(&out)["replicas"], 0);
+    f.execute(&out);
+    let out = f.reconcile::<ReplicaSetReconciler>(&key()).unwrap();
+    assert_eq!((out.actions.len(), &status(&out)["replicas"]), (1, &json!(1)), "only the created Pod counts");
 }
 
 #[test]
@@ -196,7 +228,9 @@ fn terminating_pods_do_not_count() {
     let f = fake(replicas(2), &[going, full("web-b")]);
     let out = f.reconcile::<ReplicaSetReconciler>(&key()).unwrap();
     assert_eq!(out.created().count(), 1);
-    assert_eq!(status(&out)["replicas"], 1);
+    f.execute(&out);
+    let out = f.reconcile::<ReplicaSetReconciler>(&key()).unwrap();
+    assert_eq!((out.actions.len(), &status(&out)["replicas"]), (1, &json!(2)), "web-b and the new Pod");
 }
 
 #[test]
