@@ -277,18 +277,26 @@ async fn generate_name_creates_never_overshoot_under_event_storms_with_a_delayed
     // The minimum for the targets the controller actually acted on: with the ReplicaSet's events
     // 400 ms late and the key parked while its creates are unseen, a target that lasts ~250 ms
     // may never be reconciled at all (that is fewer creates, never more). Every reconcile of a
-    // new generation writes `status.observedGeneration`, so the status history names them.
+    // new generation writes `status.observedGeneration`, so the status history names them, but
+    // for the first: a new ReplicaSet's first creates leave the status to the reconcile that sees
+    // them, which may see a later generation. Acting on it or not costs the same creates unless
+    // the next target acted on is below it.
     let acted_on: Vec<i64> = observed.iter().filter_map(|g| target_of.get(g).copied()).collect();
+    let with_initial = creates_needed(std::iter::once(INITIAL).chain(acted_on.iter().copied()));
     let needed = creates_needed(acted_on.iter().copied());
     let create_actions = host.metrics.actions("replicaset", "create", "ok");
     let s = wasm.stats();
     eprintln!(
         "storm: {created_uids} Pods created ({distinct_names} distinct names, {create_actions} create actions ok), \
-         minimum {minimum} if every target is acted on, {needed} for the targets acted on {acted_on:?} \
+         minimum {minimum} if every target is acted on, {needed} for the targets acted on {acted_on:?} ({with_initial} with the first) \
          (generations {observed:?}); storm {storm:?}, converged after {converged:?}, {} reconciles",
         s.calls
     );
-    assert_eq!(created_uids, needed, "surplus (or missing) creates: the key must never be reconciled with its own creates unseen");
+    assert!(
+        created_uids == needed || created_uids == with_initial,
+        "{created_uids} creates, {needed} needed ({with_initial} if the first spec was acted on): surplus (or missing) \
+         creates, the key must never be reconciled with its own creates unseen"
+    );
     assert!(created_uids <= minimum, "{created_uids} creates > {minimum}");
     assert_eq!(s.traps + s.timeouts + s.ooms + s.invalid_outcomes, 0, "{s:?}");
 

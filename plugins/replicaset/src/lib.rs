@@ -26,9 +26,9 @@
 //! (`host/src/controller/slow_start.rs`; one again after any failure); Events about each created or
 //! deleted Pod are not recorded (the host records failures); a reconcile whose creates or deletes
 //! close the gap to `spec.replicas` (at most one burst) leaves the status they are about to change
-//! unwritten unless it reports a failure: the host parks the key until its cache shows those Pods
-//! and reconciles it again, and that reconcile writes the status (KCM writes both, the first one
-//! stale as it lands); the co-location rank of the
+//! to the reconcile that sees them (the host parks the key until its cache does), unless it
+//! reports a failure or a new spec (KCM writes both, the first one stale as it lands); the
+//! co-location rank of the
 //! deletion order counts Pods *controlled* by ReplicaSets of the same controller, where KCM
 //! counts Pods matching their selectors.
 
@@ -82,12 +82,7 @@ impl Reconciler for ReplicaSetReconciler {
         let now = time::now();
         let status = Status::observe(&rs, &claimed, desired, failure, now);
         let deleting = rs.metadata.is_deleting();
-        // Creates or deletes that close the gap to `desired` make this status stale the moment
-        // they land; the host parks this key until its cache shows them and then reconciles it
-        // again, which writes the status they produced. One write instead of two. A failure to
-        // report, or a gap larger than one burst (progress worth showing), is written now.
-        let closing_gap = !deleting && claimed.len() != desired && claimed.len().abs_diff(desired) <= BURST_REPLICAS;
-        if !status.matches(&rs) && !(closing_gap && failure.is_none()) {
+        if !status.matches(&rs) && !status_waits_for_the_gap(&rs, &claimed, desired, failure) {
             out = out.status_key(req.key.clone(), status.to_json());
         }
         if deleting {
@@ -113,6 +108,24 @@ impl Reconciler for ReplicaSetReconciler {
 }
 
 wasmloop_sdk::export_reconciler!(ReplicaSetReconciler);
+
+/// Whether this reconcile leaves its status to the next one: its creates or deletes close the
+/// gap to `desired`, so the status would be stale the moment they land, and the host parks the
+/// key until its cache shows them and then reconciles it again, which writes the status they
+/// produced (one write instead of two). Written now all the same: a failure to report, a gap
+/// wider than one burst (progress worth showing), and a spec the status does not name yet
+/// (`observedGeneration` tells whoever changed it that the controller saw it) unless it is the
+/// first spec of a ReplicaSet that has no status yet.
+fn status_waits_for_the_gap(rs: &ReplicaSet<'_>, claimed: &[&Pod<'_>], desired: usize, failure: Option<&str>) -> bool {
+    let closes_gap = claimed.len() != desired && claimed.len().abs_diff(desired) <= BURST_REPLICAS;
+    let observed = rs.status.as_ref().and_then(|s| s.observed_generation);
+    let spec_seen = match (rs.metadata.generation, observed) {
+        (Some(g), Some(o)) => g == o,
+        (Some(g), None) => g == 1,
+        (None, _) => true,
+    };
+    closes_gap && spec_seen && failure.is_none() && !rs.metadata.is_deleting()
+}
 
 /// KCM's `ClaimPods`: the active Pods this ReplicaSet owns after adopting matching orphans
 /// (patches added to `out`) and releasing owned Pods that stopped matching.

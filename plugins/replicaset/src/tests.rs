@@ -108,35 +108,57 @@ fn creates_pods_from_the_template_with_generated_names() {
         json!([{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web", "uid": "rs-1", "controller": true, "blockOwnerDeletion": true}])
     );
     assert_eq!(p["spec"]["containers"][0]["image"], "nginx");
-    // The creates close the gap: the status they are about to change waits for them.
-    assert_eq!(out.status_updates().count(), 0, "{out:?}");
+    // Status first (as KCM computes it from the Pods before creating), then the creates.
+    assert!(matches!(out.actions[0], wasmloop_sdk::Action::UpdateStatus { .. }));
+}
+
+/// The RS of `fake` at `generation`, wanting `replicas` Pods, its status (if any) naming
+/// generation `observed` and 2 Pods (one has gone since).
+fn observed(generation: i64, observed: Option<i64>, replicas: i64) -> impl FnOnce(&mut Value) {
+    move |rs| {
+        rs["metadata"]["generation"] = json!(generation);
+        rs["spec"]["replicas"] = json!(replicas);
+        if let Some(o) = observed {
+            rs["status"] = json!({"replicas": 2, "fullyLabeledReplicas": 2, "observedGeneration": o});
+        }
+    }
 }
 
 #[test]
 fn the_status_waits_for_the_pods_that_close_the_gap() {
-    let f = fake(replicas(3), &[full("web-a")]);
+    // A new ReplicaSet (generation 1, no status): the creates go out alone.
+    let f = fake(observed(1, None, 3), &[full("web-a")]);
     let out = f.reconcile::<ReplicaSetReconciler>(&key()).unwrap();
-    assert_eq!((out.created().count(), out.status_updates().count()), (2, 0));
+    assert_eq!((out.created().count(), out.status_updates().count()), (2, 0), "{out:?}");
     // Once the cache shows them (the host parks the key until then), one write says so.
     f.execute(&out);
     let out = f.reconcile::<ReplicaSetReconciler>(&key()).unwrap();
-    assert_eq!((out.actions.len(), &status(&out)["replicas"], &status(&out)["observedGeneration"]), (1, &json!(3), &json!(4)));
+    assert_eq!((out.actions.len(), &status(&out)["replicas"], &status(&out)["observedGeneration"]), (1, &json!(3), &json!(1)));
 
-    // Deletes the same way.
-    let mut rs = f.get(&key()).unwrap();
-    rs["spec"]["replicas"] = json!(1);
-    f.add(rs);
+    // A Pod replaced under a spec already observed; deletes the same way.
+    let f = fake(observed(4, Some(4), 2), &[full("web-a")]);
     let out = f.reconcile::<ReplicaSetReconciler>(&key()).unwrap();
-    assert_eq!((deleted_names(&out).len(), out.status_updates().count()), (2, 0));
+    assert_eq!((out.created().count(), out.status_updates().count()), (1, 0));
+    let f = fake(observed(4, Some(4), 0), &[full("web-a")]);
+    let out = f.reconcile::<ReplicaSetReconciler>(&key()).unwrap();
+    assert_eq!((deleted_names(&out), out.status_updates().count()), (vec!["web-a"], 0));
 }
 
 #[test]
-fn a_gap_wider_than_one_burst_reports_progress() {
-    let wide = i64::try_from(BURST_REPLICAS).unwrap() + 1;
-    let f = fake(replicas(wide + 1), &[full("web-a")]);
+fn a_new_spec_or_a_wide_gap_is_reported_with_the_creates() {
+    // Scaled 1 -> 3 (generation 5, the status says 4): observedGeneration is written at once.
+    let f = fake(observed(5, Some(4), 3), &[full("web-a")]);
     let out = f.reconcile::<ReplicaSetReconciler>(&key()).unwrap();
-    assert_eq!(out.created().count(), BURST_REPLICAS);
-    assert_eq!(status(&out)["replicas"], 1, "the first of two bursts writes what it saw");
+    assert_eq!((out.created().count(), &status(&out)["observedGeneration"]), (2, &json!(5)));
+    // A ReplicaSet whose first spec the status never named, past generation 1.
+    let f = fake(observed(2, None, 3), &[full("web-a")]);
+    assert_eq!(status(&f.reconcile::<ReplicaSetReconciler>(&key()).unwrap())["observedGeneration"], 2);
+
+    // More than one burst away: each burst but the last reports progress.
+    let wide = i64::try_from(BURST_REPLICAS).unwrap() + 2;
+    let f = fake(observed(4, Some(4), wide), &[full("web-a")]);
+    let out = f.reconcile::<ReplicaSetReconciler>(&key()).unwrap();
+    assert_eq!((out.created().count(), &status(&out)["replicas"]), (BURST_REPLICAS, &json!(1)));
     f.execute(&out);
     let out = f.reconcile::<ReplicaSetReconciler>(&key()).unwrap();
     assert_eq!((out.created().count(), out.status_updates().count()), (1, 0), "the last burst closes the gap");
@@ -216,9 +238,7 @@ fn pods_of_other_controllers_are_neither_adopted_nor_counted() {
     let out = f.reconcile::<ReplicaSetReconciler>(&key()).unwrap();
     assert!(out.patches().next().is_none());
     assert_eq!(out.created().count(), 1);
-    f.execute(&out);
-    let out = f.reconcile::<ReplicaSetReconciler>(&key()).unwrap();
-    assert_eq!((out.actions.len(), &status(&out)["replicas"]), (1, &json!(1)), "only the created Pod counts");
+    assert_eq!(status(&out)["replicas"], 0);
 }
 
 #[test]
@@ -228,9 +248,7 @@ fn terminating_pods_do_not_count() {
     let f = fake(replicas(2), &[going, full("web-b")]);
     let out = f.reconcile::<ReplicaSetReconciler>(&key()).unwrap();
     assert_eq!(out.created().count(), 1);
-    f.execute(&out);
-    let out = f.reconcile::<ReplicaSetReconciler>(&key()).unwrap();
-    assert_eq!((out.actions.len(), &status(&out)["replicas"]), (1, &json!(2)), "web-b and the new Pod");
+    assert_eq!(status(&out)["replicas"], 1);
 }
 
 #[test]
