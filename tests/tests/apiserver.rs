@@ -1,5 +1,6 @@
 //! The harness talks to a real kube-apiserver: create, watch, and a 409 on a duplicate create;
-//! the executor's patches and preconditions as that server answers them.
+//! the executor's patches and preconditions as that server answers them; the clients that write
+//! for plugins share one HTTP/2 connection.
 
 use std::time::Duration;
 
@@ -7,7 +8,10 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, PostParams};
 use kube::runtime::watcher::{self, watcher};
-use wasmloop_tests::{TestNamespace, client, init_tracing};
+use wasmloop_tests::{TestNamespace, client, init_tracing, kubeconfig};
+
+/// Tests that count this process's connections run one at a time.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 fn config_map(name: &str, value: &str) -> ConfigMap {
     serde_json::from_value(serde_json::json!({
@@ -20,6 +24,7 @@ fn config_map(name: &str, value: &str) -> ConfigMap {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn create_watch_and_conflict_against_a_real_apiserver() -> anyhow::Result<()> {
     init_tracing();
+    let _serial = SERIAL.lock().await;
     let (client, _) = client().await?;
     let ns = TestNamespace::create(&client, "harness").await?;
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), &ns.name);
@@ -57,6 +62,7 @@ async fn create_watch_and_conflict_against_a_real_apiserver() -> anyhow::Result<
 /// and JSON patches, status patches and deletes alike; matching preconditions write.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn patches_and_deletes_honour_preconditions_and_report_conflicts() -> anyhow::Result<()> {
+    let _serial = SERIAL.lock().await;
     use serde_json::json;
     use wasmloop::actions::{Action, PatchType, Preconditions};
     use wasmloop::executor::Executor;
@@ -122,4 +128,70 @@ async fn patches_and_deletes_honour_preconditions_and_report_conflicts() -> anyh
     admit_and_execute(&executor, "test", Action::Delete { key: key.clone(), preconditions: pre(Some(&uid), None) }).await?;
     assert!(api.get_opt("target").await?.is_none());
     ns.cleanup().await
+}
+
+/// The TCP connections this process holds to `port` (its sockets in /proc/self/net/tcp{,6}).
+fn connections_to(port: u16) -> anyhow::Result<usize> {
+    let mut ours = std::collections::HashSet::new();
+    for fd in std::fs::read_dir("/proc/self/fd")? {
+        let link = std::fs::read_link(fd?.path()).unwrap_or_default();
+        if let Some(inode) = link.to_str().and_then(|l| l.strip_prefix("socket:[")).and_then(|l| l.strip_suffix(']')) {
+            ours.insert(inode.to_owned());
+        }
+    }
+    let mut n = 0;
+    for table in ["/proc/self/net/tcp", "/proc/self/net/tcp6"] {
+        for line in std::fs::read_to_string(table)?.lines().skip(1) {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            let remote_port = f.get(2).and_then(|a| a.rsplit(':').next()).and_then(|p| u16::from_str_radix(p, 16).ok());
+            // State 01: established.
+            if remote_port == Some(port) && f.get(3) == Some(&"01") && f.get(9).is_some_and(|i| ours.contains(*i)) {
+                n += 1;
+            }
+        }
+    }
+    Ok(n)
+}
+
+/// The clients the host writes for plugins with (each impersonating its plugin) send a burst of
+/// requests over one connection (HTTP/2, negotiated with the API server), not one connection each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plugin_clients_share_one_http2_connection() -> anyhow::Result<()> {
+    init_tracing();
+    let _serial = SERIAL.lock().await;
+    let kc = kubeconfig()?;
+    let kc = kc.to_str().expect("a UTF-8 path");
+    let server: String = std::fs::read_to_string(kc)?
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("server:").map(|s| s.trim().to_owned()))
+        .expect("a server URL in the kubeconfig");
+    let port: u16 = server.rsplit(':').next().and_then(|p| p.trim_end_matches('/').parse().ok()).expect("a port");
+
+    let before = connections_to(port)?;
+    let connection = wasmloop::client::Connection::new(Some(kc)).await?;
+    let clients = [
+        connection.impersonating("system:serviceaccount:default:plugin-a")?,
+        connection.impersonating("system:serviceaccount:default:plugin-b")?,
+        connection.impersonating("system:serviceaccount:default:plugin-c")?,
+    ];
+    // 60 requests in flight at once: over HTTP/1.1 each would need a connection of its own.
+    let answers = futures::future::join_all((0..60).map(|i| {
+        let client = clients[i % clients.len()].clone();
+        async move { client.apiserver_version().await }
+    }))
+    .await;
+    for a in answers {
+        a?;
+    }
+    assert_eq!(connection.requests().responses(200), 60);
+    let opened = connections_to(port)? - before;
+    assert_eq!(opened, 1, "60 concurrent requests from 3 identities opened {opened} connections");
+
+    // Each identity still reaches the API server as itself.
+    let forbidden = Api::<ConfigMap>::namespaced(clients[0].clone(), "default").list(&Default::default()).await.unwrap_err();
+    match forbidden {
+        kube::Error::Api(s) => assert!(s.code == 403 && s.message.contains("plugin-a"), "{s:?}"),
+        other => panic!("expected a 403 for plugin-a, got {other}"),
+    }
+    Ok(())
 }
