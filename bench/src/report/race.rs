@@ -305,12 +305,12 @@ impl Race<'_> {
         writeln!(
             w,
             "**Target missed — why.** The floor converges statuses in {:.2} s, {:.2}× KCM's time: {}. wasmloop is at {:.2}× the \
-             floor and {:.2}× KCM. Both controllers pay what the floor does not: a watch event before each reconcile, and KCM's \
-             slow-start batches (1, 2, 4, … Pods; wasmloop executes creates the same way) that send a ReplicaSet's {replicas} Pods \
-             in {rounds} sequential rounds where the floor sends them at once. The next design change is in how a reconcile's creates \
-             go out: a first batch sized from the ReplicaSet's recent success (the slow start protects against a failing \
-             template, which a ReplicaSet that just created Pods has shown it is not), and more workers where the API server has \
-             headroom (the API server's CPU in the same span is in the table).\n",
+             floor and {:.2}× KCM. It already writes one status per ReplicaSet, as the floor does, over one HTTP/2 connection \
+             opened before the race (the floor's driver reuses warm HTTP/1.1 connections). What it still pays that the floor does not: a watch event before each reconcile (the floor creates \
+             a ReplicaSet's Pods when its create returns), a status written once the watch shows every Pod (the floor writes it \
+             when its creates return), and the slow start's first rounds (the first ReplicaSets send their {replicas} Pods in \
+             {rounds} sequential rounds of 1, 2, 4, …; later ones at the size the controller's calls have proven). The next \
+             design change: more workers where the API server has headroom (its CPU in the same span is in the table).\n",
             self.floor.status.median,
             sv.floor_vs_kcm,
             if sv.floor_vs_kcm > KCM_RATIO {
