@@ -306,7 +306,7 @@ impl Race<'_> {
             w,
             "**Target missed — why.** The floor converges statuses in {:.2} s, {:.2}× KCM's time: {}. wasmloop is at {:.2}× the \
              floor and {:.2}× KCM. It already writes one status per ReplicaSet, as the floor does, over one HTTP/2 connection \
-             opened before the race (the floor's driver reuses warm HTTP/1.1 connections). What it still pays that the floor does not: a watch event before each reconcile (the floor creates \
+             (the floor's driver reuses warm HTTP/1.1 connections). What it still pays that the floor does not: a watch event before each reconcile (the floor creates \
              a ReplicaSet's Pods when its create returns), a status written once the watch shows every Pod (the floor writes it \
              when its creates return), and the slow start's first rounds (the first ReplicaSets send their {replicas} Pods in \
              {rounds} sequential rounds of 1, 2, 4, …; later ones at the size the controller's calls have proven). The next \
