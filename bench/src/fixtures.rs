@@ -55,20 +55,20 @@ pub fn replicaset_spec(name: &str, replicas: u32) -> Value {
     })
 }
 
-/// A ReplicaSet as cached: server-set metadata, and the status a converged one has when
-/// `converged` (so neither reconciler writes status), none otherwise.
+/// A ReplicaSet as cached: server-set metadata and a status counting `observed` Pods. When
+/// `converged` that status names its spec (so neither reconciler writes status); otherwise the
+/// spec was just changed (generation 2, the status names 1), so the reconcile that acts on it
+/// also writes the status (observedGeneration), as KCM's does.
 pub fn cached_replicaset(name: &str, uid: &str, replicas: u32, observed: usize, converged: bool) -> Value {
     let mut rs = replicaset_spec(name, replicas);
     let meta = rs["metadata"].as_object_mut().expect("metadata");
     meta.insert("namespace".into(), json!("shop"));
     meta.insert("uid".into(), json!(uid));
     meta.insert("resourceVersion".into(), json!("4711"));
-    meta.insert("generation".into(), json!(1));
+    meta.insert("generation".into(), json!(if converged { 1 } else { 2 }));
     meta.insert("creationTimestamp".into(), json!("2026-11-29T10:00:00Z"));
-    if converged {
-        rs["status"] = json!({"replicas": observed, "fullyLabeledReplicas": observed, "readyReplicas": 0,
-                              "availableReplicas": 0, "observedGeneration": 1});
-    }
+    rs["status"] = json!({"replicas": observed, "fullyLabeledReplicas": observed, "readyReplicas": 0,
+                          "availableReplicas": 0, "observedGeneration": 1});
     rs
 }
 
@@ -119,9 +119,9 @@ pub struct Scenario {
 pub enum Shape {
     /// `pods` owned Pods, `replicas` = `pods`, status up to date: no action.
     Converged,
-    /// No Pods yet, `replicas` = `pods`: `pods` creates and a status write.
+    /// No Pods yet, `replicas` = `pods` (just scaled up from 0): `pods` creates and a status write.
     Create,
-    /// `pods` owned Pods, `replicas` = 0: `pods` deletes and a status write.
+    /// `pods` owned Pods, `replicas` = 0 (just scaled down): `pods` deletes and a status write.
     ScaleDown,
     /// The key is not in the cache: the reconcile returns at the first read.
     Missing,
