@@ -28,9 +28,8 @@
 //! close the gap to `spec.replicas` (at most one burst) leaves the status they are about to change
 //! to the reconcile that sees them (the host parks the key until its cache does), unless it
 //! reports a failure or a new spec (KCM writes both, the first one stale as it lands); the
-//! co-location rank of the
-//! deletion order counts Pods *controlled* by ReplicaSets of the same controller, where KCM
-//! counts Pods matching their selectors.
+//! co-location rank of the deletion order counts Pods *controlled* by ReplicaSets of the same
+//! controller, where KCM counts Pods matching their selectors.
 
 mod model;
 mod rank;
@@ -81,11 +80,10 @@ impl Reconciler for ReplicaSetReconciler {
         let failure = req.last_error.as_deref().filter(|e| is_manage_error(e));
         let now = time::now();
         let status = Status::observe(&rs, &claimed, desired, failure, now);
-        let deleting = rs.metadata.is_deleting();
-        if !status.matches(&rs) && !status_waits_for_the_gap(&rs, &claimed, desired, failure) {
+        if !status.matches(&rs) && !status_waits_for_the_gap(&rs, claimed.len(), desired, failure) {
             out = out.status_key(req.key.clone(), status.to_json());
         }
-        if deleting {
+        if rs.metadata.is_deleting() {
             return Ok(out);
         }
         if claimed.len() < desired {
@@ -116,8 +114,8 @@ wasmloop_sdk::export_reconciler!(ReplicaSetReconciler);
 /// wider than one burst (progress worth showing), and a spec the status does not name yet
 /// (`observedGeneration` tells whoever changed it that the controller saw it) unless it is the
 /// first spec of a ReplicaSet that has no status yet.
-fn status_waits_for_the_gap(rs: &ReplicaSet<'_>, claimed: &[&Pod<'_>], desired: usize, failure: Option<&str>) -> bool {
-    let closes_gap = claimed.len() != desired && claimed.len().abs_diff(desired) <= BURST_REPLICAS;
+fn status_waits_for_the_gap(rs: &ReplicaSet<'_>, claimed: usize, desired: usize, failure: Option<&str>) -> bool {
+    let closes_gap = claimed != desired && claimed.abs_diff(desired) <= BURST_REPLICAS;
     let observed = rs.status.as_ref().and_then(|s| s.observed_generation);
     let spec_seen = match (rs.metadata.generation, observed) {
         (Some(g), Some(o)) => g == o,
