@@ -12,7 +12,7 @@ use anyhow::{Context, Result, ensure};
 use criterion::{BenchmarkId, Criterion};
 use wasmloop::controller::Reconciler;
 use wasmloop::native::SdkReconciler;
-use wasmloop::plugin::PluginEngine;
+use wasmloop::plugin::{EngineLimits, PluginEngine};
 use wasmloop_bench::fixtures::{self, Scenario, Shape};
 use wasmloop_bench::phases;
 
@@ -58,6 +58,25 @@ fn main() -> Result<()> {
             }
         }
         group.finish();
+    }
+    // The same Wasm calls on an engine that resets memory slots with `PAGEMAP_SCAN` (opt-in,
+    // `EngineLimits::pagemap_scan`: see there why it is not the default): no page faults on the
+    // next call. What separates the two is what the default's page faults cost.
+    let pagemap_engine = PluginEngine::with_limits(EngineLimits { pagemap_scan: true, ..EngineLimits::default() })?;
+    if pagemap_engine.resets_with_pagemap() {
+        let wasm_pagemap = fixtures::load_replicaset_plugin(&pagemap_engine)?;
+        let mut group = c.benchmark_group("reconcile");
+        for s in &scenarios {
+            let expected = wasm.reconcile(&s.request, &s.cache).map_err(|e| anyhow::anyhow!("wasm {}: {e}", s.name))?;
+            let got = wasm_pagemap.reconcile(&s.request, &s.cache).map_err(|e| anyhow::anyhow!("wasm-pagemap {}: {e}", s.name))?;
+            ensure!(expected == got, "{}: the outcome differs with PAGEMAP_SCAN resets", s.name);
+            group.bench_with_input(BenchmarkId::new(format!("wasm-pagemap-{}", s.name), s.pods), s, |b, s| {
+                b.iter(|| wasm_pagemap.reconcile(black_box(&s.request), &s.cache).expect("reconcile failed"));
+            });
+        }
+        group.finish();
+    } else {
+        eprintln!("PAGEMAP_SCAN is not available on this kernel (6.7+): no wasm-pagemap benchmarks");
     }
     c.final_summary();
 

@@ -16,7 +16,7 @@ use wasmloop::controller::{Reconciler, Request};
 use wasmloop::grants::Grants;
 use wasmloop::kinds::{KindRef, ObjectKey};
 use wasmloop::plugin::runtime::{CallPhases, profile_wrapper};
-use wasmloop::plugin::{EngineLimits, Limits, PluginEngine, WasmPlugin};
+use wasmloop::plugin::{ByteSize, EngineLimits, Limits, PluginEngine, WasmPlugin};
 
 use crate::stats::Summary;
 
@@ -33,6 +33,14 @@ pub struct Args {
     /// Reset memory slots with `PAGEMAP_SCAN` (`EngineLimits::pagemap_scan`).
     #[arg(long)]
     pub pagemap_scan: bool,
+    /// Bytes of each memory slot reset in place instead of given back to the kernel
+    /// (`EngineLimits::keep_resident`, e.g. `0`, `64Ki`, `1Mi`; default: the engine's).
+    #[arg(long, value_parser = parse_size)]
+    pub keep_resident: Option<ByteSize>,
+}
+
+fn parse_size(s: &str) -> std::result::Result<ByteSize, String> {
+    ByteSize::parse(s).map_err(|e| e.to_string())
 }
 
 fn request(name: &str) -> Request {
@@ -42,7 +50,11 @@ fn request(name: &str) -> Request {
 fn load(args: &Args) -> Result<(PluginEngine, WasmPlugin)> {
     let path = args.plugin.clone().unwrap_or_else(|| crate::fixtures::workspace_root().join("target/wasm32-wasip2/plugin/echo.wasm"));
     let bytes = std::fs::read(&path).with_context(|| format!("reading {} (scripts/build-test-plugins.sh echo)", path.display()))?;
-    let engine = PluginEngine::with_limits(EngineLimits { pagemap_scan: args.pagemap_scan, ..EngineLimits::default() })?;
+    let engine = PluginEngine::with_limits(EngineLimits {
+        pagemap_scan: args.pagemap_scan,
+        keep_resident: args.keep_resident,
+        ..EngineLimits::default()
+    })?;
     let grants = Grants::from_yaml("echo", "grants:\n  - kinds: [v1/ConfigMap]\n    verbs: [read, update-status, event]\n")?;
     let plugin = WasmPlugin::load(&engine, &bytes, Limits::default(), grants)?;
     Ok((engine, plugin))
@@ -97,7 +109,7 @@ fn run(plugin: &WasmPlugin, key: &str, n: usize) -> Result<()> {
 pub fn main(args: Args) -> Result<()> {
     let (_engine, plugin) = load(&args)?;
     let keys: &[&str] = if args.present { &["absent", "web"] } else { &["absent"] };
-    println!("pagemap scan: {}", args.pagemap_scan);
+    println!("pagemap scan: {}; keep resident: {:?}", args.pagemap_scan, args.keep_resident);
     println!("plain thread (no Tokio runtime, as criterion):");
     for key in keys {
         run(&plugin, key, args.iterations)?;

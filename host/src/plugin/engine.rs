@@ -161,6 +161,12 @@ impl PluginEngine {
         &self.inner.limits
     }
 
+    /// Whether memory slots are reset with `PAGEMAP_SCAN`: asked for
+    /// ([`EngineLimits::pagemap_scan`]) and available on this kernel.
+    pub fn resets_with_pagemap(&self) -> bool {
+        self.inner.limits.pagemap_scan && PoolingAllocationConfig::is_pagemap_scan_available()
+    }
+
     /// The slots reconciles take an instance from (see [`LOAD_SLOTS`]).
     pub(crate) fn reconcile_slots(&self) -> &Arc<tokio::sync::Semaphore> {
         &self.inner.reconcile_slots
@@ -560,6 +566,14 @@ mod tests {
         let started = Instant::now();
         drop(clone); // the last clone stops and joins the ticker thread
         assert!(started.elapsed() < Duration::from_millis(500), "ticker stopped promptly");
+    }
+
+    #[test]
+    fn pagemap_resets_are_opt_in_and_need_the_kernel() {
+        let small = EngineLimits { instances: 4, ..EngineLimits::default() };
+        assert!(!PluginEngine::with_limits(small.clone()).unwrap().resets_with_pagemap(), "off by default");
+        let asked = PluginEngine::with_limits(EngineLimits { pagemap_scan: true, ..small }).unwrap();
+        assert_eq!(asked.resets_with_pagemap(), PoolingAllocationConfig::is_pagemap_scan_available());
     }
 
     #[test]
