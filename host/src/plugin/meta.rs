@@ -1,7 +1,18 @@
 //! Metadata reads (`cache.get-meta`, `list-meta`, `by-index-meta`): an object's metadata and the
 //! plugin's declared fields, handed to the guest as WIT records so it parses no JSON.
+//!
+//! The host does not parse the object whole either: name, namespace, uid, resourceVersion,
+//! generation and labels come from what the cache extracted when it stored the object; one
+//! borrowing pass over the JSON text skips every top-level value but `metadata` and the subtrees
+//! the declared fields are in. An object that pass cannot read (an escaped key, a field of an
+//! unexpected type) is read the slow way, whole, with the same result.
 
-use serde_json::Value;
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use serde_json::{Map, Value};
 use wasmloop_model::field::field;
 
 use super::bindings::types as wit;
@@ -9,7 +20,103 @@ use crate::cache::CachedObject;
 
 /// The metadata of `o` with the values of `paths` (declared fields of its kind).
 pub(crate) fn object_meta(o: &CachedObject, paths: &[&str]) -> wit::ObjectMeta {
-    let value: Value = o.value();
+    let text = o.json().unwrap_or_default();
+    match borrowed(o, &text, paths) {
+        Some(meta) => meta,
+        None => whole(o, &o.value(), paths),
+    }
+}
+
+/// The fields of `metadata` the cache does not keep apart, borrowed from the JSON text.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct MetaText<'a> {
+    #[serde(borrow, default)]
+    creation_timestamp: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    deletion_timestamp: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    annotations: Option<BTreeMap<Cow<'a, str>, &'a RawValue>>,
+    #[serde(borrow, default)]
+    owner_references: Option<Vec<OwnerText<'a>>>,
+    #[serde(borrow, default)]
+    finalizers: Option<Vec<&'a RawValue>>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct OwnerText<'a> {
+    #[serde(borrow, default)]
+    api_version: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    kind: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    name: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    uid: Option<Cow<'a, str>>,
+    #[serde(default)]
+    controller: Option<bool>,
+    #[serde(default)]
+    block_owner_deletion: Option<bool>,
+}
+
+/// A JSON string's text; `None` for any other value (as `Value::as_str`).
+fn string(raw: &RawValue) -> Option<String> {
+    serde_json::from_str::<Cow<'_, str>>(raw.get()).ok().map(Cow::into_owned)
+}
+
+/// The record from one borrowing pass over `text`; `None` where that pass cannot read it.
+fn borrowed(o: &CachedObject, text: &str, paths: &[&str]) -> Option<wit::ObjectMeta> {
+    let top: BTreeMap<&str, &RawValue> = serde_json::from_str(text).ok()?;
+    let meta: MetaText<'_> = match top.get("metadata") {
+        Some(raw) => serde_json::from_str(raw.get()).ok()?,
+        None => return None,
+    };
+    let owned = |s: &Option<Cow<'_, str>>| s.as_deref().unwrap_or_default().to_owned();
+    let fields = if paths.is_empty() {
+        Vec::new()
+    } else {
+        // Only the top-level subtrees the paths start in, parsed; then the one path rule.
+        let mut partial = Map::new();
+        for path in paths {
+            let first = if path.starts_with("labels.") { "metadata" } else { path.split('.').next().unwrap_or(path) };
+            if let (false, Some(raw)) = (partial.contains_key(first), top.get(first)) {
+                partial.insert(first.to_owned(), serde_json::from_str(raw.get()).ok()?);
+            }
+        }
+        let partial = Value::Object(partial);
+        paths.iter().map(|p| field(&partial, p).map(ToString::to_string)).collect()
+    };
+    Some(wit::ObjectMeta {
+        namespace: o.namespace().map(str::to_owned),
+        name: o.name().to_owned(),
+        uid: o.uid().to_owned(),
+        resource_version: o.resource_version().to_owned(),
+        generation: o.generation(),
+        creation_timestamp: meta.creation_timestamp.map(Cow::into_owned),
+        deletion_timestamp: meta.deletion_timestamp.map(Cow::into_owned),
+        labels: o.labels().map(|(k, v)| (k.to_owned(), v.to_owned())).collect(),
+        annotations: meta.annotations.unwrap_or_default().into_iter().filter_map(|(k, v)| Some((k.into_owned(), string(v)?))).collect(),
+        owner_references: meta
+            .owner_references
+            .unwrap_or_default()
+            .iter()
+            .map(|r| wit::OwnerReference {
+                api_version: owned(&r.api_version),
+                kind: owned(&r.kind),
+                name: owned(&r.name),
+                uid: owned(&r.uid),
+                controller: r.controller.unwrap_or(false),
+                block_owner_deletion: r.block_owner_deletion.unwrap_or(false),
+            })
+            .collect(),
+        finalizers: meta.finalizers.unwrap_or_default().into_iter().filter_map(string).collect(),
+        fields,
+    })
+}
+
+/// The record from the object parsed whole.
+fn whole(o: &CachedObject, value: &Value, paths: &[&str]) -> wit::ObjectMeta {
     let meta = &value["metadata"];
     let text = |v: &Value| v.as_str().map(str::to_owned);
     let pairs = |field: &str| -> Vec<(String, String)> {
@@ -48,7 +155,7 @@ pub(crate) fn object_meta(o: &CachedObject, paths: &[&str]) -> wit::ObjectMeta {
         annotations: pairs("annotations"),
         owner_references,
         finalizers: meta.get("finalizers").and_then(Value::as_array).map(|f| f.iter().filter_map(text).collect()).unwrap_or_default(),
-        fields: paths.iter().map(|p| field(&value, p).map(std::string::ToString::to_string)).collect(),
+        fields: paths.iter().map(|p| field(value, p).map(std::string::ToString::to_string)).collect(),
     }
 }
 
@@ -93,5 +200,55 @@ mod tests {
                 Some("\"1\"".to_owned()),
             ]
         );
+    }
+
+    /// The borrowing pass and the whole parse give the same record, and objects the first
+    /// cannot read fall back to the second.
+    #[test]
+    fn the_borrowing_pass_reads_what_the_whole_parse_reads() {
+        let objects = [
+            json!({"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": "a", "namespace": "shop", "uid": "u1", "resourceVersion": "3", "generation": 2,
+                    "creationTimestamp": "2026-01-01T00:00:00Z",
+                    "labels": {"app": "web", "tier": "front"},
+                    "annotations": {"a.io/quote\"d": "v\n2", "n": 5, "plain": "x"},
+                    "finalizers": ["f/x", 7, "f/y"],
+                    "ownerReferences": [
+                        {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web", "uid": "rs", "controller": true, "blockOwnerDeletion": true},
+                        {"apiVersion": "v1", "kind": "ConfigMap", "name": "c", "uid": "cm"}]},
+                "spec": {"nodeName": "n1", "containers": [{"image": "nginx"}]},
+                "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}}),
+            // A timestamp that is not a string: the borrowing pass refuses, the whole parse reads none.
+            json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "b", "uid": "u2", "creationTimestamp": 5}}),
+            // Nulls, and no metadata beyond the name.
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "annotations": null, "finalizers": null}, "data": null}),
+        ];
+        let paths = [
+            "status.phase",
+            "spec.containers.0.image",
+            "status.conditions",
+            "metadata.annotations.plain",
+            "labels.app",
+            "data",
+            "spec.nope",
+        ];
+        for (i, object) in objects.into_iter().enumerate() {
+            let cached = CachedObject::from_value(object.clone()).unwrap();
+            assert_eq!(borrowed(&cached, &cached.json().unwrap(), &paths).is_some(), i != 1, "{object}");
+            for paths in [&paths[..], &[]] {
+                let fast = object_meta(&cached, paths);
+                let slow = whole(&cached, &cached.value(), paths);
+                assert_eq!(format!("{fast:?}"), format!("{slow:?}"), "{object}");
+            }
+        }
+        let refused =
+            CachedObject::from_value(json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "b", "creationTimestamp": 5}}))
+                .unwrap();
+        assert!(borrowed(&refused, &refused.json().unwrap(), &[]).is_none());
+        let read =
+            CachedObject::from_value(json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "b", "annotations": {"k\"q": "v"}}}))
+                .unwrap();
+        let meta = borrowed(&read, &read.json().unwrap(), &["metadata.annotations.k\"q"]).expect("escaped keys are read");
+        assert_eq!((meta.annotations, meta.fields), (vec![("k\"q".to_owned(), "v".to_owned())], vec![Some("\"v\"".to_owned())]));
     }
 }
