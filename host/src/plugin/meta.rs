@@ -21,10 +21,7 @@ use crate::cache::CachedObject;
 /// The metadata of `o` with the values of `paths` (declared fields of its kind).
 pub(crate) fn object_meta(o: &CachedObject, paths: &[&str]) -> wit::ObjectMeta {
     let text = o.json().unwrap_or_default();
-    match borrowed(o, &text, paths) {
-        Some(meta) => meta,
-        None => whole(o, &o.value(), paths),
-    }
+    borrowed(o, &text, paths).unwrap_or_else(|| whole(o, &serde_json::from_str(&text).unwrap_or(Value::Null), paths))
 }
 
 /// The fields of `metadata` the cache does not keep apart, borrowed from the JSON text.
@@ -68,10 +65,7 @@ fn string(raw: &RawValue) -> Option<String> {
 /// The record from one borrowing pass over `text`; `None` where that pass cannot read it.
 fn borrowed(o: &CachedObject, text: &str, paths: &[&str]) -> Option<wit::ObjectMeta> {
     let top: BTreeMap<&str, &RawValue> = serde_json::from_str(text).ok()?;
-    let meta: MetaText<'_> = match top.get("metadata") {
-        Some(raw) => serde_json::from_str(raw.get()).ok()?,
-        None => return None,
-    };
+    let meta: MetaText<'_> = serde_json::from_str(top.get("metadata")?.get()).ok()?;
     let owned = |s: &Option<Cow<'_, str>>| s.as_deref().unwrap_or_default().to_owned();
     let fields = if paths.is_empty() {
         Vec::new()
