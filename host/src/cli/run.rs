@@ -283,16 +283,21 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         };
         let described = format!("{}/{}", lease.namespace, lease.name);
         let mut election = Election::join(client.clone(), fence.clone(), lease).await?;
+        // Leadership is followed from the moment this replica joins: the Lease may be ours (and
+        // the fence open) before the plugins below are loaded, and the gauge must say so then.
+        let follower = tokio::spawn({
+            let (stop, leading) = (stop.clone(), leading.clone());
+            async move {
+                election.follow(&stop, |l| _ = leading.set(i64::from(l))).await;
+                election
+            }
+        });
         // Warm standby: informers synced and every plugin loaded and compiled before the Lease
         // is ours; the workers wait at the fence, so nothing is reconciled or written until then.
         let manager = start_manager().await.context("starting the plugin manager")?;
         ready.set(true);
-        info!(lease = %described, "warm: plugins loaded; waiting for leadership");
-        election
-            .follow(&stop, |l| {
-                leading.set(i64::from(l));
-            })
-            .await;
+        info!(lease = %described, "warm: plugins loaded");
+        let election = follower.await.context("following the leader election")?;
         // Stopping while leading: running reconciles finish their outcomes behind an open fence.
         manager.shutdown().await;
         ready.set(false);
