@@ -111,6 +111,41 @@ fn example_plugins_stay_within_their_size_budgets() -> Result<()> {
     Ok(())
 }
 
+/// The example plugins are linked with a 128 KiB shadow stack (this workspace's
+/// `.cargo/config.toml`), not Rust's 1 MiB: what a call touches then stays within the part of
+/// the memory slot the host resets in place (`KEEP_RESIDENT_PLAIN`), so calls take no page faults.
+#[test]
+fn example_plugins_are_linked_with_a_small_stack() -> Result<()> {
+    for plugin in ["podset", "replicaset", "namespace_config", "webapp"] {
+        let path = wasmloop_tests::plugin_path(plugin)?;
+        let bytes = std::fs::read(&path).with_context(|| format!("{}", path.display()))?;
+        let stack = initial_stack_pointer(&bytes).with_context(|| format!("{plugin}: {}", path.display()))?;
+        eprintln!("{plugin}: stack {stack} bytes");
+        assert_eq!(stack, 128 * 1024, "{plugin}'s stack pointer starts at {stack} (built without .cargo/config.toml's rustflags?)");
+    }
+    Ok(())
+}
+
+/// The initial value of the first core module's `__stack_pointer`: its first mutable `i32`
+/// global, which wasm-ld places first and initialises to the top of the stack.
+fn initial_stack_pointer(component: &[u8]) -> Result<u32> {
+    use wasmparser::{Operator, Parser, Payload, ValType};
+    for payload in Parser::new(0).parse_all(component) {
+        let Payload::GlobalSection(globals) = payload? else { continue };
+        for global in globals {
+            let global = global?;
+            if global.ty.mutable
+                && global.ty.content_type == ValType::I32
+                && let Operator::I32Const { value } = global.init_expr.get_operators_reader().read()?
+            {
+                return Ok(value as u32);
+            }
+        }
+        anyhow::bail!("the first core module has no mutable i32 global");
+    }
+    anyhow::bail!("no core module with globals")
+}
+
 /// `wasmloop optimize` on a plugin as rustc builds it (the `echo` test plugin, which
 /// `scripts/build-test-plugins.sh` does not optimise): smaller, and still the same plugin to
 /// the host; a broken input or a failing wasm-opt is named and leaves the file as it was.

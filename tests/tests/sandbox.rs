@@ -240,6 +240,21 @@ fn a_panic_traps_the_instance_is_discarded_and_the_next_call_works() {
     assert_echo_works();
 }
 
+/// Plugins are linked with a 128 KiB shadow stack (`.cargo/config.toml`): running out of it is
+/// a trap like any other, never a write into the plugin's static data or heap.
+#[test]
+fn a_shadow_stack_overflow_traps_and_the_next_call_works() {
+    let plugin = load("panic", Limits::default());
+    let cache = cache_of(vec![config_map("default", "deep", json!({})), config_map("default", "calm", json!({}))]);
+    let msg = transient(plugin.reconcile(&request("default", "deep"), &cache));
+    eprintln!("shadow stack overflow: {msg}");
+    assert!(msg.contains("trapped in reconcile"), "{msg}");
+    assert!(msg.contains("out of bounds"), "the overflow leaves the memory: {msg}");
+    let next = plugin.reconcile(&request("default", "calm"), &cache).expect("the next reconcile works");
+    assert!(next.actions.is_empty());
+    assert_eq!(plugin.stats().traps, 1);
+}
+
 #[test]
 fn guest_output_goes_to_the_log_tagged_with_plugin_and_key() {
     #[derive(Clone, Default)]

@@ -51,6 +51,7 @@ impl Lang {
         let own: &[(&str, &str)] = match self {
             Lang::Rust => &[
                 ("Cargo.toml", include_str!("template/Cargo.toml.tmpl")),
+                (".cargo/config.toml", include_str!("template/cargo-config.toml.tmpl")),
                 ("src/lib.rs", include_str!("template/src/lib.rs.tmpl")),
                 ("src/tests.rs", include_str!("template/src/tests.rs.tmpl")),
             ],
@@ -181,7 +182,7 @@ mod tests {
     fn every_language_gets_its_files_with_the_name_filled_in() {
         let tmp = tempfile::tempdir().unwrap();
         for (lang, expect) in [
-            (Lang::Rust, vec!["Cargo.toml", "src/lib.rs", "src/tests.rs"]),
+            (Lang::Rust, vec!["Cargo.toml", ".cargo/config.toml", "src/lib.rs", "src/tests.rs"]),
             (Lang::Ts, vec!["package.json", "tsconfig.json", "src/plugin.ts", "src/plugin.test.ts"]),
             (Lang::Js, vec!["package.json", "src/plugin.js", "test/plugin.test.js"]),
             (Lang::Python, vec!["pyproject.toml", "requirements-dev.txt", "src/plugin.py", "tests/test_plugin.py"]),

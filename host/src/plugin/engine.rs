@@ -200,8 +200,9 @@ impl PluginEngine {
 
 fn config(limits: &EngineLimits) -> Config {
     // Every reconcile gets a fresh instance; its slot's memory is reset when it is dropped: by
-    // default the first `keep_resident` bytes with `memset`, the rest with `madvise` (the next
-    // call then takes page faults on what it touches). With `pagemap_scan` (opt-in, see
+    // default the first `keep_resident` bytes in place, the rest with `madvise` (the next call
+    // then takes page faults on what it touches there: plugins with a small stack keep what a
+    // call touches below `keep_resident`, see `KEEP_RESIDENT_PLAIN`). With `pagemap_scan` (opt-in, see
     // `EngineLimits::pagemap_scan` for why) only the pages the call wrote are reset, in place:
     // no `madvise`, no page faults next time (a trivial call: ~28 -> ~13 µs).
     let pagemap = limits.pagemap_scan && PoolingAllocationConfig::is_pagemap_scan_available();

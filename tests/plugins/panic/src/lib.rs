@@ -1,5 +1,6 @@
-//! Test plugin `panic`: panics when the reconciled object's name starts with `panic`,
-//! otherwise returns an empty outcome (so the next call shows the plugin still works).
+//! Test plugin `panic`: panics when the reconciled object's name starts with `panic`, runs out
+//! of its shadow stack when it starts with `deep`, otherwise returns an empty outcome (so the
+//! next call shows the plugin still works).
 #![cfg(target_arch = "wasm32")]
 
 // Built against contract 0.2 (wit/compat/v0.2): the host must keep loading 0.2 plugins, and
@@ -29,6 +30,23 @@ impl Guest for Plugin {
         if request.key.name.starts_with("panic") {
             panic!("deliberate panic while reconciling {}", request.key.name);
         }
+        if request.key.name.starts_with("deep") {
+            return Ok(Outcome { actions: vec![], requeue_after_ms: Some(u64::from(deep(u32::MAX))) });
+        }
         Ok(Outcome { actions: vec![], requeue_after_ms: None })
     }
+}
+
+/// Recurse with a 1 KiB frame on the shadow stack (in linear memory) until the stack runs out:
+/// it is laid out first, growing down towards address 0, so the overflow leaves the memory
+/// instead of running into static data or the heap.
+#[inline(never)]
+fn deep(n: u32) -> u32 {
+    let mut frame = [0u8; 1024];
+    frame[n as usize % 1024] = n as u8;
+    let frame = std::hint::black_box(&mut frame);
+    if n == 0 {
+        return u32::from(frame[0]);
+    }
+    deep(n - 1).wrapping_add(u32::from(frame[1]))
 }
