@@ -23,10 +23,27 @@ pub fn field<'a>(object: &'a Value, path: &str) -> Option<&'a Value> {
     (!at.is_null()).then_some(at)
 }
 
+/// The top-level field of an object that [`field`] reads `path` under (`labels.<key>` is in
+/// `metadata`): a reader may parse that subtree alone.
+pub fn top_level(path: &str) -> &str {
+    if path.starts_with("labels.") { "metadata" } else { path.split('.').next().unwrap_or(path) }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn a_path_is_read_under_its_top_level_field() {
+        let pod = json!({"metadata": {"labels": {"app": "web"}, "annotations": {"a.io/x": "1"}}, "spec": {"nodeName": "n1"}});
+        for path in ["spec.nodeName", "labels.app", "metadata.labels.app", "metadata.annotations.a.io/x", "status"] {
+            let top = top_level(path);
+            let only: Value = json!({top: pod.get(top).cloned().unwrap_or(Value::Null)});
+            assert_eq!(field(&only, path), field(&pod, path), "{path} under {top}");
+        }
+        assert_eq!((top_level("labels.app"), top_level("spec.containers.0.image"), top_level("data")), ("metadata", "spec", "data"));
+    }
 
     #[test]
     fn paths_reach_fields_list_elements_and_dotted_keys() {

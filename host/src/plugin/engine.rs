@@ -164,7 +164,7 @@ impl PluginEngine {
     /// Whether memory slots are reset with `PAGEMAP_SCAN`: asked for
     /// ([`EngineLimits::pagemap_scan`]) and available on this kernel.
     pub fn resets_with_pagemap(&self) -> bool {
-        self.inner.limits.pagemap_scan && PoolingAllocationConfig::is_pagemap_scan_available()
+        resets_with_pagemap(&self.inner.limits)
     }
 
     /// The slots reconciles take an instance from (see [`LOAD_SLOTS`]).
@@ -198,14 +198,19 @@ impl PluginEngine {
     }
 }
 
+/// Whether slots are reset with `PAGEMAP_SCAN`: asked for and available on this kernel.
+fn resets_with_pagemap(limits: &EngineLimits) -> bool {
+    limits.pagemap_scan && PoolingAllocationConfig::is_pagemap_scan_available()
+}
+
 fn config(limits: &EngineLimits) -> Config {
     // Every reconcile gets a fresh instance; its slot's memory is reset when it is dropped: by
     // default the first `keep_resident` bytes in place, the rest with `madvise` (the next call
     // then takes page faults on what it touches there: plugins with a small stack keep what a
-    // call touches below `keep_resident`, see `KEEP_RESIDENT_PLAIN`). With `pagemap_scan` (opt-in, see
-    // `EngineLimits::pagemap_scan` for why) only the pages the call wrote are reset, in place:
-    // no `madvise`, no page faults next time (a trivial call: ~28 -> ~13 µs).
-    let pagemap = limits.pagemap_scan && PoolingAllocationConfig::is_pagemap_scan_available();
+    // call touches below `keep_resident`, see `KEEP_RESIDENT_PLAIN`). With `pagemap_scan`
+    // (opt-in, see `EngineLimits::pagemap_scan` for why) only the pages the call wrote are
+    // reset, in place: no `madvise`, no page faults next time.
+    let pagemap = resets_with_pagemap(limits);
     let keep_resident = limits.keep_resident_for(pagemap).as_usize();
     let mut pool = PoolingAllocationConfig::default();
     pool.total_component_instances(limits.instances)

@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
-use wasmloop_model::field::field;
+use wasmloop_model::field::{field, top_level};
 
 use super::bindings::types as wit;
 use crate::cache::CachedObject;
@@ -73,7 +73,7 @@ fn borrowed(o: &CachedObject, text: &str, paths: &[&str]) -> Option<wit::ObjectM
         // Only the top-level subtrees the paths start in, parsed; then the one path rule.
         let mut partial = Map::new();
         for path in paths {
-            let first = if path.starts_with("labels.") { "metadata" } else { path.split('.').next().unwrap_or(path) };
+            let first = top_level(path);
             if let (false, Some(raw)) = (partial.contains_key(first), top.get(first)) {
                 partial.insert(first.to_owned(), serde_json::from_str(raw.get()).ok()?);
             }
