@@ -12,7 +12,9 @@
 //!   host's grant checks;
 //! - [`field`]: what a declared field path (`status.phase`) reads from an object;
 //! - [`selector`]: label selectors, parsed and matched;
-//! - [`index_path`]: declared index paths, parsed and evaluated.
+//! - [`index_path`]: declared index paths, parsed and evaluated;
+//! - [`packed`]: the one buffer a packed metadata read returns (contract 0.3.1), written by the
+//!   host and read in place by the SDK.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
@@ -24,6 +26,7 @@ pub mod index_path;
 pub mod kind;
 pub mod mapping;
 pub mod name;
+pub mod packed;
 pub mod request;
 pub mod selector;
 pub mod target;
