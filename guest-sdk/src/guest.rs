@@ -52,6 +52,14 @@ pub(crate) fn cache_by_index(kind: &KindRef, index: &str, value: &str) -> Result
     cache::by_index(&wit_kind(kind), index, value).map_err(cache_error)
 }
 
+pub(crate) fn cache_list_meta_packed(kind: &KindRef, namespace: Option<&str>, selector: Option<&str>) -> Result<Vec<u8>, CacheError> {
+    cache::list_meta_packed(&wit_kind(kind), namespace, selector).map_err(cache_error)
+}
+
+pub(crate) fn cache_by_index_meta_packed(kind: &KindRef, index: &str, value: &str) -> Result<Vec<u8>, CacheError> {
+    cache::by_index_meta_packed(&wit_kind(kind), index, value).map_err(cache_error)
+}
+
 /// A metadata record and its declared fields.
 type MetaRecord = (ObjectMeta, Vec<Option<String>>);
 

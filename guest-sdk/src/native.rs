@@ -50,6 +50,14 @@ pub trait Backend {
         let found = self.by_index(kind, index, value)?;
         Ok(self.metas(kind, found))
     }
+    /// [`Backend::list_meta`] in the packed form ([`crate::meta::list_packed`]).
+    fn list_meta_packed(&self, kind: &KindRef, namespace: Option<&str>, selector: Option<&str>) -> Result<Vec<u8>, Error> {
+        Ok(crate::meta::pack(&self.list_meta(kind, namespace, selector)?))
+    }
+    /// [`Backend::by_index_meta`] in the packed form ([`crate::meta::by_index_packed`]).
+    fn by_index_meta_packed(&self, kind: &KindRef, index: &str, value: &str) -> Result<Vec<u8>, Error> {
+        Ok(crate::meta::pack(&self.by_index_meta(kind, index, value)?))
+    }
     /// A message the reconciler logged ([`crate::log`]).
     fn log(&self, level: Level, message: &str);
 }
@@ -108,6 +116,14 @@ pub(crate) fn cache_list_meta(kind: &KindRef, namespace: Option<&str>, selector:
 
 pub(crate) fn cache_by_index_meta(kind: &KindRef, index: &str, value: &str) -> Result<Vec<MetaRecord>, Error> {
     Ok(current()?.by_index_meta(kind, index, value)?.into_iter().map(record).collect())
+}
+
+pub(crate) fn cache_list_meta_packed(kind: &KindRef, namespace: Option<&str>, selector: Option<&str>) -> Result<Vec<u8>, Error> {
+    current()?.list_meta_packed(kind, namespace, selector)
+}
+
+pub(crate) fn cache_by_index_meta_packed(kind: &KindRef, index: &str, value: &str) -> Result<Vec<u8>, Error> {
+    current()?.by_index_meta_packed(kind, index, value)
 }
 
 pub(crate) fn log(level: Level, message: &str) {

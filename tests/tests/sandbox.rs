@@ -345,7 +345,7 @@ fn writes_outside_the_grants_are_rejected_before_anything_is_sent() {
 #[test]
 fn a_plugin_for_another_contract_version_is_refused_at_load() {
     let err = load_with("wrong-version", Limits::default(), Grants::all()).unwrap_err().to_string();
-    assert!(err.contains("targets wasmloop:controller@0.9.0") && err.contains("this host speaks wasmloop:controller@0.3.0"), "{err}");
+    assert!(err.contains("targets wasmloop:controller@0.9.0") && err.contains("this host speaks wasmloop:controller@0.3.1"), "{err}");
 }
 
 #[test]

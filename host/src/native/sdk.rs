@@ -25,7 +25,7 @@ use crate::kinds::{KindRef, ObjectKey};
 use crate::plugin::Limits;
 use crate::plugin::bindings::types as wit;
 use crate::plugin::convert::{from_sdk_actions, from_sdk_outcome, spec_from_sdk_metadata, to_sdk_request};
-use crate::plugin::meta::object_meta;
+use crate::plugin::meta::{object_meta, packed_objects};
 use crate::reconciler::{Cause, Outcome, ReconcileError, Reconciler, ReconcilerSpec, Request};
 
 /// Why a plugin crate cannot be run.
@@ -153,8 +153,24 @@ impl HostCache {
     }
 
     fn metas(&self, kind: &sdk::KindRef, host_kind: &KindRef, objects: &[std::sync::Arc<CachedObject>]) -> Vec<sdk::meta::Meta> {
-        let paths: Vec<&str> = self.spec.fields.iter().filter(|f| &f.kind == host_kind).map(|f| f.path.as_str()).collect();
-        objects.iter().map(|o| sdk_meta(kind, object_meta(o, &paths))).collect()
+        self.records(host_kind, objects).into_iter().map(|m| sdk_meta(kind, m)).collect()
+    }
+
+    /// The contract's records of `objects`, as the Wasm path builds them.
+    fn records(&self, host_kind: &KindRef, objects: &[std::sync::Arc<CachedObject>]) -> Vec<wit::ObjectMeta> {
+        let paths = self.paths(host_kind);
+        objects.iter().map(|o| object_meta(o, &paths)).collect()
+    }
+
+    /// The packed buffer of `objects`, as the Wasm path packs it.
+    fn packed(&self, host_kind: &KindRef, objects: &[std::sync::Arc<CachedObject>]) -> Vec<u8> {
+        let objects: Vec<&CachedObject> = objects.iter().map(|o| &**o).collect();
+        packed_objects(&objects, &self.paths(host_kind))
+    }
+
+    /// The fields declared for `host_kind`, in order.
+    fn paths(&self, host_kind: &KindRef) -> Vec<&str> {
+        self.spec.fields.iter().filter(|f| &f.kind == host_kind).map(|f| f.path.as_str()).collect()
     }
 }
 
@@ -244,6 +260,20 @@ impl Backend for HostCache {
         let host_kind = self.readable(kind)?;
         let found = self.cache.by_index(&host_kind, index, value).map_err(cache_error)?;
         Ok(self.metas(kind, &host_kind, &found))
+    }
+
+    /// Packed as the Wasm path packs them.
+    fn list_meta_packed(&self, kind: &sdk::KindRef, namespace: Option<&str>, selector: Option<&str>) -> CacheResult<Vec<u8>> {
+        let host_kind = self.readable(kind)?;
+        let found = self.cache.list(&host_kind, namespace, selector).map_err(cache_error)?;
+        Ok(self.packed(&host_kind, &found))
+    }
+
+    /// Packed as the Wasm path packs them.
+    fn by_index_meta_packed(&self, kind: &sdk::KindRef, index: &str, value: &str) -> CacheResult<Vec<u8>> {
+        let host_kind = self.readable(kind)?;
+        let found = self.cache.by_index(&host_kind, index, value).map_err(cache_error)?;
+        Ok(self.packed(&host_kind, &found))
     }
 
     fn log(&self, level: sdk::log::Level, message: &str) {

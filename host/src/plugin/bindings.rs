@@ -49,7 +49,7 @@ pub mod v0_1 {
 /// The package the host speaks, e.g. `wasmloop:controller`.
 pub const PACKAGE: &str = "wasmloop:controller";
 /// The contract version the host was built against (the WIT package version).
-pub const VERSION: &str = "0.3.0";
+pub const VERSION: &str = "0.3.1";
 /// Every contract version the host loads, newest first.
 pub const SUPPORTED: &[&str] = &[VERSION, v0_2::VERSION, v0_1::VERSION];
 /// The exported interface a plugin must provide (without version).

@@ -188,6 +188,15 @@ impl HostState {
         Ok(visible.into_iter().map(|o| meta::object_meta(o, &paths)).collect())
     }
 
+    /// [`HostState::metas`] in one packed buffer, without building the records.
+    fn packed(&mut self, kind: &KindRef, objects: Vec<Arc<CachedObject>>, scope: &ReadScope) -> Result<Vec<u8>, wit_cache::CacheError> {
+        let visible: Vec<&Arc<CachedObject>> = objects.iter().filter(|o| scope.allows(o.namespace())).collect();
+        self.charge(&visible)?;
+        let paths: Vec<&str> = self.fields.iter().filter(|f| &f.kind == kind).map(|f| f.path.as_str()).collect();
+        let visible: Vec<&CachedObject> = visible.into_iter().map(|o| &**o).collect();
+        Ok(meta::packed_objects(&visible, &paths))
+    }
+
     /// Check a read of `kind` (in `namespace`, or all granted namespaces) against the grants.
     fn check_list(&self, kind: &KindRef, namespace: Option<&str>) -> Result<ReadScope, wit_cache::CacheError> {
         let scope = self.read_scope(kind);
@@ -407,6 +416,36 @@ impl wit_cache::Host for HostState {
     fn by_index_meta(&mut self, kind: wit::KindRef, index: String, value: String) -> Result<Vec<wit::ObjectMeta>, wit_cache::CacheError> {
         let call = self.tap.is_some().then(|| Call::ByIndexMeta { kind: Kind::from(&kind), index: index.clone(), value: value.clone() });
         self.tapped(call, |s| s.live_by_index_meta(kind, index, value), |v| metas(v), from_metas)
+    }
+
+    /// `list-meta`, packed; recorded and replayed as the `list-meta` it encodes.
+    fn list_meta_packed(
+        &mut self,
+        kind: wit::KindRef,
+        namespace: Option<String>,
+        selector: Option<String>,
+    ) -> Result<Vec<u8>, wit_cache::CacheError> {
+        if self.tap.is_some() {
+            return wit_cache::Host::list_meta(self, kind, namespace, selector).map(|m| meta::packed(&m));
+        }
+        let kind = kind_ref(kind);
+        let scope = self.check_list(&kind, namespace.as_deref())?;
+        let found = self.cache()?.list(&kind, namespace.as_deref(), selector.as_deref()).map_err(cache_error)?;
+        self.packed(&kind, found, &scope)
+    }
+
+    /// `by-index-meta`, packed; recorded and replayed as the `by-index-meta` it encodes.
+    fn by_index_meta_packed(&mut self, kind: wit::KindRef, index: String, value: String) -> Result<Vec<u8>, wit_cache::CacheError> {
+        if self.tap.is_some() {
+            return wit_cache::Host::by_index_meta(self, kind, index, value).map(|m| meta::packed(&m));
+        }
+        let kind = kind_ref(kind);
+        let scope = self.read_scope(&kind);
+        if scope == ReadScope::None {
+            return Err(self.not_granted(&kind, None));
+        }
+        let found = self.cache()?.by_index(&kind, &index, &value).map_err(cache_error)?;
+        self.packed(&kind, found, &scope)
     }
 }
 

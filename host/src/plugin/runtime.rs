@@ -923,16 +923,17 @@ mod tests {
         assert_eq!(check_export_names(["wasmloop:controller/plugin@0.1.2"]).unwrap(), "0.1.2");
         assert_eq!(check_export_names(["wasmloop:controller/plugin@0.2.0"]).unwrap(), "0.2.0");
         assert_eq!(check_export_names(["wasmloop:controller/plugin@0.3.0"]).unwrap(), "0.3.0");
+        assert_eq!(check_export_names(["wasmloop:controller/plugin@0.3.1"]).unwrap(), "0.3.1");
         let err = check_export_names(["wasmloop:controller/plugin@0.4.0"]).unwrap_err().to_string();
         assert_eq!(
             err,
-            "the plugin targets wasmloop:controller@0.4.0 but this host speaks wasmloop:controller@0.3.0 \
+            "the plugin targets wasmloop:controller@0.4.0 but this host speaks wasmloop:controller@0.3.1 \
              (compatible: 0.3.x, 0.2.x, 0.1.x); rebuild it against a matching SDK"
         );
         let err = check_export_names(["wasmloop:controller/plugin"]).unwrap_err().to_string();
         assert!(err.contains("targets wasmloop:controller@(no version)"), "{err}");
         let err = check_export_names(["wasi:http/incoming-handler@0.2.0"]).unwrap_err().to_string();
-        assert!(err.contains("does not export wasmloop:controller/plugin@0.3.0 (it exports: wasi:http/incoming-handler@0.2.0)"), "{err}");
+        assert!(err.contains("does not export wasmloop:controller/plugin@0.3.1 (it exports: wasi:http/incoming-handler@0.2.0)"), "{err}");
         let err = check_export_names([]).unwrap_err().to_string();
         assert!(err.contains("it exports: nothing"), "{err}");
     }

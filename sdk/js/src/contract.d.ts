@@ -1,4 +1,4 @@
-// Generated from wit/controller.wit (wasmloop:controller@0.3.0) by `wasmloop-js types`: do not edit.
+// Generated from wit/controller.wit (wasmloop:controller@0.3.1) by `wasmloop-js types`: do not edit.
 
 /** An API type, e.g. `{api-version: "apps/v1", kind: "ReplicaSet"}` or `{api-version: "v1", kind: "Pod"}`. */
 export interface KindRef {
@@ -223,6 +223,13 @@ export interface CacheInterface {
   listMeta(kind: KindRef, namespace: string | null, selector: string | null): ObjectMeta[];
   /** @throws CacheError */
   byIndexMeta(kind: KindRef, index: string, value: string): ObjectMeta[];
+  /** Like `list-meta` and `by-index-meta` (0.3.1), the records packed into one buffer: one copy into
+   * the plugin instead of one per string, read in place without parsing. The layout is
+   * `wasmloop_model::packed` (format byte 1): the SDK's `meta::list_packed` reads it.
+   * @throws CacheError */
+  listMetaPacked(kind: KindRef, namespace: string | null, selector: string | null): Uint8Array;
+  /** @throws CacheError */
+  byIndexMetaPacked(kind: KindRef, index: string, value: string): Uint8Array;
 }
 
 /** The `log` interface. */

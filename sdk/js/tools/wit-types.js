@@ -11,6 +11,7 @@ function tsType(t) {
   t = t.trim();
   let m;
   if ((m = /^option<(.*)>$/.exec(t))) return `${tsType(m[1])} | null`;
+  if (t === "list<u8>") return "Uint8Array"; // the component model's bytes, as QuickJS and jco lift them
   if ((m = /^list<(.*)>$/.exec(t))) {
     const inner = tsType(m[1]);
     return /[|&]/.test(inner) ? `Array<${inner}>` : `${inner}[]`;
