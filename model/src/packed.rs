@@ -131,18 +131,38 @@ pub enum DecodeError {
     },
 }
 
-/// Encode `metas` (in order) into one buffer.
-pub fn encode<'m, 'a: 'm>(metas: impl IntoIterator<Item = &'m Meta<'a>>) -> Vec<u8> {
-    let mut out = Writer(Vec::with_capacity(512));
+/// Encode `metas` (in order) into one buffer, allocated once at its final size.
+pub fn encode(metas: &[Meta<'_>]) -> Vec<u8> {
+    let mut out = Writer(Vec::with_capacity(5 + metas.iter().map(encoded_len).sum::<usize>()));
     out.0.push(FORMAT);
-    out.u32(0);
-    let mut count = 0u32;
+    out.len(metas.len());
     for m in metas {
         out.object(m);
-        count += 1;
     }
-    out.0[1..5].copy_from_slice(&count.to_le_bytes());
     out.0
+}
+
+/// Bytes [`Writer::object`] writes for `m`.
+fn encoded_len(m: &Meta<'_>) -> usize {
+    let s = |s: &str| 4 + s.len();
+    let o = |s: Option<&str>| 4 + s.map_or(0, str::len);
+    let pairs = |p: &[(&str, &str)]| 4 + p.iter().map(|(k, v)| s(k) + s(v)).sum::<usize>();
+    o(m.namespace)
+        + s(m.name)
+        + s(m.uid)
+        + s(m.resource_version)
+        + 1
+        + m.generation.map_or(0, |_| 8)
+        + o(m.creation_timestamp)
+        + o(m.deletion_timestamp)
+        + pairs(&m.labels)
+        + pairs(&m.annotations)
+        + 4
+        + m.owner_references.iter().map(|r| s(r.api_version) + s(r.kind) + s(r.name) + s(r.uid) + 1).sum::<usize>()
+        + 4
+        + m.finalizers.iter().map(|f| s(f)).sum::<usize>()
+        + 4
+        + m.fields.iter().map(|f| o(*f)).sum::<usize>()
 }
 
 /// Decode a buffer written by [`encode`]: the objects, borrowing their strings from `buf`.
@@ -372,6 +392,7 @@ mod tests {
     fn what_is_encoded_is_decoded() {
         let metas = [pod(), Meta { name: "n", ..Meta::default() }, Meta { namespace: Some("ü"), generation: Some(i64::MAX), ..pod() }];
         let buf = encode(&metas);
+        assert_eq!(buf.len(), 5 + metas.iter().map(encoded_len).sum::<usize>(), "the size is computed exactly");
         assert_eq!(decode(&buf).unwrap(), metas);
         assert_eq!(decode(&encode(&[])).unwrap(), Vec::<Meta<'_>>::new());
         let m = &decode(&buf).unwrap()[0];

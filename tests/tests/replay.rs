@@ -58,13 +58,18 @@ fn replay(recording: &Path, plugin: &Path, extra: &[&str]) -> Result<(i32, Value
     Ok((out.status.code().unwrap_or(-1), parsed))
 }
 
-/// The Pods a recording's reads handed the plugin (the most of any one read).
+/// The Pods a recording's reads handed the plugin (the most of any one read), as JSON or as
+/// metadata (the `replicaset` plugin's packed reads are recorded as the metadata reads they pack).
 fn pods_seen(rec: &Recording) -> usize {
     rec.reads
         .iter()
-        .filter(|r| matches!(&r.call, Call::List { kind, .. } | Call::ByIndex { kind, .. } if kind.kind == "Pod"))
+        .filter(|r| {
+            matches!(&r.call, Call::List { kind, .. } | Call::ByIndex { kind, .. } | Call::ListMeta { kind, .. } | Call::ByIndexMeta { kind, .. }
+                if kind.kind == "Pod")
+        })
         .map(|r| match &r.answer {
             Answer::Objects(objects) => objects.len(),
+            Answer::Metas(metas) => metas.len(),
             _ => 0,
         })
         .max()

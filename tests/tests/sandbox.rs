@@ -348,6 +348,42 @@ fn a_plugin_for_another_contract_version_is_refused_at_load() {
     assert!(err.contains("targets wasmloop:controller@0.9.0") && err.contains("this host speaks wasmloop:controller@0.3.1"), "{err}");
 }
 
+/// A plugin built against contract 0.3.0 loads and reconciles on this 0.3.1 host: wasmtime
+/// links its `@0.3.0` imports to the host's `@0.3.1` instances (semver), and the host takes its
+/// contract version from its export name. Made here from a 0.3.1 build of `namespace-config`
+/// by renaming its contract names (same length, so the component stays valid): it imports only
+/// the 0.3.0 functions it calls, as a 0.3.0 build does.
+#[test]
+fn a_plugin_built_against_0_3_0_loads_on_a_0_3_1_host() {
+    let mut bytes = plugin_bytes("namespace-config");
+    let to = b"@0.3.0";
+    let mut renamed = 0;
+    for iface in ["types", "cache", "log", "plugin"] {
+        let name = format!("wasmloop:controller/{iface}@0.3.1");
+        let mut at = 0;
+        while let Some(i) = bytes[at..].windows(name.len()).position(|w| w == name.as_bytes()) {
+            let end = at + i + name.len();
+            bytes[end - to.len()..end].copy_from_slice(to);
+            at = end;
+            renamed += 1;
+        }
+    }
+    assert!(renamed >= 2, "the build names its contract ({renamed} names renamed)");
+    let info = inspect(engine(), &bytes).unwrap();
+    assert_eq!((info.wit_package_version.as_deref(), info.compatible), (Some("0.3.0"), true), "{info}");
+    assert!(info.imports.iter().all(|i| !i.contains("@0.3.1")), "{:?}", info.imports);
+
+    let compiled = shared_cache().load_or_compile(engine(), &bytes).expect("compiles");
+    let grants = grants("namespace-config", "grants:\n  - kinds: [v1/Namespace, v1/ConfigMap]\n    verbs: [read, apply, delete, event]\n");
+    let plugin = WasmPlugin::from_compiled(engine(), compiled, Limits::default(), grants).expect("a 0.3.0 plugin loads");
+    // An unlabelled Namespace that still has the plugin's ConfigMap: it deletes it (and says so).
+    let namespace = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "shop", "uid": "u-shop"}});
+    let key = ObjectKey::new(KindRef::new("v1", "Namespace"), None, "shop");
+    let outcome = plugin.reconcile(&Request::new(key), &cache_of(vec![namespace, config_map("shop", "wasmloop-config", json!({}))]));
+    let outcome = outcome.expect("it reconciles");
+    assert_eq!(outcome.actions.len(), 2, "a delete and an Event: {outcome:?}");
+}
+
 #[test]
 fn core_modules_and_non_wasm_are_refused_clearly() {
     let err = WasmPlugin::load(engine(), b"\0asm\x01\0\0\0", Limits::default(), Grants::all()).unwrap_err();

@@ -875,6 +875,53 @@ mod tests {
         assert!(replayed.reads_exhausted.is_none());
     }
 
+    /// The packed reads hold exactly what the record reads return, live and replayed (recorded
+    /// as the record reads they pack), and answer to the same grants.
+    #[test]
+    fn packed_reads_hold_the_records_and_answer_to_the_same_grants() {
+        use super::super::recorder::PluginInfo;
+        use super::super::recording::{RecordedOutcome, RecordedRequest};
+        use wit_cache::Host as _;
+
+        let mut live = state_over_a_pod(1 << 20, None);
+        let records = live.list_meta(pod_kind(), Some("shop".into()), Some("app=web".into())).unwrap();
+        let by_owner = live.by_index_meta(pod_kind(), "namespace".into(), "shop".into()).unwrap();
+        assert_eq!(records.len(), 1);
+        assert_eq!(live.list_meta_packed(pod_kind(), Some("shop".into()), Some("app=web".into())).unwrap(), meta::packed(&records));
+        assert_eq!(live.by_index_meta_packed(pod_kind(), "namespace".into(), "shop".into()).unwrap(), meta::packed(&by_owner));
+        let none = live.list_meta_packed(pod_kind(), Some("shop".into()), Some("app=db".into())).unwrap();
+        assert_eq!(wasmloop_model::packed::decode(&none).unwrap(), []);
+        assert!(matches!(live.by_index_meta_packed(pod_kind(), "nope".into(), "x".into()), Err(wit_cache::CacheError::UnknownIndex(_))));
+
+        // Recorded as list-meta, replayed from the recording without a cache.
+        let capture = Capture::new(1 << 20);
+        let mut recording_state = state_over_a_pod(1 << 20, Some(Tap::Record(capture.clone())));
+        let packed = recording_state.list_meta_packed(pod_kind(), None, None).unwrap();
+        let info = PluginInfo { name: "p", version: "1", digest: "sha256:00" };
+        let request = RecordedRequest { key: "v1/Pod/shop/web".into(), reason: "event".into(), last_error: None };
+        let recording = capture.finish(&info, request, RecordedOutcome::default());
+        assert!(matches!(recording.reads[..], [ref r] if matches!(r.call, Call::ListMeta { .. })), "{:?}", recording.reads);
+        let mut replayed = state_over_a_pod(1 << 20, Some(Tap::Replay(Serve::new(&recording))));
+        replayed.cache = None;
+        assert_eq!(replayed.list_meta_packed(pod_kind(), None, None).unwrap(), packed);
+
+        // Grants: only namespace `other` readable: `shop` is refused, all namespaces show none.
+        let grants = Grants::from_yaml("p", "grants:\n  - kinds: [v1/Pod]\n    verbs: [read]\n    namespaces: [other]\n").unwrap();
+        let mut scoped = state_over_a_pod(1 << 20, None);
+        scoped.grants = Arc::new(grants);
+        let refused = scoped.list_meta_packed(pod_kind(), Some("shop".into()), None).unwrap_err();
+        assert!(matches!(refused, wit_cache::CacheError::NotGranted(_)), "{refused:?}");
+        let all = scoped.list_meta_packed(pod_kind(), None, None).unwrap();
+        assert_eq!(wasmloop_model::packed::decode(&all).unwrap(), []);
+        let by_index = scoped.by_index_meta_packed(pod_kind(), "namespace".into(), "shop".into()).unwrap();
+        assert_eq!(wasmloop_model::packed::decode(&by_index).unwrap(), []);
+
+        // Charged to the read budget as the JSON they are read from.
+        let mut poor = state_over_a_pod(10, None);
+        assert!(poor.list_meta_packed(pod_kind(), None, None).is_err());
+        assert!(poor.reads_exhausted.is_some());
+    }
+
     #[test]
     fn a_read_over_the_budget_when_recorded_fails_the_replay_too() {
         use super::super::recorder::PluginInfo;

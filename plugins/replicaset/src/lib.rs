@@ -20,6 +20,10 @@
 //!   creating or deleting Pods fails (the host passes the failed action's error as
 //!   `request.last_error`), removed once it succeeds.
 //!
+//! It reads its Pods as packed metadata (`wasmloop_sdk::meta::list_packed`, contract 0.3.1)
+//! with four declared fields (`model::POD_FIELDS`): their JSON stays in the host, which
+//! extracts what the controller needs in one native pass; only the ReplicaSet is parsed here.
+//!
 //! Where it differs from KCM: the host sends the creates and deletes of one reconcile in
 //! slow-start batches as KCM does, stopping at the first failing batch, but a reconcile's first
 //! batch is the size this controller's calls have proven rather than always one
@@ -37,9 +41,9 @@ mod rank;
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::{Map, Value, json};
-use wasmloop_sdk::{Error, Metadata, ObjectKey, Outcome, Patch, Reconciler, Request, ResultExt, cache, kinds, time};
+use wasmloop_sdk::{Error, Metadata, ObjectKey, Outcome, Patch, Reconciler, Request, ResultExt, cache, kinds, meta, time};
 
-use model::{Pod, ReplicaSet, RsStatus};
+use model::{POD_FIELDS, Pod, ReplicaSet, RsStatus};
 
 /// Most Pods created or deleted by one reconcile (KCM's `burstReplicas`).
 pub const BURST_REPLICAS: usize = 500;
@@ -49,7 +53,8 @@ pub struct ReplicaSetReconciler;
 
 impl Reconciler for ReplicaSetReconciler {
     fn metadata() -> Metadata {
-        Metadata::new("replicaset", env!("CARGO_PKG_VERSION")).reconciles(kinds::REPLICA_SET).owns(kinds::POD)
+        let metadata = Metadata::new("replicaset", env!("CARGO_PKG_VERSION")).reconciles(kinds::REPLICA_SET).owns(kinds::POD);
+        POD_FIELDS.iter().fold(metadata, |m, path| m.field(kinds::POD, *path))
     }
 
     fn reconcile(req: Request) -> Result<Outcome, Error> {
@@ -63,15 +68,15 @@ impl Reconciler for ReplicaSetReconciler {
         let ns = req.key.ns();
 
         // Candidates: Pods matching the selector (filtered by the cache) and Pods this
-        // ReplicaSet controls (which may have stopped matching).
-        let matching = cache::list_raw(&kinds::POD, ns, Some(&rs.spec.selector.to_query())).context("listing matching Pods")?;
-        let owned = cache::by_index_raw(&kinds::POD, cache::OWNER_INDEX, rs.metadata.uid.as_str()).context("listing owned Pods")?;
+        // ReplicaSet controls (which may have stopped matching), as packed metadata: their JSON
+        // stays in the host.
+        let matching = meta::list_packed(&kinds::POD, ns, Some(&rs.spec.selector.to_query())).context("listing matching Pods")?;
+        let owned = meta::owned_by_packed(&kinds::POD, rs.metadata.uid.as_str()).context("listing owned Pods")?;
         let mut seen = BTreeSet::new();
-        let mut pods: Vec<Pod<'_>> = Vec::with_capacity(matching.len());
-        for raw in matching.iter().chain(&owned) {
-            let pod: Pod<'_> = serde_json::from_str(raw).context("parsing a Pod")?;
-            if seen.insert(pod.metadata.uid.as_str().to_owned()) {
-                pods.push(pod);
+        let mut pods: Vec<Pod<'_>> = Vec::new();
+        for view in matching.decode()?.into_iter().chain(owned.decode()?) {
+            if seen.insert(view.uid) {
+                pods.push(Pod::from_meta(view).map_err(Error::permanent)?);
             }
         }
 
@@ -95,7 +100,7 @@ impl Reconciler for ReplicaSetReconciler {
             let surplus = (claimed.len() - desired).min(BURST_REPLICAS);
             let colocated = colocated(&rs, ns)?;
             for pod in rank::deletion_order(claimed, &colocated).iter().take(surplus) {
-                out = out.delete_key(kinds::POD.key(ns, pod.metadata.name.as_str()));
+                out = out.delete_key(kinds::POD.key(ns, pod.metadata.name));
             }
         }
         if let Some(after) = status.next_available_in {
@@ -133,25 +138,25 @@ fn claim<'p, 'a>(rs: &ReplicaSet<'_>, key: &ObjectKey, pods: &'p [Pod<'a>], out:
     let mut claimed = Vec::new();
     for pod in pods.iter().filter(|p| p.is_active()) {
         let matches = rs.spec.selector.matches(&pod.metadata.labels);
-        let pod_key = kinds::POD.key(key.ns(), pod.metadata.name.as_str());
+        let pod_key = kinds::POD.key(key.ns(), pod.metadata.name);
         match pod.metadata.controller_uid() {
             Some(owner) if owner == uid && matches => claimed.push(pod),
             Some(owner) if owner == uid && !deleting => {
                 let i = pod.metadata.owner_index(uid).expect("the controller reference is an owner reference");
                 let path = format!("/metadata/ownerReferences/{i}");
                 let ops = json!([{"op": "test", "path": format!("{path}/uid"), "value": uid}, {"op": "remove", "path": path}]);
-                *out = std::mem::take(out).patch(Patch::json(pod_key, ops).if_uid(pod.metadata.uid.as_str()));
+                *out = std::mem::take(out).patch(Patch::json(pod_key, ops).if_uid(pod.metadata.uid));
             }
             Some(_) => {}
             None if matches && !deleting => {
                 let reference = controller_ref(rs, key);
-                let ops = if pod.metadata.owner_references.is_some() {
+                // An empty list reads as none: adding the whole list replaces an empty one.
+                let ops = if !pod.metadata.owner_references.is_empty() {
                     json!([{"op": "add", "path": "/metadata/ownerReferences/-", "value": reference}])
                 } else {
                     json!([{"op": "add", "path": "/metadata/ownerReferences", "value": [reference]}])
                 };
-                let patch =
-                    Patch::json(pod_key, ops).if_uid(pod.metadata.uid.as_str()).if_resource_version(pod.metadata.resource_version.as_str());
+                let patch = Patch::json(pod_key, ops).if_uid(pod.metadata.uid).if_resource_version(pod.metadata.resource_version);
                 *out = std::mem::take(out).patch(patch);
                 claimed.push(pod);
             }
@@ -205,8 +210,9 @@ fn colocated(rs: &ReplicaSet<'_>, ns: Option<&str>) -> Result<BTreeMap<String, u
         if related.metadata.controller_uid() != Some(controller) {
             continue;
         }
-        for raw in cache::by_index_raw(&kinds::POD, cache::OWNER_INDEX, related.metadata.uid.as_str())? {
-            let pod: Pod<'_> = serde_json::from_str(&raw).context("parsing a Pod")?;
+        let owned = meta::owned_by_packed(&kinds::POD, related.metadata.uid.as_str())?;
+        for view in owned.decode()? {
+            let pod = Pod::from_meta(view).map_err(Error::permanent)?;
             if pod.is_active() {
                 *on_node.entry(pod.node_name().to_owned()).or_insert(0) += 1;
             }
@@ -235,8 +241,7 @@ impl Status {
         let min_ready = rs.spec.min_ready_seconds.unwrap_or(0).max(0);
         let (mut fully_labeled, mut ready, mut available, mut next) = (0, 0, 0, None::<i64>);
         for pod in claimed {
-            let labels = &pod.metadata.labels;
-            if template_labels.is_none_or(|t| t.iter().all(|(k, v)| labels.get(k.as_str()).map(model::Str::as_str) == v.as_str())) {
+            if template_labels.is_none_or(|t| t.iter().all(|(k, v)| pod.metadata.label(k) == v.as_str())) {
                 fully_labeled += 1;
             }
             if pod.is_ready() {

@@ -1,6 +1,6 @@
-//! The parts of ReplicaSets and Pods the controller reads, borrowed from the cache's JSON text
-//! (several times cheaper than `serde_json::Value` or `k8s-openapi` types: see `parse_cost` in
-//! `tests.rs`).
+//! The parts of ReplicaSets and Pods the controller reads: a ReplicaSet borrowed from its JSON
+//! text (several times cheaper than `serde_json::Value` or `k8s-openapi` types: see `parse_cost`
+//! in `tests.rs`), Pods from packed metadata reads (their JSON stays in the host).
 
 use std::borrow::{Borrow, Cow};
 use std::collections::BTreeMap;
@@ -9,6 +9,7 @@ use std::fmt;
 use serde::Deserialize;
 use serde::de::Visitor;
 use serde_json::{Map, Value};
+use wasmloop_sdk::meta::MetaView;
 
 /// A ReplicaSet.
 #[derive(Deserialize)]
@@ -106,8 +107,8 @@ impl LabelSelector {
         Ok(())
     }
 
-    pub fn matches(&self, labels: &BTreeMap<Str<'_>, Str<'_>>) -> bool {
-        let get = |k: &str| labels.get(k).map(|v| v.0.as_ref());
+    pub fn matches(&self, labels: &[(&str, &str)]) -> bool {
+        let get = |k: &str| labels.iter().find(|(key, _)| *key == k).map(|(_, v)| *v);
         self.match_labels.iter().all(|(k, v)| get(k) == Some(v.as_str()))
             && self.match_expressions.iter().all(|r| {
                 let v = get(&r.key);
@@ -137,7 +138,7 @@ impl LabelSelector {
     }
 }
 
-/// Object metadata.
+/// A ReplicaSet's metadata.
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Meta<'a> {
@@ -145,16 +146,10 @@ pub struct Meta<'a> {
     pub name: Str<'a>,
     #[serde(borrow, default)]
     pub uid: Str<'a>,
-    #[serde(borrow, default)]
-    pub resource_version: Str<'a>,
     #[serde(default)]
     pub generation: Option<i64>,
     #[serde(borrow, default)]
-    pub labels: BTreeMap<Str<'a>, Str<'a>>,
-    #[serde(borrow, default)]
     pub owner_references: Option<Vec<OwnerRef<'a>>>,
-    #[serde(borrow, default)]
-    pub creation_timestamp: Option<Str<'a>>,
     #[serde(borrow, default)]
     pub deletion_timestamp: Option<Str<'a>>,
 }
@@ -173,43 +168,23 @@ impl Meta<'_> {
         self.owner_references.iter().flatten().find(|r| r.controller == Some(true)).map(|r| r.uid.as_str())
     }
 
-    /// Index of the owner reference with this uid.
-    pub fn owner_index(&self, uid: &str) -> Option<usize> {
-        self.owner_references.iter().flatten().position(|r| r.uid.as_str() == uid)
-    }
-
     pub fn is_deleting(&self) -> bool {
         self.deletion_timestamp.is_some()
     }
 }
 
-/// A Pod.
-#[derive(Deserialize)]
+/// The Pod fields the controller declares for its packed metadata reads, in declaration order
+/// (each `Pod::field(i)` reads number `i`).
+pub const POD_FIELDS: [&str; 4] = ["spec.nodeName", "status.phase", "status.conditions", "status.containerStatuses"];
+
+/// A Pod as a packed metadata read returns it: its metadata and the declared fields, borrowed
+/// from the read's buffer (the Pod's JSON never crosses into the plugin).
 pub struct Pod<'a> {
-    #[serde(borrow)]
-    pub metadata: Meta<'a>,
-    #[serde(borrow, default)]
-    pub spec: PodSpec<'a>,
-    #[serde(borrow, default)]
-    pub status: PodStatus<'a>,
-}
-
-#[derive(Default, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct PodSpec<'a> {
-    #[serde(borrow, default)]
-    pub node_name: Option<Str<'a>>,
-}
-
-#[derive(Default, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct PodStatus<'a> {
-    #[serde(borrow, default)]
-    pub phase: Option<Str<'a>>,
-    #[serde(borrow, default)]
-    pub conditions: Vec<Condition<'a>>,
-    #[serde(default)]
-    pub container_statuses: Vec<ContainerStatus>,
+    pub metadata: MetaView<'a>,
+    node_name: Option<Str<'a>>,
+    phase: Option<Str<'a>>,
+    conditions: Vec<Condition<'a>>,
+    max_restarts: i64,
 }
 
 #[derive(Deserialize)]
@@ -230,23 +205,44 @@ pub struct ContainerStatus {
     pub restart_count: i64,
 }
 
-impl Pod<'_> {
+impl<'a> Pod<'a> {
+    /// The Pod read from its metadata view and declared fields ([`POD_FIELDS`]); an error names
+    /// the field that did not parse.
+    pub fn from_meta(metadata: MetaView<'a>) -> Result<Self, String> {
+        fn parse<'a, T: Deserialize<'a>>(m: &MetaView<'a>, i: usize) -> Result<Option<T>, String> {
+            m.field(i).map(serde_json::from_str).transpose().map_err(|e| format!("Pod {}: {}: {e}", m.name, POD_FIELDS[i]))
+        }
+        let statuses: Vec<ContainerStatus> = parse(&metadata, 3)?.unwrap_or_default();
+        Ok(Pod {
+            node_name: parse(&metadata, 0)?,
+            phase: parse(&metadata, 1)?,
+            conditions: parse(&metadata, 2)?.unwrap_or_default(),
+            max_restarts: statuses.iter().map(|c| c.restart_count).max().unwrap_or(0),
+            metadata,
+        })
+    }
+
+    /// Being deleted (`metadata.deletionTimestamp` set).
+    pub fn is_deleting(&self) -> bool {
+        self.metadata.deletion_timestamp.is_some()
+    }
+
     /// Counted and managed: not terminating, not Succeeded or Failed (KCM's `IsPodActive`).
     pub fn is_active(&self) -> bool {
         let phase = self.phase();
-        !self.metadata.is_deleting() && phase != "Succeeded" && phase != "Failed"
+        !self.is_deleting() && phase != "Succeeded" && phase != "Failed"
     }
 
     pub fn phase(&self) -> &str {
-        self.status.phase.as_ref().map_or("", Str::as_str)
+        self.phase.as_ref().map_or("", Str::as_str)
     }
 
     pub fn node_name(&self) -> &str {
-        self.spec.node_name.as_ref().map_or("", Str::as_str)
+        self.node_name.as_ref().map_or("", Str::as_str)
     }
 
     fn ready_condition(&self) -> Option<&Condition<'_>> {
-        self.status.conditions.iter().find(|c| c.type_.as_str() == "Ready")
+        self.conditions.iter().find(|c| c.type_.as_str() == "Ready")
     }
 
     /// The Ready condition is True.
@@ -261,7 +257,7 @@ impl Pod<'_> {
     }
 
     pub fn max_restarts(&self) -> i64 {
-        self.status.container_statuses.iter().map(|c| c.restart_count).max().unwrap_or(0)
+        self.max_restarts
     }
 }
 

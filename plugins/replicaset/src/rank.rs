@@ -47,11 +47,11 @@ fn compare(a: &Pod<'_>, b: &Pod<'_>, rank_a: usize, rank_b: usize) -> Ordering {
         .then_with(|| if a.is_ready() && b.is_ready() { later_or_unset(a.ready_since(), b.ready_since()) } else { Ordering::Equal })
         .then_with(|| b.max_restarts().cmp(&a.max_restarts()))
         .then_with(|| later_or_unset(created(a), created(b)))
-        .then_with(|| a.metadata.name.cmp(&b.metadata.name))
+        .then_with(|| a.metadata.name.cmp(b.metadata.name))
 }
 
 fn created<'p>(p: &'p Pod<'_>) -> Option<&'p str> {
-    p.metadata.creation_timestamp.as_ref().map(super::model::Str::as_str)
+    p.metadata.creation_timestamp
 }
 
 /// KCM's `afterOrZero`: an unset time first, then the later time first.

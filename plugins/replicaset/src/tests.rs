@@ -1,5 +1,3 @@
-use std::borrow::Cow;
-
 use serde_json::{Value, json};
 use wasmloop_sdk::testing::FakeCache;
 use wasmloop_sdk::{Mapping, ObjectKey, PatchType};
@@ -404,21 +402,27 @@ fn selectors_become_cache_queries() {
 
 #[test]
 fn escaped_strings_are_handled() {
-    // Names never need escaping, but a JSON writer may escape anything: parsing must not fail.
-    let mut p = full("web-0");
+    // Names never need escaping, but a JSON writer may escape anything: reading must not fail.
+    let mut p = running(full("web-0"), Some("2024-05-01T10:00:05Z"));
     p["metadata"]["labels"]["note"] = json!("a\"b");
+    p["spec"]["nodeName"] = json!("node\"1");
     let f = fake(replicas(1), &[p]);
     f.enter(|| {
-        let raw = cache::get_raw(&kinds::POD, Some("prod"), "web-0").unwrap().unwrap();
-        let escaped = raw.replace("web-0", "web\\u002d0");
-        let pod: model::Pod<'_> = serde_json::from_str(&escaped).unwrap();
-        assert_eq!(pod.metadata.name.0, "web-0");
-        assert!(matches!(pod.metadata.name.0, Cow::Owned(_)));
-        let pod: model::Pod<'_> = serde_json::from_str(&raw).unwrap();
-        assert!(matches!(pod.metadata.name.0, Cow::Borrowed(_)));
-        assert_eq!(pod.metadata.labels.get("note").map(|v| v.0.as_ref()), Some("a\"b"));
+        let packed = meta::list_packed(&kinds::POD, Some("prod"), None).unwrap();
+        let pod = model::Pod::from_meta(packed.decode().unwrap().remove(0)).unwrap();
+        assert_eq!((pod.metadata.name, pod.metadata.label("note"), pod.node_name()), ("web-0", Some("a\"b"), "node\"1"));
+        assert_eq!((pod.is_ready(), pod.ready_since()), (true, Some("2024-05-01T10:00:05Z")));
     });
     assert!(f.reconcile::<ReplicaSetReconciler>(&key()).unwrap().created().next().is_none());
+}
+
+/// A declared field of an unexpected type is a permanent error naming the Pod and the field.
+#[test]
+fn a_field_of_the_wrong_type_names_itself() {
+    let mut p = full("web-0");
+    p["status"] = json!({"phase": 7});
+    let e = fake(replicas(1), &[p]).reconcile::<ReplicaSetReconciler>(&key()).unwrap_err();
+    assert!(!e.is_transient() && e.message().starts_with("Pod web-0: status.phase: invalid type: integer `7`"), "{e}");
 }
 
 /// A Pod as kube-apiserver serves it (managedFields stripped), for the parse-cost comparison.
@@ -446,7 +450,12 @@ fn parse_cost() {
     }
     let n = 20_000;
     let raw = black_box(REALISTIC_POD);
-    let lite = time("borrowed model::Pod (plugin)", n, || serde_json::from_str::<model::Pod<'_>>(raw).unwrap().is_ready());
+    let f = FakeCache::for_reconciler::<ReplicaSetReconciler>();
+    f.add(serde_json::from_str::<Value>(raw).unwrap());
+    let packed = f.enter(|| meta::list_packed(&kinds::POD, Some("prod"), None).unwrap());
+    let lite = time("packed view + model::Pod (plugin)", n, || {
+        model::Pod::from_meta(black_box(&packed).decode().unwrap().remove(0)).unwrap().is_ready()
+    });
     let value = time("serde_json::Value", n, || {
         let v: Value = serde_json::from_str(raw).unwrap();
         v["status"]["conditions"].as_array().unwrap().iter().any(|c| c["type"] == "Ready" && c["status"] == "True")
