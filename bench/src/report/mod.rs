@@ -402,10 +402,11 @@ pub fn run(args: Args) -> Result<()> {
         w,
         "Hand-timed on the real call path ({} calls per scenario after warm-up, medians in µs): a `CacheRead` wrapper timestamps every \
          cache read the reconciler makes. **enter** = call start → first cache read (Store and instance from the `InstancePre`, \
-         lowering the request, guest prologue); **reads** = time inside the host's cache lookups (measured); **between** = guest work \
-         between reads (parsing the ReplicaSet JSON); **after** = last cache lookup → call returned (packing the Pods' metadata in the \
-         host, copying it into guest memory, decoding it there, the algorithm, building and returning the actions, the host's \
-         outcome checks, dropping the Store). Sums \
+         lowering the request, guest prologue); **reads** = time inside the host's cache lookups (measured); **between** = from the \
+         first lookup's end to the last one's start (parsing the ReplicaSet JSON; packing the Pods matching its selector in the \
+         host, copying them into guest memory and decoding them there); **after** = last cache lookup → call returned (the same \
+         for the Pods it owns, the algorithm, building and returning the actions, the host's outcome checks, dropping the Store). \
+         Sums \
          of medians need not add up exactly to the median total.\n",
         phase("wasm", "converged", 10)?.iterations
     )?;
@@ -434,13 +435,14 @@ pub fn run(args: Args) -> Result<()> {
         phase("wasm", "scale-down", 10)?,
     );
     let fixed = m10.total_us.median;
-    let per_pod = (c100.after_us.median - c10.after_us.median) / 90.0;
+    let guest_and_packing = |p: &crate::phases::PhaseReport| p.between_us.median + p.after_us.median;
+    let per_pod = (guest_and_packing(c100) - guest_and_packing(c10)) / 90.0;
     let actions_cost = sd10.total_us.median - c10.total_us.median;
     writeln!(
         w,
         "\nDerived from the table: the fixed cost of entering the sandbox and returning (missing key: one cache miss and an empty \
          outcome) is {fixed:.1} µs, of which {:.1} µs before the first read and {:.1} µs after it (outcome and Store teardown). \
-         Each further Pod costs ≈ {per_pod:.2} µs after the lookups (packing in the host + copy into the guest + decoding + logic; from converged 10 → \
+         Each further Pod costs ≈ {per_pod:.2} µs between and after the lookups (both of its reads: packing in the host + copy into the guest + decoding; and the logic; from converged 10 → \
          100), against ≈ {:.3} µs per Pod in the host's cache lookup. Ten delete actions + a status write add ≈ {actions_cost:.1} µs \
          (scale-down − converged at 10 Pods), i.e. ≈ {:.1} µs per action including building its JSON in the guest and parsing it in \
          the host.\n",
