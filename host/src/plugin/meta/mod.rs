@@ -1,11 +1,14 @@
 //! Metadata reads (`cache.get-meta`, `list-meta`, `by-index-meta`): an object's metadata and the
-//! plugin's declared fields, handed to the guest as WIT records so it parses no JSON.
+//! plugin's declared fields, handed to the guest as WIT records so it parses no JSON; and their
+//! packed form (`list-meta-packed`, `by-index-meta-packed`, contract 0.3.1): the same content in
+//! one `wasmloop_model::packed` buffer, built without the records.
 //!
 //! The host does not parse the object whole either: name, namespace, uid, resourceVersion,
 //! generation and labels come from what the cache extracted when it stored the object; one
-//! borrowing pass over the JSON text skips every top-level value but `metadata` and the subtrees
-//! the declared fields are in. An object that pass cannot read (an escaped key, a field of an
-//! unexpected type) is read the slow way, whole, with the same result.
+//! borrowing pass over the JSON text (`scan`) deserializes `metadata`, follows the declared
+//! paths and skips everything else. Paths that pass cannot follow (under `metadata`, one extending
+//! another) are read from their top-level subtree parsed whole; an object neither can read (an
+//! escaped key, a field of an unexpected type) is read the slow way, whole, with the same result.
 
 mod scan;
 
