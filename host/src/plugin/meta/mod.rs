@@ -83,6 +83,36 @@ fn packed_view(m: &wit::ObjectMeta) -> packed::Meta<'_> {
     }
 }
 
+/// The record holding what `m` holds (the inverse of [`packed_view`]).
+fn record_of(m: &packed::Meta<'_>) -> wit::ObjectMeta {
+    let pairs = |p: &[(&str, &str)]| p.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
+    wit::ObjectMeta {
+        namespace: m.namespace.map(str::to_owned),
+        name: m.name.to_owned(),
+        uid: m.uid.to_owned(),
+        resource_version: m.resource_version.to_owned(),
+        generation: m.generation,
+        creation_timestamp: m.creation_timestamp.map(str::to_owned),
+        deletion_timestamp: m.deletion_timestamp.map(str::to_owned),
+        labels: pairs(&m.labels),
+        annotations: pairs(&m.annotations),
+        owner_references: m
+            .owner_references
+            .iter()
+            .map(|r| wit::OwnerReference {
+                api_version: r.api_version.to_owned(),
+                kind: r.kind.to_owned(),
+                name: r.name.to_owned(),
+                uid: r.uid.to_owned(),
+                controller: r.controller,
+                block_owner_deletion: r.block_owner_deletion,
+            })
+            .collect(),
+        finalizers: m.finalizers.iter().map(|f| (*f).to_owned()).collect(),
+        fields: m.fields.iter().map(|f| f.map(str::to_owned)).collect(),
+    }
+}
+
 /// An object read for a packed buffer: borrowed where the borrowing pass can, a record where not.
 enum Read<'a> {
     Parts(Parts<'a>),
@@ -172,37 +202,10 @@ impl<'a> Parts<'a> {
     }
 
     fn record(self) -> wit::ObjectMeta {
-        let Parts { o, meta, annotations, finalizers, fields } = self;
-        let owned = |s: &Option<Cow<'_, str>>| s.as_deref().unwrap_or_default().to_owned();
-        wit::ObjectMeta {
-            namespace: o.namespace().map(str::to_owned),
-            name: o.name().to_owned(),
-            uid: o.uid().to_owned(),
-            resource_version: o.resource_version().to_owned(),
-            generation: o.generation(),
-            creation_timestamp: meta.creation_timestamp.map(Cow::into_owned),
-            deletion_timestamp: meta.deletion_timestamp.map(Cow::into_owned),
-            labels: o.labels().map(|(k, v)| (k.to_owned(), v.to_owned())).collect(),
-            annotations: annotations.into_iter().map(|(k, v)| (k.into_owned(), v)).collect(),
-            owner_references: meta
-                .owner_references
-                .unwrap_or_default()
-                .iter()
-                .map(|r| wit::OwnerReference {
-                    api_version: owned(&r.api_version),
-                    kind: owned(&r.kind),
-                    name: owned(&r.name),
-                    uid: owned(&r.uid),
-                    controller: r.controller.unwrap_or(false),
-                    block_owner_deletion: r.block_owner_deletion.unwrap_or(false),
-                })
-                .collect(),
-            finalizers,
-            fields,
-        }
+        record_of(&self.view())
     }
 
-    /// The same content as [`Parts::record`], borrowed, for a packed buffer.
+    /// What the object's record holds, borrowed (a packed buffer's view of it).
     fn view(&self) -> packed::Meta<'_> {
         fn text<'s>(s: &'s Option<Cow<'_, str>>) -> &'s str {
             s.as_deref().unwrap_or_default()
