@@ -4,7 +4,7 @@
 //! generator patches those ConfigMaps at `rate` writes/s (rotating over `keys` of them, so a key
 //! is rarely written twice before it is reconciled). Two latencies per event:
 //! - **event → reconcile start** (the host's own latency: cache update, handlers, queue, a worker
-//!   picking the key, the blocking-thread hop): from the informer delivering the change to our
+//!   picking the key and entering the reconciler in place): from the informer delivering the change to our
 //!   handler, subscribed before the controller's so it runs first, to the reconciler being
 //!   entered for that key. Events folded into one reconcile count from the first of them, as
 //!   client-go's `queue_duration` does;

@@ -165,7 +165,9 @@ impl ReconcilerSpec {
 /// Reconcile logic. Implemented by native Rust reconcilers and by the Wasm plugin runtime.
 ///
 /// `reconcile` is synchronous on purpose: it reads only the in-memory cache and returns actions;
-/// the controller runs it on a blocking thread and executes the actions itself. The cache comes
+/// the controller runs it off its event-handling tasks (a plugin on a guest thread, a native
+/// reconciler in place with the runtime's other tasks handed to another thread) and executes
+/// the actions itself. The cache comes
 /// shared: what reads it during the call (a plugin's Store) holds its own reference.
 pub trait Reconciler: Send + Sync + 'static {
     /// What the reconciler reconciles, watches and indexes; fixed for its lifetime.
@@ -179,8 +181,9 @@ pub trait Reconciler: Send + Sync + 'static {
     }
     /// Whether `reconcile` runs untrusted guest code (a Wasm plugin): the controller then calls
     /// it on the lower-priority guest threads ([`crate::plugin::guest_threads`]), so a guest
-    /// computing to its deadline cannot delay the host's own work; native reconcilers run on
-    /// the host's blocking threads.
+    /// computing to its deadline cannot delay the host's own work; native reconcilers run in
+    /// place on the worker's thread, its other tasks handed to another thread meanwhile
+    /// (`tokio::task::block_in_place`).
     fn runs_guest_code(&self) -> bool {
         false
     }

@@ -612,7 +612,8 @@ pub fn run(args: Args) -> Result<()> {
          PATCHes {} ConfigMaps in rotation at a target {} writes/s for {} s: {} writes sent at {:.0}/s, {} events delivered \
          ({:.0}/s). **Event → reconcile start** is measured from the informer delivering the change (our handler, subscribed before \
          the controller's, stamps it) to the reconciler being entered for that key — cache update, handlers, queue, a worker taking \
-         the key, the hop to a blocking thread; events folded into one reconcile count from the first. **Write → event** (API \
+         the key and entering the reconciler (a native one in place, the runtime's other tasks handed to another thread \
+         meanwhile; a Wasm plugin's call hops to a guest thread instead); events folded into one reconcile count from the first. **Write → event** (API \
          server, etcd, watch) is for context. {}\n",
         lat.workers,
         lat.keys,
@@ -666,9 +667,9 @@ pub fn run(args: Args) -> Result<()> {
         writeln!(
             w,
             "**Target missed — where the time goes.** The median is {:.2} ms and p90 {:.2} ms, but p99 reaches {:.2} ms. {} At \
-             {:.0} events/s the host's CPU also decodes the watch stream and runs {} workers, and each reconcile hops to a blocking thread (a thread wake-up \
-             and a context switch on the same CPU). Next design change, to confirm with a profile: run short native reconcilers \
-             inline on the worker instead of on a blocking thread (Wasm calls keep the hop: their deadline needs it).\n",
+             {:.0} events/s the host's CPU also decodes the watch stream and runs {} workers, and each native reconcile hands the \
+             runtime's other tasks to another thread (a thread wake-up and a context switch on the same CPU). Next: a profile of \
+             the slow runs' bursts (which thread held the CPU while the woken one waited).\n",
             e.median,
             e.p90,
             e.p99,

@@ -10,8 +10,8 @@
 //! - it acquires shared informers for the reconciled kind and every watched kind, and maps each
 //!   cache change to keys of the reconciled kind ([`mapping`]);
 //! - N workers take keys from a rate-limited [`WorkQueue`] (one key is never processed twice at
-//!   once; bursts fold into one reconcile), run the reconciler on a blocking thread against a
-//!   read-only [`CacheView`], check every action against the [`Grants`], then execute them in
+//!   once; bursts fold into one reconcile), run the reconciler (a plugin on a guest thread, a native
+//!   one in place) against a read-only [`CacheView`], check every action against the [`Grants`], then execute them in
 //!   order (runs of creates and deletes in slow-start batches of concurrent calls);
 //! - failures are retried with per-key exponential backoff (the next request carries the last
 //!   error), a failed precondition (conflict) requeues the key, `requeue_after` is honoured, and
