@@ -380,15 +380,22 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
     async fn a_native_reconcile_runs_in_place_while_the_runtime_goes_on() {
-        let here = std::thread::current().id();
-        // The call blocks until another task of this one-worker runtime has run: it would
-        // never return if the call held the runtime's only worker thread.
-        let (tx, rx) = std::sync::mpsc::channel();
-        let other = tokio::spawn(async move { tx.send(()).unwrap() });
-        let (thread, answered) = run_native(move || (std::thread::current().id(), rx.recv_timeout(Duration::from_secs(10)))).await.unwrap();
-        assert_eq!(thread, here, "the reconcile ran on the worker's own thread");
-        assert!(answered.is_ok(), "another task ran while the reconcile blocked");
-        other.await.unwrap();
+        // On the runtime's one worker thread, as a controller's worker task runs (the test's
+        // own body runs on the test thread, outside the workers).
+        tokio::spawn(async {
+            let here = std::thread::current().id();
+            // The call blocks until another task of this runtime has run: it would wait out the
+            // timeout if the call kept the runtime's only worker thread to itself.
+            let (tx, rx) = std::sync::mpsc::channel();
+            let other = tokio::spawn(async move { tx.send(()).unwrap() });
+            let call = move || (std::thread::current().id(), rx.recv_timeout(Duration::from_secs(10)));
+            let (thread, answered) = run_native(call).await.unwrap();
+            assert_eq!(thread, here, "the reconcile ran on the worker's own thread");
+            assert!(answered.is_ok(), "another task ran while the reconcile blocked");
+            other.await.unwrap();
+        })
+        .await
+        .unwrap();
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
