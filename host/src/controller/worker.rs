@@ -22,7 +22,7 @@ use crate::executor;
 use crate::kinds::ObjectKey;
 use crate::plugin::guest_threads;
 use crate::queue::{RateLimiter, TokenBucket, WorkQueue};
-use crate::reconciler::{Reason, Request};
+use crate::reconciler::{Reason, Request, catch_panic};
 
 /// How a failed reconcile of a key is retried.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -317,18 +317,9 @@ impl Inner {
 async fn run_native<T: Send + 'static>(call: impl FnOnce() -> T + Send + 'static) -> Result<T, String> {
     use tokio::runtime::{Handle, RuntimeFlavor};
     if Handle::current().runtime_flavor() == RuntimeFlavor::MultiThread {
-        tokio::task::block_in_place(|| std::panic::catch_unwind(std::panic::AssertUnwindSafe(call))).map_err(|p| panic_message(&*p))
+        tokio::task::block_in_place(|| catch_panic(call))
     } else {
         tokio::task::spawn_blocking(call).await.map_err(|e| e.to_string())
-    }
-}
-
-/// The message a panic carried (`panic!` with a literal or a format), or a placeholder.
-fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
-    match (payload.downcast_ref::<&str>(), payload.downcast_ref::<String>()) {
-        (Some(s), _) => (*s).to_string(),
-        (_, Some(s)) => s.clone(),
-        _ => "a panic without a message".to_string(),
     }
 }
 

@@ -13,7 +13,6 @@
 //! reads are limited to the kinds the plugin declares.
 
 use std::marker::PhantomData;
-use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::rc::Rc;
 use std::sync::Arc;
 
@@ -26,7 +25,7 @@ use crate::plugin::Limits;
 use crate::plugin::bindings::types as wit;
 use crate::plugin::convert::{from_sdk_actions, from_sdk_outcome, spec_from_sdk_metadata, to_sdk_request};
 use crate::plugin::meta::{object_meta, packed_objects};
-use crate::reconciler::{Cause, Outcome, ReconcileError, Reconciler, ReconcilerSpec, Request};
+use crate::reconciler::{Cause, Outcome, ReconcileError, Reconciler, ReconcilerSpec, Request, catch_panic};
 
 /// Why a plugin crate cannot be run.
 #[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
@@ -64,7 +63,7 @@ impl<R: sdk::Reconciler> SdkReconciler<R> {
     /// The reconciler with the spec `R::metadata()` describes (checked as a component's is) and
     /// the default limits.
     pub fn new() -> Result<Self, Error> {
-        let metadata = catch_unwind(R::metadata).map_err(|p| Error::MetadataPanicked(panic_message(&*p)))?;
+        let metadata = catch_panic(R::metadata).map_err(Error::MetadataPanicked)?;
         let spec = spec_from_sdk_metadata(metadata).map_err(Error::InvalidMetadata)?;
         Ok(Self { spec: Arc::new(spec), limits: Limits::default(), reconciler: PhantomData })
     }
@@ -99,7 +98,7 @@ impl<R: sdk::Reconciler + 'static> Reconciler for SdkReconciler<R> {
         let name = &self.spec.name;
         let backend = Rc::new(HostCache { cache: cache.clone(), spec: self.spec.clone(), key: request.key.clone() });
         let run = || embed::reconcile_with::<R>(backend, to_sdk_request(request));
-        match catch_unwind(AssertUnwindSafe(run)) {
+        match catch_panic(run) {
             Ok(Ok(outcome)) => from_sdk_outcome(outcome, &self.limits)
                 .map_err(|source| ReconcileError::permanent(Cause::InvalidOutcome { plugin: name.clone(), source: Box::new(source) })),
             Ok(Err(e)) => {
@@ -114,19 +113,9 @@ impl<R: sdk::Reconciler + 'static> Reconciler for SdkReconciler<R> {
                 })?;
                 Err(error.with_actions(actions))
             }
-            Err(panic) => {
-                Err(ReconcileError::transient(Cause::Stopped(format!("plugin {name} panicked in reconcile: {}", panic_message(&*panic)))))
-            }
+            Err(panic) => Err(ReconcileError::transient(Cause::Stopped(format!("plugin {name} panicked in reconcile: {panic}")))),
         }
     }
-}
-
-fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
-    panic
-        .downcast_ref::<&str>()
-        .map(std::string::ToString::to_string)
-        .or_else(|| panic.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "unknown panic".into())
 }
 
 /// The SDK backend of one reconcile: the host's cache and what the plugin declared.

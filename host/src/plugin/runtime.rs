@@ -8,7 +8,6 @@
 //! the plugin's memory cap and an epoch deadline derived from its timeout.
 
 use std::fmt;
-use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -27,7 +26,7 @@ use super::recording::{self, RecordedOutcome, RecordedRequest, Recording};
 use super::replay::{OutcomeDiff, ReplayReport, Serve};
 use crate::cache::SharedCache;
 use crate::grants::{self, Grants};
-use crate::reconciler::{Cause, FieldDecl, Outcome, ReconcileError, Reconciler, ReconcilerSpec, Request};
+use crate::reconciler::{Cause, FieldDecl, Outcome, ReconcileError, Reconciler, ReconcilerSpec, Request, catch_panic};
 
 /// Why a plugin was not loaded.
 #[derive(Debug, thiserror::Error)]
@@ -277,7 +276,7 @@ impl WasmPlugin {
 
         let label: Arc<str> = Arc::from(if grants.plugin().is_empty() { "(loading)" } else { grants.plugin() });
         let grants = Arc::new(grants);
-        let meta = no_panic(|| call_metadata(engine, &pre, &label, &limits, grants.clone()))
+        let meta = catch_panic(|| call_metadata(engine, &pre, &label, &limits, grants.clone()))
             .map_err(|what| Error::Metadata(format!("the host panicked while calling metadata(): {what}")))??;
 
         let mut spec = spec_from_metadata(meta).map_err(Error::InvalidMetadata)?;
@@ -509,17 +508,6 @@ impl WasmPlugin {
     }
 }
 
-/// Run `f`, turning a panic of the host side of a guest call into an error message.
-fn no_panic<R>(f: impl FnOnce() -> R) -> Result<R, String> {
-    std::panic::catch_unwind(AssertUnwindSafe(f)).map_err(|panic| {
-        panic
-            .downcast_ref::<&str>()
-            .map(std::string::ToString::to_string)
-            .or_else(|| panic.downcast_ref::<String>().cloned())
-            .unwrap_or_else(|| "unknown panic".into())
-    })
-}
-
 /// A call the sandbox stopped (or that failed around the guest): retried with backoff.
 fn stopped(why: impl Into<String>) -> ReconcileError {
     ReconcileError::transient(Cause::Stopped(why.into()))
@@ -568,7 +556,7 @@ impl WasmPlugin {
         // Defence in depth: a panic in the host side of a call (e.g. WASI's sync adapters when
         // called on an async worker thread instead of a blocking one) becomes an error. The
         // Store is dropped while unwinding, as on any other exit.
-        match no_panic(|| self.call(request, cache, tap)) {
+        match catch_panic(|| self.call(request, cache, tap)) {
             Ok(result) => result,
             Err(what) => {
                 bump(&self.counters.host_panics);
@@ -785,7 +773,7 @@ fn offline_runtime() -> &'static tokio::runtime::Handle {
 pub(crate) fn instantiate_for_metadata(engine: &PluginEngine, component: &Component, limits: &Limits) -> Result<wit::PluginMetadata> {
     let pre = Pre::new(engine, component, &check_contract(engine, component)?)?;
     let label: Arc<str> = Arc::from("(inspect)");
-    no_panic(|| call_metadata(engine, &pre, &label, limits, Arc::new(Grants::none("(inspect)"))))
+    catch_panic(|| call_metadata(engine, &pre, &label, limits, Arc::new(Grants::none("(inspect)"))))
         .map_err(|what| Error::Metadata(format!("the host panicked while calling metadata(): {what}")))?
 }
 
