@@ -228,7 +228,10 @@ kill_one() {
   local dir=${1:?dir} what=${2:?etcd or apiserver}
   case $what in etcd | apiserver) ;; *) die "kill: $what is not etcd or apiserver" ;; esac
   alive "$dir/$what.pid" || die "the $what of $dir is not running"
-  kill -9 "$(cat "$dir/$what.pid")"
+  local pid; pid=$(cat "$dir/$what.pid")
+  kill -9 "$pid"
+  # Gone (its ports free) before a restart binds them again.
+  for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
   rm -f "$dir/$what.pid"
   log "killed $what of $dir"
 }

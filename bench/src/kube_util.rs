@@ -83,7 +83,7 @@ pub async fn apply_plugin(client: &Client, ns: &str, name: &str, wasm: &[u8], ma
     let parsed = wasmloop::hotload::PluginManifest::parse(manifest, name).context("the plugin's manifest")?;
     let reads = wasmloop::hotload::rbac::granted_reads(&parsed);
     let placement = wasmloop::hotload::rbac::Placement { namespace: ns, host: ("wasmloop", "wasmloop") };
-    let (objects, _) = wasmloop::hotload::rbac::objects(&parsed, &reads, &placement);
+    let (objects, _) = wasmloop::hotload::rbac::objects(&parsed, &reads, &placement)?;
     wasmloop::hotload::rbac::apply(client, &objects, FIELD_MANAGER).await.context("applying the plugin's RBAC")?;
     let packed = pack::pack(pack::PackInput {
         wasm,

@@ -147,7 +147,7 @@ pub async fn grant_plugin(admin: &Client, plugin_ns: &str, name: &str, manifest:
     let parsed = wasmloop::hotload::PluginManifest::parse(manifest, name)?;
     let reads = wasmloop::hotload::rbac::granted_reads(&parsed);
     let placement = wasmloop::hotload::rbac::Placement { namespace: plugin_ns, host };
-    let (objects, _) = wasmloop::hotload::rbac::objects(&parsed, &reads, &placement);
+    let (objects, _) = wasmloop::hotload::rbac::objects(&parsed, &reads, &placement)?;
     apply_objects(admin, &objects).await
 }
 

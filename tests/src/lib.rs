@@ -255,6 +255,23 @@ pub async fn apply_plugin(client: &Client, namespace: &str, name: &str, wasm: &[
     apply_configmap(client, namespace, packed.config_map).await
 }
 
+/// Pack `wasm` with `manifest` as `wasmloop pack` does — immutable payload ConfigMap(s) and the
+/// plugin ConfigMap `name` referencing them — and apply them in that order, in `namespace`.
+pub async fn apply_plugin_referenced(client: &Client, namespace: &str, name: &str, wasm: &[u8], manifest: &str) -> Result<()> {
+    use wasmloop::hotload::pack;
+    let packed = pack::pack_referenced(pack::PackInput {
+        wasm,
+        path: name,
+        manifest: manifest.to_string(),
+        name: name.to_string(),
+        namespace: Some(namespace.to_string()),
+    })?;
+    for payload in packed.payloads {
+        apply_configmap(client, namespace, payload).await?;
+    }
+    apply_configmap(client, namespace, packed.plugin).await
+}
+
 /// Server-side apply of a ConfigMap, owned by the tests' field manager.
 pub async fn apply_configmap(client: &Client, namespace: &str, mut cm: k8s_openapi::api::core::v1::ConfigMap) -> Result<()> {
     use kube::api::{Patch, PatchParams};

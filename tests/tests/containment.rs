@@ -620,7 +620,8 @@ async fn suite(mode: Mode, prefix: &str) -> Result<()> {
         .await?;
     plugin_cms.wait_synced(WAIT).await?;
     protected.watch_plugin_configmaps(plugin_cms.store().clone());
-    let identity = (mode == Mode::Impersonating).then(|| Identity::of_plugin(&w.host_ns, "hostile", None));
+    let identity =
+        (mode == Mode::Impersonating).then(|| Identity::of_plugin(&w.host_ns, "hostile", wasmloop::identity::Role::Serving, None));
     let shared = host.shared_with(protected);
     let executor = host.executor.acting_as(identity.as_ref())?;
 

@@ -316,3 +316,45 @@ async fn the_loader_bounds_component_size_and_compile_time() -> Result<()> {
     manager.shutdown().await;
     ns.cleanup().await
 }
+
+/// A plugin ConfigMap naming 64 payload parts that do not exist waits for them, and what
+/// happens to it afterwards — edits, the host's own status writes — costs no LIST or GET: parts
+/// are looked up in the payload informer's cache only (it used to cost 64 LISTs per event).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn missing_payload_parts_cost_no_requests() -> Result<()> {
+    use kube::api::{Patch, PatchParams};
+    init_tracing();
+    let host = Host::new().await?;
+    let ns = TestNamespace::create(&host.client, "hostile-parts").await?;
+    let engine = tokio::task::spawn_blocking(PluginEngine::new).await??;
+    let wait = wasmloop::hotload::WaitPolicy { settle: Duration::ZERO, ..Default::default() };
+    let config = PluginManagerConfig { wait, ..PluginManagerConfig::new(Some(ns.name.clone())) };
+    let manager = PluginManager::start(engine, host.shared(), host.executor.clone(), PluginMetrics::unregistered(), config).await?;
+    let mut events = manager.events();
+    let parts: Vec<String> = (1..=64).map(|i| format!("parts-wasm-0123456789ab-{i}-of-64")).collect();
+    let plugin_cm: ConfigMap = serde_json::from_value(json!({
+        "metadata": {"name": "parts", "labels": {"wasmloop.dev/plugin": "true"}},
+        "data": {"plugin.yaml": "name: parts\n", "plugin.wasm.ref": parts.join(","),
+                 "plugin.wasm.digest": format!("sha256:{}", "0".repeat(64))},
+    }))?;
+    let cms = Api::<ConfigMap>::namespaced(host.client.clone(), &ns.name);
+    cms.create(&PostParams::default(), &plugin_cm).await?;
+    match next_load(&mut events, "parts").await? {
+        LoadEvent::Waiting { reason, .. } => assert!(reason.contains("parts-wasm-0123456789ab-1-of-64 not found"), "{reason}"),
+        other => bail!("a plugin with missing parts did not wait: {other:?}"),
+    }
+    // Let the status write land, then count what five edits cost.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let before = host.requests.snapshot();
+    for i in 0..5 {
+        let patch = json!({"metadata": {"annotations": {"touched": i.to_string()}}});
+        cms.patch("parts", &PatchParams::default(), &Patch::Merge(patch)).await?;
+    }
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let after = host.requests.snapshot();
+    // The test's own five patches are writes; the host reads nothing.
+    println!("5 edits of a plugin ConfigMap with 64 missing parts: {:?} -> {:?}", before, after);
+    assert_eq!((after.list - before.list, after.get - before.get), (0, 0), "before {before:?}, after {after:?}");
+    manager.shutdown().await;
+    ns.cleanup().await
+}

@@ -142,7 +142,8 @@ fn rbac_yaml(manifest: &PluginManifest, spec: &ReconcilerSpec, namespace: &str, 
         bail!("--host-service-account {host:?}: expected <namespace>/<name>");
     };
     let placement = wasmloop::hotload::rbac::Placement { namespace, host: (host_ns, host_sa) };
-    let (objects, guessed) = wasmloop::hotload::rbac::objects(manifest, &spec.kinds(), &placement);
+    let (objects, guessed) = wasmloop::hotload::rbac::objects(manifest, &spec.kinds(), &placement)
+        .with_context(|| format!("the manifest of plugin {}", manifest.name))?;
     for guess in &guessed {
         eprintln!("wasmloop pack: resource name guessed for {guess} (check `kubectl api-resources`)");
     }
@@ -155,12 +156,8 @@ fn rbac_yaml(manifest: &PluginManifest, spec: &ReconcilerSpec, namespace: &str, 
             out.push('\n');
         }
     }
-    eprintln!(
-        "wasmloop pack: {} RBAC objects for {} as {}",
-        objects.len(),
-        manifest.name,
-        wasmloop::identity::Identity::of_plugin(namespace, &manifest.name, manifest.service_account.as_deref())
-    );
+    let account = objects.iter().find(|o| o["kind"] == "ServiceAccount").and_then(|o| o["metadata"]["name"].as_str()).unwrap_or_default();
+    eprintln!("wasmloop pack: {} RBAC objects for {} as system:serviceaccount:{namespace}:{account}", objects.len(), manifest.name);
     Ok(out)
 }
 

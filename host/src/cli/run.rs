@@ -90,6 +90,14 @@ pub struct RunArgs {
     /// How long running reconciles may take to finish on shutdown (e.g. 25s).
     #[arg(long, env = "WASMLOOP_SHUTDOWN_GRACE", default_value = "25s", value_parser = parse_duration)]
     shutdown_grace: Duration,
+    /// How often the kinds of loaded plugins are asked of discovery.
+    #[arg(long, env = "WASMLOOP_REDISCOVERY_INTERVAL", default_value = "10s", value_parser = parse_duration)]
+    rediscovery_interval: Duration,
+    /// How long a kind a loaded plugin reads must be missing from discovery (in three answers
+    /// at least) before the plugin is stopped until it is served again. A kind missing from one
+    /// answer (an API server that restarts serves its CRDs a moment later) stops nothing.
+    #[arg(long, env = "WASMLOOP_KIND_GONE_AFTER", default_value = "20s", value_parser = parse_duration)]
+    kind_gone_after: Duration,
     /// Log format.
     #[arg(long, env = "WASMLOOP_LOG_FORMAT", value_enum, default_value = "text")]
     log_format: LogFormat,
@@ -256,6 +264,9 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         plugin_identity: args.plugin_identity,
         instance: Some(identity.clone()),
         record: record.clone(),
+        home_namespace: args.all_namespaces.then(|| args.plugin_namespace.clone()),
+        rediscovery: args.rediscovery_interval,
+        gone: wasmloop::hotload::GonePolicy { polls: 3, window: args.kind_gone_after },
         ..PluginManagerConfig::new((!args.all_namespaces).then(|| args.plugin_namespace.clone()))
     };
     let start_manager = || PluginManager::start(engine.clone(), shared.clone(), executor.clone(), plugin_metrics.clone(), config.clone());

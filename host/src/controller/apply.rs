@@ -46,7 +46,7 @@ impl Inner {
         let ctx = admission::Context {
             grants: &current.grants,
             cache: current.view.as_ref(),
-            client: Some(self.executor.writer().client()),
+            client: Some(current.executor.writer().client()),
             manager: &self.name,
             budget: Some(&self.api),
         };
@@ -137,7 +137,7 @@ impl Inner {
             return Ok(None);
         }
         self.api.acquire().await;
-        match self.executor.execute(&self.name, admitted, self.fence_for(key)).await {
+        match current.executor.execute(&self.name, admitted, self.fence_for(key)).await {
             Ok(done) => {
                 self.shared.metrics.action_executed(&self.name, verb, ActionResult::Ok);
                 Ok(expectation(current, admitted.planned(), &done))

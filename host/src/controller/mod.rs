@@ -273,6 +273,8 @@ struct Inner {
 struct Current {
     reconciler: Arc<dyn Reconciler>,
     grants: Arc<Grants>,
+    /// Who the reconciler's writes go out as (a canary's: the candidate's own identity).
+    executor: Executor,
     view: Arc<CacheView>,
     /// Which objects the view will hold (for expectations).
     caching: Arc<Caching>,

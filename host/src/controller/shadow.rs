@@ -25,6 +25,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, broadcast, oneshot};
 
 use super::{Outcome, ReconcileError, Reconciler, Retry};
 use crate::cache::SharedCache;
+use crate::executor::Executor;
 use crate::grants::Grants;
 use crate::kinds::ObjectKey;
 use crate::reconciler::Request;
@@ -96,6 +97,9 @@ pub struct Shadow {
     /// Where its shadow calls run.
     threads: Threads,
     canary: Option<Canary>,
+    /// Who its canary writes are sent as: the candidate's own identity (`None`: the host's,
+    /// with `--plugin-identity host`).
+    executor: Option<Executor>,
     /// Canary reconciles that succeeded / failed (an error, a refused or failed action).
     canary_ok: AtomicU64,
     canary_failed: AtomicU64,
@@ -166,6 +170,7 @@ impl Shadow {
             concurrency,
             threads: Threads::start(concurrency),
             canary: None,
+            executor: None,
             canary_ok: AtomicU64::new(0),
             canary_failed: AtomicU64::new(0),
             rolled_back: AtomicBool::new(false),
@@ -177,6 +182,20 @@ impl Shadow {
     pub fn with_canary(mut self, canary: Option<Canary>) -> Self {
         self.canary = canary;
         self
+    }
+
+    /// The same, its canary's writes sent with `executor` (acting as the candidate's own
+    /// identity), not with the serving version's.
+    #[must_use]
+    pub fn with_executor(mut self, executor: Option<Executor>) -> Self {
+        self.executor = executor;
+        self
+    }
+
+    /// Who its canary's writes go out as (`None`: the serving controller's executor, only with
+    /// `--plugin-identity host`, where every plugin writes as the host).
+    pub fn executor(&self) -> Option<&Executor> {
+        self.executor.as_ref()
     }
 
     /// The candidate.

@@ -96,6 +96,7 @@ impl Inner {
             caching: Arc::new(Caching::of(&spec)),
             reconciler,
             grants,
+            executor: self.executor.clone(),
             view: Arc::new(view),
             primary: primary.iter().map(|i| i.store().clone()).collect(),
             _subscriptions: Arc::new(subscriptions),

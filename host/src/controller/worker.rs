@@ -267,6 +267,9 @@ impl Inner {
         if let Some(c) = &canary {
             current.reconciler = c.reconciler().clone();
             current.grants = c.grants().clone();
+            if let Some(executor) = c.executor() {
+                current.executor = executor.clone();
+            }
         }
         let reconciler = current.reconciler.clone();
         let view: cache::SharedCache = current.view.clone();

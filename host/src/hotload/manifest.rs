@@ -80,7 +80,12 @@ struct Raw {
 #[derive(Clone, Debug)]
 pub struct PluginManifest {
     /// The plugin's name: `name:`, else the ConfigMap's. The component's own name must match.
+    /// Loaded from a namespace other than the host's own (`--all-namespaces`), it is
+    /// `<name>.<namespace>` ([`PluginManifest::scope_to`]).
     pub name: String,
+    /// The name the manifest gives (or the ConfigMap's), whatever the namespace: what its
+    /// ServiceAccount is claimed for.
+    pub local_name: String,
     /// Whether `name:` was given (offline runs take the component's own name otherwise).
     pub named: bool,
     /// `plugin:`: the component's own `metadata().name` when the admin runs it under another
@@ -173,6 +178,7 @@ impl PluginManifest {
         events.validate("events").map_err(Error::Invalid)?;
         Ok(Self {
             grants: Grants::new(name.clone(), raw.grants),
+            local_name: name.clone(),
             name,
             named,
             service_account: raw.service_account_name,
@@ -193,6 +199,20 @@ impl PluginManifest {
                 ..ControllerConfig::default()
             },
         })
+    }
+}
+
+impl PluginManifest {
+    /// The same plugin, loaded from `namespace`, which is not the host's own: it runs as
+    /// `<name>.<namespace>` (field manager, Event reporter, metrics label, shard Leases, the name
+    /// one ConfigMap holds), so plugins of different namespaces never share a name. Its
+    /// component still answers to `<name>` (or `plugin:`).
+    pub fn scope_to(&mut self, namespace: &str) {
+        if self.component.is_none() {
+            self.component = Some(self.local_name.clone());
+        }
+        self.name = format!("{}.{namespace}", self.local_name);
+        self.grants = self.grants.clone().named(self.name.clone());
     }
 }
 

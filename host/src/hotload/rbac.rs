@@ -23,7 +23,7 @@ use serde_json::{Value, json};
 
 use super::manifest::PluginManifest;
 use crate::grants::{Grant, KindPattern, Verb, VerbPattern};
-use crate::identity::Identity;
+use crate::identity::{Claim, ClaimError, Identity, Role};
 use crate::kinds::{self, KindRef};
 
 /// Where the plugin and the host live.
@@ -87,9 +87,22 @@ pub async fn apply(client: &kube::Client, objects: &[Value], manager: &str) -> R
 }
 
 /// The RBAC objects `manifest` needs, for a plugin whose declared reads are `reads`. Kinds whose
-/// resource name is guessed (custom resources) are listed in the second value.
-pub fn objects(manifest: &PluginManifest, reads: &[KindRef], at: &Placement<'_>) -> (Vec<Value>, Vec<String>) {
-    let identity = Identity::of_plugin(at.namespace, &manifest.name, manifest.service_account.as_deref());
+/// resource name is guessed (custom resources) are listed in the second value. The
+/// ServiceAccount is labelled with its claim (the plugin it belongs to, and for a candidate
+/// version (`shadowOf:`) its role), which the host checks before it acts as it. A manifest whose
+/// `serviceAccountName` is the host's account or another plugin's default is refused, as the
+/// host refuses it.
+pub fn objects(manifest: &PluginManifest, reads: &[KindRef], at: &Placement<'_>) -> Result<(Vec<Value>, Vec<String>), ClaimError> {
+    let role = if manifest.shadow_of.is_some() { Role::Candidate } else { Role::Serving };
+    let identity = Identity::of_plugin(at.namespace, &manifest.name, role, manifest.service_account.as_deref());
+    let claim = Claim { plugin: manifest.name.clone(), role };
+    let host = Identity { namespace: at.host.0.to_owned(), name: at.host.1.to_owned() };
+    identity.may_be(&claim, &[host])?;
+    // A candidate's objects are named apart from the serving version's, which they must not replace.
+    let base = match role {
+        Role::Serving => manifest.name.clone(),
+        Role::Candidate => format!("{}:candidate", manifest.name),
+    };
     let mut guessed = Vec::new();
     let mut plugin = Scoped::new();
     let mut host = Scoped::new();
@@ -115,23 +128,26 @@ pub fn objects(manifest: &PluginManifest, reads: &[KindRef], at: &Placement<'_>)
     }
     guessed.sort();
     guessed.dedup();
-    let labels = json!({"app.kubernetes.io/name": "wasmloop", super::source::PAYLOAD_PLUGIN_LABEL: manifest.name});
+    let mut labels = json!({"app.kubernetes.io/name": "wasmloop"});
+    for (key, value) in claim.labels() {
+        labels[key] = json!(value);
+    }
     let plugin_subject = json!({"kind": "ServiceAccount", "name": identity.name, "namespace": identity.namespace});
     let host_subject = json!({"kind": "ServiceAccount", "name": at.host.1, "namespace": at.host.0});
     let mut out = vec![json!({
         "apiVersion": "v1", "kind": "ServiceAccount",
         "metadata": {"name": identity.name, "namespace": identity.namespace, "labels": labels},
     })];
-    out.extend(roles(&format!("wasmloop:plugin:{}:{}", at.namespace, manifest.name), &plugin, &plugin_subject, &labels));
-    out.extend(roles(&format!("wasmloop:host-reads:{}:{}", at.namespace, manifest.name), &host, &host_subject, &labels));
-    let impersonate = format!("wasmloop:impersonate:{}", manifest.name);
+    out.extend(roles(&format!("wasmloop:plugin:{}:{base}", at.namespace), &plugin, &plugin_subject, &labels));
+    out.extend(roles(&format!("wasmloop:host-reads:{}:{base}", at.namespace), &host, &host_subject, &labels));
+    let impersonate = format!("wasmloop:impersonate:{base}");
     out.push(json!({
         "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
         "metadata": {"name": impersonate, "namespace": at.namespace, "labels": labels},
         "rules": [{"apiGroups": [""], "resources": ["serviceaccounts"], "verbs": ["impersonate"], "resourceNames": [identity.name]}],
     }));
     out.push(binding("RoleBinding", &impersonate, Some(at.namespace), "Role", &host_subject, &labels));
-    (out, guessed)
+    Ok((out, guessed))
 }
 
 /// The rule for `verbs` on `kind` (its `subresource`, e.g. `/status`), noting a guessed plural.
@@ -258,7 +274,7 @@ grants:
     #[test]
     fn a_cluster_wide_plugin_gets_its_account_its_rules_the_hosts_reads_and_impersonation() {
         let m = PluginManifest::parse(PODSET, "podset").unwrap();
-        let (objects, guessed) = objects(&m, &kinds(), &Placement { namespace: "wasmloop", host: ("wasmloop", "wasmloop") });
+        let (objects, guessed) = objects(&m, &kinds(), &Placement { namespace: "wasmloop", host: ("wasmloop", "wasmloop") }).unwrap();
         assert_eq!(guessed, ["wasmloop.dev/v1alpha1/PodSet → podsets"]);
         assert_eq!(named(&objects, "ServiceAccount", "wasmloop-plugin-podset")["metadata"]["namespace"], "wasmloop");
         let role = named(&objects, "ClusterRole", "wasmloop:plugin:wasmloop:podset");
@@ -285,7 +301,7 @@ grants:
         let yaml = "name: team\nserviceAccountName: team-bot\ngrants:\n  - kinds: [v1/ConfigMap]\n    verbs: [read, apply]\n    namespaces: [a, b]\n";
         let m = PluginManifest::parse(yaml, "team").unwrap();
         let (objects, guessed) =
-            objects(&m, &[KindRef::new("v1", "ConfigMap")], &Placement { namespace: "plugins", host: ("wasmloop", "host") });
+            objects(&m, &[KindRef::new("v1", "ConfigMap")], &Placement { namespace: "plugins", host: ("wasmloop", "host") }).unwrap();
         assert!(guessed.is_empty());
         assert!(!objects.iter().any(|o| o["kind"] == "ClusterRole"), "nothing cluster-wide");
         for ns in ["a", "b"] {
@@ -297,5 +313,36 @@ grants:
         let binding =
             objects.iter().find(|o| o["kind"] == "RoleBinding" && o["metadata"]["name"] == "wasmloop:plugin:plugins:team").unwrap();
         assert_eq!(binding["subjects"][0]["name"], "team-bot");
+        let account = named(&objects, "ServiceAccount", "team-bot");
+        assert_eq!(account["metadata"]["labels"]["wasmloop.dev/plugin-name"], "team", "the account is claimed for the plugin");
+    }
+
+    #[test]
+    fn manifests_naming_the_hosts_account_or_another_plugins_are_refused() {
+        let at = Placement { namespace: "wasmloop", host: ("wasmloop", "wasmloop") };
+        let host = PluginManifest::parse("name: evil\nserviceAccountName: wasmloop\n", "evil").unwrap();
+        let err = objects(&host, &[], &at).unwrap_err();
+        assert!(err.to_string().contains("the host's own ServiceAccount"), "{err}");
+        let other = PluginManifest::parse("name: evil\nserviceAccountName: wasmloop-plugin-podset\n", "evil").unwrap();
+        let err = objects(&other, &[], &at).unwrap_err();
+        assert!(err.to_string().contains("default account of another plugin (plugin podset)"), "{err}");
+        // In another namespace, the host's name is just a name.
+        let elsewhere = Placement { namespace: "team", host: ("wasmloop", "wasmloop") };
+        assert!(objects(&host, &[], &elsewhere).is_ok());
+    }
+
+    #[test]
+    fn a_candidate_gets_an_account_and_roles_of_its_own() {
+        let yaml = "shadowOf: podset\ncanary: {shards: [0]}\ngrants:\n  - kinds: [v1/Pod]\n    verbs: [read, create]\n";
+        let m = PluginManifest::parse(yaml, "podset-next").unwrap();
+        let (objects, _) =
+            objects(&m, &[KindRef::new("v1", "Pod")], &Placement { namespace: "wasmloop", host: ("wasmloop", "wasmloop") }).unwrap();
+        let account = named(&objects, "ServiceAccount", "wasmloop-candidate-podset");
+        assert_eq!(account["metadata"]["labels"]["wasmloop.dev/plugin-name"], "podset");
+        assert_eq!(account["metadata"]["labels"]["wasmloop.dev/plugin-role"], "candidate");
+        named(&objects, "ClusterRole", "wasmloop:plugin:wasmloop:podset:candidate");
+        let impersonate = named(&objects, "Role", "wasmloop:impersonate:podset:candidate");
+        assert_eq!(impersonate["rules"][0]["resourceNames"], json!(["wasmloop-candidate-podset"]));
+        assert!(!objects.iter().any(|o| o["metadata"]["name"] == "wasmloop:plugin:wasmloop:podset"), "the serving roles are untouched");
     }
 }

@@ -32,8 +32,14 @@ use crate::shard::Sharding;
 pub const STATE_ANNOTATION: &str = "wasmloop.dev/state";
 /// The annotation with the digest of the component the state is about.
 pub const DIGEST_ANNOTATION: &str = "wasmloop.dev/digest";
+/// The annotation with the ConfigMap data of the last version that served (JSON `{"data":
+/// {...}}`, referenced payloads only): a host that starts while the ConfigMap holds a version
+/// that cannot serve serves this one.
+pub const LAST_GOOD_ANNOTATION: &str = "wasmloop.dev/last-good";
+/// The largest last-good annotation the host writes or reads.
+pub const MAX_LAST_GOOD: usize = 64 * 1024;
 /// The annotations the host writes (a change of only these is not a change of the plugin).
-pub const HOST_ANNOTATIONS: [&str; 3] = [STATUS_ANNOTATION, STATE_ANNOTATION, DIGEST_ANNOTATION];
+pub const HOST_ANNOTATIONS: [&str; 4] = [STATUS_ANNOTATION, STATE_ANNOTATION, DIGEST_ANNOTATION, LAST_GOOD_ANNOTATION];
 
 /// Where a plugin ConfigMap stands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -89,6 +95,10 @@ pub struct PluginStatus {
     /// `sha256:<hex>` of its component.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub digest: Option<String>,
+    /// The last version that served when its controller does not run (a kind it reads is gone,
+    /// or it could not start again): `<name> <version>`. It starts again by itself.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stopped: Option<String>,
     /// Waiting or Rejected while an older version keeps serving: `<name> <version>`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub serving: Option<String>,
@@ -110,6 +120,10 @@ pub struct PluginStatus {
     /// Loaded: how long the load took, in milliseconds.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub load_millis: Option<u64>,
+    /// Not part of the JSON: the [`LAST_GOOD_ANNOTATION`] to write with it (`Some(None)`:
+    /// remove it; `None`: leave it as it is).
+    #[serde(skip)]
+    pub last_good: Option<Option<String>>,
 }
 
 impl PluginStatus {
@@ -126,7 +140,12 @@ impl PluginStatus {
     pub fn annotations(&self) -> serde_json::Value {
         let state = self.state.map(State::as_str);
         let json = serde_json::to_string(self).unwrap_or_default();
-        json!({STATUS_ANNOTATION: json, STATE_ANNOTATION: state, DIGEST_ANNOTATION: self.digest})
+        let mut annotations = json!({STATUS_ANNOTATION: json, STATE_ANNOTATION: state, DIGEST_ANNOTATION: self.digest});
+        if let Some(last_good) = &self.last_good {
+            let bounded = last_good.as_ref().filter(|l| l.len() <= MAX_LAST_GOOD);
+            annotations[LAST_GOOD_ANNOTATION] = json!(bounded);
+        }
+        annotations
     }
 }
 

@@ -74,6 +74,15 @@ pub enum WaitReason {
         /// What it may not do, as the RBAC check says.
         detail: String,
     },
+    /// The ServiceAccount the plugin writes as does not exist or is not (yet) claimed for it
+    /// (label `wasmloop.dev/plugin-name`), or the host could not read it.
+    #[error("{detail}")]
+    IdentityNotClaimed {
+        /// The plugin's identity.
+        identity: String,
+        /// What is missing, as the claim check says.
+        detail: String,
+    },
 }
 
 impl WaitReason {
@@ -85,6 +94,7 @@ impl WaitReason {
             WaitReason::PayloadMissing { .. } => "PayloadMissing",
             WaitReason::NameTaken { .. } => "NameTaken",
             WaitReason::ReadsNotAuthorized { .. } => "ReadsNotAuthorized",
+            WaitReason::IdentityNotClaimed { .. } => "IdentityNotClaimed",
         }
     }
 
@@ -95,14 +105,21 @@ impl WaitReason {
             WaitReason::PayloadMissing { namespace, name } => format!("v1/ConfigMap/{namespace}/{name}"),
             WaitReason::NameTaken { name, .. } => format!("plugin name {name}"),
             WaitReason::ReadsNotAuthorized { identity, .. } => format!("RBAC of {identity}"),
+            WaitReason::IdentityNotClaimed { identity, .. } => format!("claim of {identity}"),
         }
     }
 
     /// Whether the wait can end without an event the manager sees (so it polls with backoff): a
-    /// kind appears through discovery only, and RBAC through a review. A payload and a plugin
-    /// name come back as events.
+    /// kind appears through discovery only, RBAC through a review, a ServiceAccount's claim by
+    /// reading it. A payload and a plugin name come back as events.
     pub fn polls(&self) -> bool {
-        matches!(self, WaitReason::KindNotServed { .. } | WaitReason::DiscoveryFailed { .. } | WaitReason::ReadsNotAuthorized { .. })
+        matches!(
+            self,
+            WaitReason::KindNotServed { .. }
+                | WaitReason::DiscoveryFailed { .. }
+                | WaitReason::ReadsNotAuthorized { .. }
+                | WaitReason::IdentityNotClaimed { .. }
+        )
     }
 }
 
