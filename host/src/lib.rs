@@ -23,6 +23,7 @@
 use wasmloop_model::fuzz;
 pub mod actions;
 pub mod admission;
+pub mod bounded;
 pub mod cache;
 pub mod client;
 pub mod controller;

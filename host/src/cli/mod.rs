@@ -96,9 +96,24 @@ impl LoadArgs {
         EngineLimits { max_core_instances_per_component: self.max_core_instances_per_component, ..EngineLimits::default() }
     }
 
-    /// An engine sized by these flags. **Blocking** (creates the engine).
-    pub fn engine(&self) -> anyhow::Result<PluginEngine> {
-        Ok(PluginEngine::with_limits(self.engine_limits())?)
+    /// The plugin component at `path`, read only if it is within `--max-component-size` (a
+    /// larger file is refused by its size, naming the flag, before it is read).
+    pub fn read_plugin(&self, path: &std::path::Path) -> anyhow::Result<Vec<u8>> {
+        let limits = self.load_limits()?;
+        match wasmloop::bounded::read_file(path, limits.max_component_size.bytes()) {
+            Ok(bytes) => Ok(bytes),
+            Err(wasmloop::bounded::Error::FileTooLarge { size, .. }) => {
+                let size = size.unwrap_or(limits.max_component_size.bytes().saturating_add(1));
+                Err(anyhow::anyhow!("{}: {}", path.display(), limits::Error::ComponentTooLarge { size, limit: limits.max_component_size }))
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// An engine for one call at a time ([`EngineLimits::offline`]), for a plugin whose
+    /// `limits.memory` is `max_memory`, with these flags. **Blocking** (creates the engine).
+    pub fn engine(&self, max_memory: ByteSize) -> anyhow::Result<PluginEngine> {
+        Ok(PluginEngine::with_limits(EngineLimits::offline(max_memory, self.max_core_instances_per_component))?)
     }
 
     /// Where precompiled plugins are kept (`None`: nowhere).
@@ -174,10 +189,9 @@ pub fn main(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Replay(args) => Ok(replay::run(args)),
         Command::Inspect { plugin, load } => {
             init_tracing(LogFormat::Text);
-            let bytes = std::fs::read(&plugin).with_context(|| format!("reading {}", plugin.display()))?;
+            let bytes = load.read_plugin(&plugin)?;
             let load_limits = load.load_limits()?;
-            load_limits.check_size(bytes.len()).with_context(|| format!("inspecting {}", plugin.display()))?;
-            let engine = load.engine()?;
+            let engine = load.engine(wasmloop::plugin::Limits::default().memory)?;
             let compiled = load.compile(&engine, &bytes).with_context(|| format!("inspecting {}", plugin.display()))?;
             let inspection =
                 wasmloop::plugin::inspect_compiled(&engine, compiled).with_context(|| format!("inspecting {}", plugin.display()))?;
