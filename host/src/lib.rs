@@ -40,6 +40,7 @@ pub(crate) mod labels;
 pub mod leader;
 pub mod native;
 pub mod plugin;
+pub mod plugin_state;
 pub mod queue;
 pub mod reconciler;
 pub mod server;

@@ -8,6 +8,7 @@ mod optimize;
 mod pack;
 mod replay;
 mod run;
+mod status;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -55,6 +56,10 @@ enum Command {
     /// Show how candidate versions (`shadowOf:`) compared with the serving ones, from a running
     /// host's `/shadow`: counts per plugin, and per key the two outcomes side by side.
     Diff(diff::DiffArgs),
+    /// Show every plugin ConfigMap: its state, serving and pending digest and reason, its shards'
+    /// owners, and from the hosts' metrics its reconcile rate, errors and queue (also `kubectl
+    /// wasmloop status`, with a `kubectl-wasmloop` link to this binary on PATH).
+    Status(status::StatusArgs),
 }
 
 /// What the host accepts of a plugin at load ([`wasmloop::plugin::LoadLimits`] and the engine's
@@ -152,6 +157,21 @@ pub(crate) fn default_precompiled_dir() -> PathBuf {
     }
 }
 
+/// The body of `GET url` (plain HTTP: a host's `--listen`, a port-forward); an error naming the
+/// URL unless the answer is a success.
+pub(crate) async fn http_get_text(url: &str) -> anyhow::Result<String> {
+    use http_body_util::{BodyExt, Empty};
+    let uri: hyper::Uri = url.parse().with_context(|| format!("{url}: not a URL"))?;
+    let client =
+        hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new()).build_http::<Empty<hyper::body::Bytes>>();
+    let response = client.get(uri).await.with_context(|| format!("GET {url}"))?;
+    let status = response.status();
+    let body = response.into_body().collect().await.with_context(|| format!("reading {url}"))?.to_bytes();
+    let text = String::from_utf8_lossy(&body).into_owned();
+    anyhow::ensure!(status.is_success(), "GET {url}: {status}: {text}");
+    Ok(text)
+}
+
 pub(crate) fn parse_size(s: &str) -> Result<ByteSize, String> {
     ByteSize::parse(s).map_err(|e| e.to_string())
 }
@@ -204,6 +224,7 @@ pub fn main(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Command::Pack(args) => pack::run(args),
         Command::Diff(args) => diff::run(args),
+        Command::Status(args) => status::run(args),
         Command::Optimize(args) => optimize::run(args),
         Command::New(args) => new::run(args).map(|()| ExitCode::SUCCESS),
         Command::Dev(args) => dev::run(args),

@@ -26,6 +26,7 @@ use wasmloop::identity::PluginIdentity;
 use wasmloop::informer::InformerRegistry;
 use wasmloop::kinds::KindResolver;
 use wasmloop::leader::{Election, LeaseConfig};
+use wasmloop::plugin::memory_metrics::LoadedPlugins;
 use wasmloop::plugin::{ByteSize, EngineLimits, PluginEngine, RecordOptions, address_space};
 use wasmloop::server::{self, Readiness};
 use wasmloop::shard::{ShardConfig, Sharding};
@@ -259,7 +260,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     tokio::spawn(watch_signals(stop_tx));
     let ready = Readiness::default();
     let mut http_stop = stop.clone();
-    let (addr, http) = server::serve(args.listen, prom, ready.clone(), shared.shadows.clone(), async move {
+    let (addr, http) = server::serve(args.listen, prom.clone(), ready.clone(), shared.shadows.clone(), async move {
         let _ = http_stop.wait_for(|s| *s).await;
     })
     .await?;
@@ -278,13 +279,20 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         ..PluginManagerConfig::new((!args.all_namespaces).then(|| args.plugin_namespace.clone()))
     };
     let start_manager = || PluginManager::start(engine.clone(), shared.clone(), executor.clone(), plugin_metrics.clone(), config.clone());
+    // `wasmloop_plugin_state` from the plugin ConfigMaps' status annotations, on every replica
+    // (the manager's own informer: no request more).
+    let states = wasmloop::plugin_state::StateCollector::watch(&registry, config.namespace.clone()).await.context("plugin states")?;
+    prom.lock().register_collector(Box::new(states));
+    // Memory per plugin, from the plugins the manager runs (kept current by `keep_loaded`).
+    let loaded = LoadedPlugins::default();
+    prom.lock().register_collector(Box::new(loaded.collector()));
 
     if !args.leader_elect {
         let manager = start_manager().await.context("starting the plugin manager")?;
         leading.set(i64::from(sharding.is_none()));
         ready.set(true);
         info!(sharded = sharding.is_some(), "ready");
-        wait_stop(stop.clone()).await;
+        tokio::join!(wait_stop(stop.clone()), keep_loaded(&manager, &loaded, stop.clone()));
         ready.set(false);
         // Running reconciles finish behind open fences; then the shards' Leases are released
         // (other replicas take them at once) and this replica leaves the membership.
@@ -316,7 +324,8 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         let manager = start_manager().await.context("starting the plugin manager")?;
         ready.set(true);
         info!(lease = %described, "warm: plugins loaded");
-        let election = follower.await.context("following the leader election")?;
+        let (election, ()) = tokio::join!(follower, keep_loaded(&manager, &loaded, stop.clone()));
+        let election = election.context("following the leader election")?;
         // Stopping while leading: running reconciles finish their outcomes behind an open fence.
         manager.shutdown().await;
         ready.set(false);
@@ -325,6 +334,17 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let _ = tokio::time::timeout(Duration::from_secs(5), http).await;
     info!("stopped");
     Ok(())
+}
+
+/// Keep `loaded` (the plugins behind the memory gauges) current, every 5 s until `stop`.
+async fn keep_loaded(manager: &PluginManager, loaded: &LoadedPlugins, mut stop: watch::Receiver<bool>) {
+    loop {
+        loaded.set(manager.plugins().await);
+        tokio::select! {
+            _ = stop.wait_for(|s| *s) => return,
+            () = tokio::time::sleep(Duration::from_secs(5)) => {}
+        }
+    }
 }
 
 async fn wait_stop(mut stop: watch::Receiver<bool>) {

@@ -30,6 +30,7 @@ pub(crate) mod host;
 mod imports;
 pub mod inspect;
 pub mod limits;
+pub mod memory_metrics;
 pub(crate) mod meta;
 pub mod recorder;
 pub mod recording;
