@@ -339,14 +339,16 @@ impl EngineLimits {
     }
 
     /// A pool for a command that runs one call at a time (`inspect`, `reconcile`, `replay`,
-    /// `pack`): 4 instances (2 of them for loading), 16 memories, each as large as `max_memory`
-    /// (the plugin's own `limits.memory`), so it fits a modest `RLIMIT_AS`.
+    /// `pack`): 4 instances (2 of them for loading), room for two components' core instances and
+    /// tables at once, 16 memories, each as large as `max_memory` (the plugin's own
+    /// `limits.memory`), so it fits a modest `RLIMIT_AS`.
     pub fn offline(max_memory: ByteSize, max_core_instances_per_component: u32) -> Self {
+        let per_two_components = max_core_instances_per_component.saturating_mul(2);
         Self {
             instances: 4,
-            core_instances: max_core_instances_per_component.saturating_mul(2),
+            core_instances: per_two_components,
             memories: 16,
-            tables: 64,
+            tables: per_two_components,
             max_memory,
             max_core_instances_per_component,
             ..Self::default()
