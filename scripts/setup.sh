@@ -2,7 +2,8 @@
 # Installs what building and testing wasmloop needs on a fresh machine (idempotent, quick when
 # everything is there): the wasm32-wasip2 and musl Rust targets, rustfmt and clippy, zstd,
 # Binaryen's wasm-opt (scripts/build-plugins.sh shrinks the plugins with `wasmloop optimize`), what
-# scripts/image.sh needs (umoci, musl-tools, binutils, jq), and the test control plane
+# scripts/image.sh needs (umoci, musl-tools, binutils, jq), Debian's prometheus (promtool for the
+# monitoring rules' tests, prometheus for tests/tests/monitoring.rs), and the test control plane
 # (etcd + kube-apiserver/kube-controller-manager/kubectl v1.20.2, built once and cached), and the
 # JavaScript and Python SDKs' toolchains (scripts/polyglot-env.sh).
 set -euo pipefail
@@ -15,9 +16,10 @@ for component in rustfmt clippy; do
   rustup component list --installed | grep -q "^$component" || rustup component add "$component"
 done
 # Debian packages, by the command each provides: zstd; wasm-opt; for scripts/image.sh (the container image,
-# built without a container engine) umoci, musl-gcc for the static binary's C parts, readelf, jq.
+# built without a container engine) umoci, musl-gcc for the static binary's C parts, readelf, jq;
+# promtool and prometheus (deploy/monitoring: the rules' unit tests, and tests/tests/monitoring.rs).
 missing=()
-for pair in zstd:zstd wasm-opt:binaryen umoci:umoci musl-gcc:musl-tools readelf:binutils jq:jq; do
+for pair in zstd:zstd wasm-opt:binaryen umoci:umoci musl-gcc:musl-tools readelf:binutils jq:jq promtool:prometheus; do
   command -v "${pair%%:*}" >/dev/null 2>&1 || missing+=("${pair#*:}")
 done
 if [ ${#missing[@]} -gt 0 ] && [ "$(id -u)" = 0 ]; then

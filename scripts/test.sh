@@ -16,6 +16,10 @@ say "style gates: rustfmt, clippy"
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
 
+say "monitoring rules: promtool check and unit tests (deploy/monitoring)"
+promtool check rules deploy/monitoring/rules.yaml
+promtool test rules deploy/monitoring/rules.test.yaml
+
 say "JavaScript/TypeScript and Python SDKs: unit tests, types"
 # shellcheck source=scripts/polyglot-env.sh
 source ./scripts/polyglot-env.sh

@@ -23,6 +23,7 @@
 use wasmloop_model::fuzz;
 pub mod actions;
 pub mod admission;
+pub mod bounded;
 pub mod cache;
 pub mod client;
 pub mod controller;
@@ -39,6 +40,7 @@ pub(crate) mod labels;
 pub mod leader;
 pub mod native;
 pub mod plugin;
+pub mod plugin_state;
 pub mod queue;
 pub mod reconciler;
 pub mod server;

@@ -308,6 +308,11 @@ impl HostProcess {
         self.child.id()
     }
 
+    /// Where it serves `/metrics`, `/healthz`, `/readyz`.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
     pub fn alive(&mut self) -> bool {
         if self.exit.is_none() {
             self.exit = self.child.try_wait().ok().flatten();

@@ -3,11 +3,7 @@
 
 use std::process::ExitCode;
 
-use anyhow::{Context, bail};
-use http_body_util::{BodyExt, Empty};
-use hyper::body::Bytes;
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
+use anyhow::Context;
 use wasmloop::controller::shadow::{Difference, PluginReport};
 
 #[derive(clap::Args, Debug)]
@@ -40,15 +36,8 @@ async fn fetch(args: &DiffArgs) -> anyhow::Result<Vec<PluginReport>> {
     if let Some(p) = &args.plugin {
         url = format!("{url}?plugin={p}");
     }
-    let uri: hyper::Uri = url.parse().with_context(|| format!("--url {}: not a URL", args.url))?;
-    let client = Client::builder(TokioExecutor::new()).build_http::<Empty<Bytes>>();
-    let response = client.get(uri).await.with_context(|| format!("GET {url}"))?;
-    let status = response.status();
-    let body = response.into_body().collect().await.with_context(|| format!("reading {url}"))?.to_bytes();
-    if !status.is_success() {
-        bail!("GET {url}: {status}: {}", String::from_utf8_lossy(&body));
-    }
-    serde_json::from_slice(&body).with_context(|| format!("{url} did not answer with shadow reports (is it a wasmloop host?)"))
+    let body = super::http_get_text(&url).await.with_context(|| format!("--url {}", args.url))?;
+    serde_json::from_str(&body).with_context(|| format!("{url} did not answer with shadow reports (is it a wasmloop host?)"))
 }
 
 /// The reports as text: a line per plugin, then each difference with the two outcomes side by side.

@@ -8,6 +8,7 @@ mod optimize;
 mod pack;
 mod replay;
 mod run;
+mod status;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -55,6 +56,10 @@ enum Command {
     /// Show how candidate versions (`shadowOf:`) compared with the serving ones, from a running
     /// host's `/shadow`: counts per plugin, and per key the two outcomes side by side.
     Diff(diff::DiffArgs),
+    /// Show every plugin ConfigMap: its state, serving and pending digest and reason, its shards'
+    /// owners, and from the hosts' metrics its reconcile rate, errors and queue (also `kubectl
+    /// wasmloop status`, with a `kubectl-wasmloop` link to this binary on PATH).
+    Status(status::StatusArgs),
 }
 
 /// What the host accepts of a plugin at load ([`wasmloop::plugin::LoadLimits`] and the engine's
@@ -96,9 +101,24 @@ impl LoadArgs {
         EngineLimits { max_core_instances_per_component: self.max_core_instances_per_component, ..EngineLimits::default() }
     }
 
-    /// An engine sized by these flags. **Blocking** (creates the engine).
-    pub fn engine(&self) -> anyhow::Result<PluginEngine> {
-        Ok(PluginEngine::with_limits(self.engine_limits())?)
+    /// The plugin component at `path`, read only if it is within `--max-component-size` (a
+    /// larger file is refused by its size, naming the flag, before it is read).
+    pub fn read_plugin(&self, path: &std::path::Path) -> anyhow::Result<Vec<u8>> {
+        let limits = self.load_limits()?;
+        match wasmloop::bounded::read_file(path, limits.max_component_size.bytes()) {
+            Ok(bytes) => Ok(bytes),
+            Err(wasmloop::bounded::Error::FileTooLarge { size, .. }) => {
+                let size = size.unwrap_or(limits.max_component_size.bytes().saturating_add(1));
+                Err(anyhow::anyhow!("{}: {}", path.display(), limits::Error::ComponentTooLarge { size, limit: limits.max_component_size }))
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// An engine for one call at a time ([`EngineLimits::offline`]), for a plugin whose
+    /// `limits.memory` is `max_memory`, with these flags. **Blocking** (creates the engine).
+    pub fn engine(&self, max_memory: ByteSize) -> anyhow::Result<PluginEngine> {
+        Ok(PluginEngine::with_limits(EngineLimits::offline(max_memory, self.max_core_instances_per_component))?)
     }
 
     /// Where precompiled plugins are kept (`None`: nowhere).
@@ -135,6 +155,21 @@ pub(crate) fn default_precompiled_dir() -> PathBuf {
         Some(base) => PathBuf::from(base).join("wasmloop/precompiled"),
         None => std::env::temp_dir().join("wasmloop-precompiled"),
     }
+}
+
+/// The body of `GET url` (plain HTTP: a host's `--listen`, a port-forward); an error naming the
+/// URL unless the answer is a success.
+pub(crate) async fn http_get_text(url: &str) -> anyhow::Result<String> {
+    use http_body_util::{BodyExt, Empty};
+    let uri: hyper::Uri = url.parse().with_context(|| format!("{url}: not a URL"))?;
+    let client =
+        hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new()).build_http::<Empty<hyper::body::Bytes>>();
+    let response = client.get(uri).await.with_context(|| format!("GET {url}"))?;
+    let status = response.status();
+    let body = response.into_body().collect().await.with_context(|| format!("reading {url}"))?.to_bytes();
+    let text = String::from_utf8_lossy(&body).into_owned();
+    anyhow::ensure!(status.is_success(), "GET {url}: {status}: {text}");
+    Ok(text)
 }
 
 pub(crate) fn parse_size(s: &str) -> Result<ByteSize, String> {
@@ -174,10 +209,9 @@ pub fn main(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Replay(args) => Ok(replay::run(args)),
         Command::Inspect { plugin, load } => {
             init_tracing(LogFormat::Text);
-            let bytes = std::fs::read(&plugin).with_context(|| format!("reading {}", plugin.display()))?;
+            let bytes = load.read_plugin(&plugin)?;
             let load_limits = load.load_limits()?;
-            load_limits.check_size(bytes.len()).with_context(|| format!("inspecting {}", plugin.display()))?;
-            let engine = load.engine()?;
+            let engine = load.engine(wasmloop::plugin::Limits::default().memory)?;
             let compiled = load.compile(&engine, &bytes).with_context(|| format!("inspecting {}", plugin.display()))?;
             let inspection =
                 wasmloop::plugin::inspect_compiled(&engine, compiled).with_context(|| format!("inspecting {}", plugin.display()))?;
@@ -190,6 +224,7 @@ pub fn main(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Command::Pack(args) => pack::run(args),
         Command::Diff(args) => diff::run(args),
+        Command::Status(args) => status::run(args),
         Command::Optimize(args) => optimize::run(args),
         Command::New(args) => new::run(args).map(|()| ExitCode::SUCCESS),
         Command::Dev(args) => dev::run(args),

@@ -21,7 +21,7 @@ use wasmloop::controller::{Reconciler, Request};
 use wasmloop::grants::Grants;
 use wasmloop::hotload::PluginManifest;
 use wasmloop::kinds::{KindRef, ObjectKey};
-use wasmloop::plugin::{Limits, RecordOptions, WasmPlugin};
+use wasmloop::plugin::{ByteSize, Limits, RecordOptions, WasmPlugin};
 
 #[derive(clap::Args, Debug)]
 pub struct ReconcileArgs {
@@ -38,11 +38,29 @@ pub struct ReconcileArgs {
     #[arg(long)]
     manifest: Option<PathBuf>,
     /// Record the reconcile (request, cache reads, clocks, random values, outcome) into FILE
-    /// (`.json.zst`), for `wasmloop replay`.
+    /// (`.json.zst`, at most 1Mi compressed, as `wasmloop run --record-max-bytes` by default), for
+    /// `wasmloop replay`.
     #[arg(long, value_name = "FILE")]
     record: Option<PathBuf>,
+    /// The most the `--objects` files may hold together (they are parsed into memory whole).
+    #[arg(long, env = "WASMLOOP_MAX_OBJECTS_SIZE", default_value_t = DEFAULT_MAX_OBJECTS_SIZE, value_parser = super::parse_size)]
+    max_objects_size: ByteSize,
     #[command(flatten)]
     load: super::LoadArgs,
+}
+
+/// Default of `--max-objects-size`: a namespace of 10 000 Pods as `kubectl get -o yaml` writes
+/// them is about 40 MiB.
+const DEFAULT_MAX_OBJECTS_SIZE: ByteSize = ByteSize::mib(64);
+
+/// The most a manifest file may be: what a ConfigMap holds (1 MiB), so a larger one could never
+/// be loaded by a host.
+pub(super) const MAX_MANIFEST_SIZE: u64 = 1 << 20;
+
+/// A manifest file, read within [`MAX_MANIFEST_SIZE`].
+pub(super) fn read_manifest(path: &Path) -> anyhow::Result<String> {
+    wasmloop::bounded::read_text(path, MAX_MANIFEST_SIZE)
+        .with_context(|| format!("reading the manifest (a ConfigMap, so at most {})", ByteSize(MAX_MANIFEST_SIZE)))
 }
 
 /// A plugin file loaded as `wasmloop reconcile` loads it: the manifest's limits and grants (or
@@ -50,7 +68,7 @@ pub struct ReconcileArgs {
 pub(super) fn load_plugin(path: &Path, manifest: Option<&Path>, load: &super::LoadArgs) -> anyhow::Result<WasmPlugin> {
     let (limits, grants) = match manifest {
         Some(p) => {
-            let text = std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
+            let text = read_manifest(p)?;
             let m = PluginManifest::parse(&text, "plugin").with_context(|| format!("in {}", p.display()))?;
             // Without `name:`, the host would take the ConfigMap's name; here, the plugin's own.
             let grants = if m.named { m.grants } else { m.grants.named("") };
@@ -60,10 +78,9 @@ pub(super) fn load_plugin(path: &Path, manifest: Option<&Path>, load: &super::Lo
         // the load refuses as another plugin's name).
         None => (Limits::default(), Grants::all().named("")),
     };
-    let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    let bytes = load.read_plugin(path)?;
     let load_limits = load.load_limits()?;
-    load_limits.check_size(bytes.len()).with_context(|| format!("loading {}", path.display()))?;
-    let engine = load.engine()?;
+    let engine = load.engine(limits.memory)?;
     let started = std::time::Instant::now();
     let compiled = load.compile(&engine, &bytes).with_context(|| format!("loading {}", path.display()))?;
     let plugin = WasmPlugin::from_compiled(&engine, compiled, limits, grants).with_context(|| format!("loading {}", path.display()))?;
@@ -75,8 +92,9 @@ pub fn run(args: ReconcileArgs) -> anyhow::Result<ExitCode> {
     super::init_tracing(super::LogFormat::Text);
     let key = parse_key(&args.key)?;
     let mut objects = Vec::new();
+    let mut budget = ObjectsBudget { max: args.max_objects_size, used: 0 };
     for path in &args.objects {
-        load_path(path, &mut objects)?;
+        load_path(path, &mut budget, &mut objects)?;
     }
     let scopes = crd_scopes(&objects);
     let plugin = load_plugin(&args.plugin, args.manifest.as_deref(), &args.load)?;
@@ -254,7 +272,34 @@ fn parse_key(text: &str) -> anyhow::Result<ObjectKey> {
     joined.parse().map_err(|e| anyhow::anyhow!("--key: {e}"))
 }
 
-fn load_path(path: &Path, out: &mut Vec<Value>) -> anyhow::Result<()> {
+/// What the `--objects` files may hold together, and what they hold so far.
+struct ObjectsBudget {
+    max: ByteSize,
+    used: u64,
+}
+
+impl ObjectsBudget {
+    /// The text of `path`, refused when it takes the files read so far over the budget.
+    fn read(&mut self, path: &Path) -> anyhow::Result<String> {
+        let left = self.max.bytes().saturating_sub(self.used);
+        match wasmloop::bounded::read_text(path, left) {
+            Ok(text) => {
+                self.used += text.len() as u64;
+                Ok(text)
+            }
+            Err(wasmloop::bounded::Error::FileTooLarge { .. }) => bail!(
+                "{}: the --objects files together are over the {} limit ({} bytes read before this one; raise it with \
+                 --max-objects-size / WASMLOOP_MAX_OBJECTS_SIZE)",
+                path.display(),
+                self.max,
+                self.used
+            ),
+            Err(e) => Err(e.into()),
+        }
+    }
+}
+
+fn load_path(path: &Path, budget: &mut ObjectsBudget, out: &mut Vec<Value>) -> anyhow::Result<()> {
     if path.is_dir() {
         let mut entries: Vec<_> = std::fs::read_dir(path)
             .with_context(|| format!("reading directory {}", path.display()))?
@@ -263,11 +308,11 @@ fn load_path(path: &Path, out: &mut Vec<Value>) -> anyhow::Result<()> {
             .collect();
         entries.sort();
         for p in entries {
-            load_path(&p, out)?;
+            load_path(&p, budget, out)?;
         }
         return Ok(());
     }
-    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let text = budget.read(path)?;
     let docs: Vec<Value> = if path.extension().and_then(|e| e.to_str()) == Some("json") {
         vec![serde_json::from_str(&text).with_context(|| format!("{}: invalid JSON", path.display()))?]
     } else {
@@ -402,7 +447,26 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("objs.yaml");
         std::fs::write(&p, "apiVersion: v1\nkind: Pod\nmetadata: {name: a}\n---\napiVersion: v1\nmetadata: {name: b}\n").unwrap();
-        let err = load_path(&p, &mut Vec::new()).unwrap_err().to_string();
+        let mut budget = ObjectsBudget { max: ByteSize::mib(1), used: 0 };
+        let err = load_path(&p, &mut budget, &mut Vec::new()).unwrap_err().to_string();
         assert!(err.contains("objs.yaml") && err.contains("document 2") && err.contains("missing kind"), "{err}");
+    }
+
+    #[test]
+    fn the_objects_files_are_read_within_their_budget_together() {
+        let dir = tempfile::tempdir().unwrap();
+        let pod = |name: &str| format!("apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: shop}}\n");
+        for name in ["a", "b", "c"] {
+            std::fs::write(dir.path().join(format!("{name}.yaml")), pod(name)).unwrap();
+        }
+        let each = pod("a").len() as u64;
+        let mut objects = Vec::new();
+        let mut budget = ObjectsBudget { max: ByteSize(3 * each), used: 0 };
+        load_path(dir.path(), &mut budget, &mut objects).unwrap();
+        assert_eq!((objects.len(), budget.used), (3, 3 * each));
+        let mut budget = ObjectsBudget { max: ByteSize(3 * each - 1), used: 0 };
+        let err = load_path(dir.path(), &mut budget, &mut Vec::new()).unwrap_err().to_string();
+        assert!(err.contains("c.yaml: the --objects files together are over the") && err.contains("--max-objects-size"), "{err}");
+        assert!(err.contains(&format!("({} bytes read before this one", 2 * each)), "{err}");
     }
 }

@@ -74,9 +74,8 @@ pub struct OptimizeArgs {
 
 pub fn run(args: OptimizeArgs) -> anyhow::Result<ExitCode> {
     let path = &args.plugin;
-    let original = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    let original = args.load.read_plugin(path)?;
     let limits = args.load.load_limits()?;
-    limits.check_size(original.len()).with_context(|| format!("loading {}", path.display()))?;
     let sections = sections(&original).with_context(|| format!("{}: not a well-formed component", path.display()))?;
     ensure!(sections.iter().any(Section::optimisable), "{} holds no core module to optimise", path.display());
     let work = tempfile::tempdir().context("creating a temporary directory")?;
@@ -93,7 +92,7 @@ pub fn run(args: OptimizeArgs) -> anyhow::Result<ExitCode> {
     }
 
     limits.check_size(optimized.len()).context("the optimised component")?;
-    let engine = args.load.engine()?;
+    let engine = args.load.engine(wasmloop::plugin::Limits::default().memory)?;
     let before = describe(&engine, &original).with_context(|| format!("loading {}", path.display()))?;
     let after = describe(&engine, &optimized).context("loading the optimised component")?;
     same_plugin(&before, &after).context("the optimised component is not the same plugin; nothing written")?;

@@ -62,10 +62,12 @@ fn parse_part_size(s: &str) -> Result<usize, String> {
 }
 
 pub fn run(args: PackArgs) -> anyhow::Result<ExitCode> {
-    let wasm = std::fs::read(&args.plugin).with_context(|| format!("reading {}", args.plugin.display()))?;
+    // No host loads a component over the hard cap, whatever its flags: nor is one packed.
+    let wasm = wasmloop::bounded::read_file(&args.plugin, wasmloop::plugin::limits::MAX_COMPONENT_SIZE_CAP.bytes())
+        .context("reading the plugin (at most the host's hard cap, 64Mi)")?;
     let spec = declared(&wasm).with_context(|| format!("reading what {} declares", args.plugin.display()))?;
     let (mut manifest, source) = match &args.manifest {
-        Some(p) => (std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?, p.display().to_string()),
+        Some(p) => (super::offline::read_manifest(p)?, p.display().to_string()),
         None => {
             let derived = derive_manifest(&spec, args.name.as_deref(), &args.allow)?;
             eprintln!("wasmloop pack: no --manifest; derived from the plugin's metadata and --allow:\n{derived}");
@@ -163,7 +165,11 @@ fn rbac_yaml(manifest: &PluginManifest, spec: &ReconcilerSpec, namespace: &str, 
 
 /// What the plugin declares (`metadata()`), from compiling and asking it.
 fn declared(wasm: &[u8]) -> anyhow::Result<ReconcilerSpec> {
-    let engine = wasmloop::plugin::PluginEngine::new()?;
+    use wasmloop::plugin::{EngineLimits, Limits, limits::DEFAULT_MAX_CORE_INSTANCES_PER_COMPONENT};
+    let engine = wasmloop::plugin::PluginEngine::with_limits(EngineLimits::offline(
+        Limits::default().memory,
+        DEFAULT_MAX_CORE_INSTANCES_PER_COMPONENT,
+    ))?;
     let compiled = super::compile_cached(&engine, wasm, Some(super::default_precompiled_dir()))?;
     let inspection = wasmloop::plugin::inspect_compiled(&engine, compiled)?;
     inspection.metadata.with_context(|| inspection.metadata_error.unwrap_or_else(|| "the plugin answered no metadata".into()))

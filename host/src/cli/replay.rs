@@ -11,7 +11,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 use serde_json::{Value, json};
 use wasmloop::controller::Reconciler;
-use wasmloop::plugin::Recording;
+use wasmloop::plugin::{ByteSize, Recording, recording};
 
 #[derive(clap::Args, Debug)]
 pub struct ReplayArgs {
@@ -27,6 +27,10 @@ pub struct ReplayArgs {
     /// Replay N times and report how many distinct outcomes there were (1: deterministic).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
     count: u32,
+    /// The largest recording read, as a file and decompressed (a recording is input from
+    /// anywhere: a decompression bomb is refused at this size instead of filling memory).
+    #[arg(long, env = "WASMLOOP_MAX_RECORDING_SIZE", default_value_t = ByteSize(recording::DEFAULT_MAX_DECODED), value_parser = super::parse_size)]
+    max_recording_size: ByteSize,
     #[command(flatten)]
     load: super::LoadArgs,
 }
@@ -48,8 +52,7 @@ pub fn run(args: ReplayArgs) -> ExitCode {
 }
 
 fn replay(args: &ReplayArgs) -> anyhow::Result<ExitCode> {
-    let bytes = std::fs::read(&args.recording).with_context(|| format!("reading {}", args.recording.display()))?;
-    let recording = Recording::decode(&bytes).with_context(|| format!("reading {}", args.recording.display()))?;
+    let recording = read_recording(&args.recording, args.max_recording_size)?;
     let plugin = super::offline::load_plugin(&args.plugin, args.manifest.as_deref(), &args.load)?;
     let mut first = None;
     let mut distinct: Vec<Value> = Vec::new();
@@ -78,6 +81,25 @@ fn replay(args: &ReplayArgs) -> anyhow::Result<ExitCode> {
     };
     print!("{}", serde_saphyr::to_string(&report)?);
     Ok(if same { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}
+
+/// The recording at `path`, within `max` bytes as a file and as JSON; a larger one is refused
+/// naming the file, the limit and the flag that raises it.
+fn read_recording(path: &std::path::Path, max: ByteSize) -> anyhow::Result<Recording> {
+    let over = |e: &dyn std::fmt::Display| {
+        anyhow::anyhow!("{}: {e} (the limit is --max-recording-size {max}; raise it to replay a larger recording)", path.display())
+    };
+    let bytes = match wasmloop::bounded::read_file(path, max.bytes()) {
+        Err(wasmloop::bounded::Error::FileTooLarge { size, .. }) => {
+            let size = size.map_or_else(|| "a stream".to_string(), |s| format!("{s} bytes"));
+            return Err(over(&format!("the file is {size}, more than {} bytes", max.bytes())));
+        }
+        read => read?,
+    };
+    match Recording::decode_within(&bytes, max.bytes()) {
+        Err(e @ (recording::Error::Decompressed(_) | recording::Error::JsonTooLarge { .. })) => Err(over(&e)),
+        decoded => decoded.with_context(|| format!("reading {}", path.display())),
+    }
 }
 
 /// What `wasmloop replay` prints, in this order.

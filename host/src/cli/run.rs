@@ -26,7 +26,8 @@ use wasmloop::identity::PluginIdentity;
 use wasmloop::informer::InformerRegistry;
 use wasmloop::kinds::KindResolver;
 use wasmloop::leader::{Election, LeaseConfig};
-use wasmloop::plugin::{ByteSize, PluginEngine, RecordOptions};
+use wasmloop::plugin::memory_metrics::LoadedPlugins;
+use wasmloop::plugin::{ByteSize, EngineLimits, PluginEngine, RecordOptions, address_space};
 use wasmloop::server::{self, Readiness};
 use wasmloop::shard::{ShardConfig, Sharding};
 
@@ -85,6 +86,15 @@ pub struct RunArgs {
     plugin_memory_budget: Option<ByteSize>,
     #[command(flatten)]
     load: super::LoadArgs,
+    /// Reconciles the plugin instance pool holds at once, all plugins together (two of them kept
+    /// for loading plugins). Each instance reserves address space for two linear memories: see
+    /// --plugin-memory-max.
+    #[arg(long, env = "WASMLOOP_INSTANCE_POOL", default_value_t = EngineLimits::default().instances, value_parser = clap::value_parser!(u32).range(3..))]
+    instance_pool: u32,
+    /// The largest `limits.memory` a plugin may have; every memory slot of the pool is this
+    /// large (address space, committed only as used).
+    #[arg(long, env = "WASMLOOP_PLUGIN_MEMORY_MAX", default_value_t = EngineLimits::default().max_memory, value_parser = parse_size)]
+    plugin_memory_max: ByteSize,
     #[command(flatten)]
     record: RecordArgs,
     /// How long running reconciles may take to finish on shutdown (e.g. 25s).
@@ -123,6 +133,14 @@ pub struct RecordArgs {
     /// Largest recording written (compressed); a larger one is dropped and logged.
     #[arg(long, env = "WASMLOOP_RECORD_MAX_BYTES", default_value = "1Mi", value_parser = parse_size)]
     record_max_bytes: ByteSize,
+}
+
+impl RunArgs {
+    /// The engine's pool as `--instance-pool`, `--plugin-memory-max` and the load flags size it.
+    fn engine_limits(&self) -> EngineLimits {
+        let load = self.load.engine_limits();
+        EngineLimits { max_memory: self.plugin_memory_max, ..address_space::scaled(&load, self.instance_pool) }
+    }
 }
 
 impl RecordArgs {
@@ -203,6 +221,9 @@ fn container_memory_limit() -> Option<ByteSize> {
 
 pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     super::init_tracing(args.log_format);
+    // The instance pool's address space first: under an RLIMIT_AS it cannot have, say so now.
+    let engine_limits = address_space::fit(args.engine_limits(), address_space::limit());
+    address_space::check(&engine_limits, address_space::limit())?;
     let record = args.record.options()?;
     let identity = args.identity.clone().unwrap_or_else(default_identity);
     let connection = wasmloop::client::Connection::new(args.kubeconfig.as_deref()).await?;
@@ -241,14 +262,13 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     };
     let prom = Arc::new(Mutex::new(prom));
     let load_limits = args.load.load_limits()?;
-    let engine_limits = args.load.engine_limits();
     let engine = tokio::task::spawn_blocking(move || PluginEngine::with_limits(engine_limits)).await??;
 
     let (stop_tx, stop) = watch::channel(false);
     tokio::spawn(watch_signals(stop_tx));
     let ready = Readiness::default();
     let mut http_stop = stop.clone();
-    let (addr, http) = server::serve(args.listen, prom, ready.clone(), shared.shadows.clone(), async move {
+    let (addr, http) = server::serve(args.listen, prom.clone(), ready.clone(), shared.shadows.clone(), async move {
         let _ = http_stop.wait_for(|s| *s).await;
     })
     .await?;
@@ -270,13 +290,20 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         ..PluginManagerConfig::new((!args.all_namespaces).then(|| args.plugin_namespace.clone()))
     };
     let start_manager = || PluginManager::start(engine.clone(), shared.clone(), executor.clone(), plugin_metrics.clone(), config.clone());
+    // `wasmloop_plugin_state` from the plugin ConfigMaps' status annotations, on every replica
+    // (the manager's own informer: no request more).
+    let states = wasmloop::plugin_state::StateCollector::watch(&registry, config.namespace.clone()).await.context("plugin states")?;
+    prom.lock().register_collector(Box::new(states));
+    // Memory per plugin, from the plugins the manager runs (kept current by `keep_loaded`).
+    let loaded = LoadedPlugins::default();
+    prom.lock().register_collector(Box::new(loaded.collector()));
 
     if !args.leader_elect {
         let manager = start_manager().await.context("starting the plugin manager")?;
         leading.set(i64::from(sharding.is_none()));
         ready.set(true);
         info!(sharded = sharding.is_some(), "ready");
-        wait_stop(stop.clone()).await;
+        tokio::join!(wait_stop(stop.clone()), keep_loaded(&manager, &loaded, stop.clone()));
         ready.set(false);
         // Running reconciles finish behind open fences; then the shards' Leases are released
         // (other replicas take them at once) and this replica leaves the membership.
@@ -308,7 +335,8 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         let manager = start_manager().await.context("starting the plugin manager")?;
         ready.set(true);
         info!(lease = %described, "warm: plugins loaded");
-        let election = follower.await.context("following the leader election")?;
+        let (election, ()) = tokio::join!(follower, keep_loaded(&manager, &loaded, stop.clone()));
+        let election = election.context("following the leader election")?;
         // Stopping while leading: running reconciles finish their outcomes behind an open fence.
         manager.shutdown().await;
         ready.set(false);
@@ -317,6 +345,17 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let _ = tokio::time::timeout(Duration::from_secs(5), http).await;
     info!("stopped");
     Ok(())
+}
+
+/// Keep `loaded` (the plugins behind the memory gauges) current, every 5 s until `stop`.
+async fn keep_loaded(manager: &PluginManager, loaded: &LoadedPlugins, mut stop: watch::Receiver<bool>) {
+    loop {
+        loaded.set(manager.plugins().await);
+        tokio::select! {
+            _ = stop.wait_for(|s| *s) => return,
+            () = tokio::time::sleep(Duration::from_secs(5)) => {}
+        }
+    }
 }
 
 async fn wait_stop(mut stop: watch::Receiver<bool>) {
@@ -351,6 +390,22 @@ mod tests {
     struct Probe {
         #[command(flatten)]
         record: RecordArgs,
+    }
+
+    #[derive(Parser, Debug)]
+    struct RunProbe {
+        #[command(flatten)]
+        run: RunArgs,
+    }
+
+    #[test]
+    fn the_pool_flags_default_to_the_engine_defaults_and_scale_it() {
+        let p = RunProbe::try_parse_from(["probe"]).unwrap();
+        assert_eq!(p.run.engine_limits(), EngineLimits::default());
+        let p = RunProbe::try_parse_from(["probe", "--instance-pool", "16", "--plugin-memory-max", "128Mi"]).unwrap();
+        let l = p.run.engine_limits();
+        assert_eq!((l.instances, l.memories, l.tables, l.core_instances, l.max_memory), (16, 32, 128, 128, ByteSize::mib(128)));
+        assert!(RunProbe::try_parse_from(["probe", "--instance-pool", "2"]).is_err(), "two are kept for loading");
     }
 
     #[test]

@@ -121,6 +121,7 @@ impl PluginEngine {
     }
 
     fn build(limits: EngineLimits, functions: Option<Arc<FunctionCache>>) -> Result<Self> {
+        let limits = super::address_space::fit(limits, super::address_space::limit());
         limits.validate()?;
         let mut config = config(&limits);
         if let Some(functions) = &functions {
@@ -219,6 +220,8 @@ fn config(limits: &EngineLimits) -> Config {
         .total_tables(limits.tables)
         .max_memory_size(limits.max_memory.as_usize())
         .max_core_instances_per_component(limits.max_core_instances_per_component)
+        // One fiber stack per live instance (wasmtime's default is 1000: 2 GiB of address space).
+        .total_stacks(limits.instances)
         .linear_memory_keep_resident(keep_resident)
         .table_keep_resident(keep_resident)
         .pagemap_scan(if pagemap { Enabled::Yes } else { Enabled::No });
@@ -230,6 +233,9 @@ fn config(limits: &EngineLimits) -> Config {
         .memory_init_cow(true)
         .max_wasm_stack(limits.max_wasm_stack.as_usize())
         .allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+    if let Some(reservation) = limits.memory_reservation {
+        cfg.memory_reservation(reservation.bytes()).memory_guard_size(super::address_space::EXPLICIT_GUARD);
+    }
     cfg
 }
 

@@ -293,6 +293,12 @@ pub struct EngineLimits {
     pub epoch_tick: Duration,
     /// Guest call stack size.
     pub max_wasm_stack: ByteSize,
+    /// Address space reserved per linear memory slot (slots are at least `max_memory`). `None`:
+    /// wasmtime's 4 GiB and a 32 MiB guard, which spare compiled plugins their bounds checks,
+    /// unless the process has an address-space limit (`RLIMIT_AS`): then `max_memory` (see
+    /// [`super::address_space`]). A reservation below 4 GiB makes compiled code check bounds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_reservation: Option<ByteSize>,
 }
 
 impl Default for EngineLimits {
@@ -308,6 +314,7 @@ impl Default for EngineLimits {
             pagemap_scan: false,
             epoch_tick: Duration::from_millis(10),
             max_wasm_stack: ByteSize(KI * 512),
+            memory_reservation: None,
         }
     }
 }
@@ -331,6 +338,23 @@ impl EngineLimits {
         self.keep_resident.unwrap_or(if pagemap_scan { KEEP_RESIDENT_PAGEMAP } else { KEEP_RESIDENT_PLAIN })
     }
 
+    /// A pool for a command that runs one call at a time (`inspect`, `reconcile`, `replay`,
+    /// `pack`): 4 instances (2 of them for loading), room for two components' core instances and
+    /// tables at once, 16 memories, each as large as `max_memory` (the plugin's own
+    /// `limits.memory`), so it fits a modest `RLIMIT_AS`.
+    pub fn offline(max_memory: ByteSize, max_core_instances_per_component: u32) -> Self {
+        let per_two_components = max_core_instances_per_component.saturating_mul(2);
+        Self {
+            instances: 4,
+            core_instances: per_two_components,
+            memories: 16,
+            tables: per_two_components,
+            max_memory,
+            max_core_instances_per_component,
+            ..Self::default()
+        }
+    }
+
     /// Check that the engine limits are positive and fit together.
     pub fn validate(&self) -> Result<()> {
         let fail = |m: &str| Err(Error::Engine(m.to_owned()));
@@ -348,6 +372,9 @@ impl EngineLimits {
         }
         if self.max_wasm_stack.0 < 64 * KI {
             return fail("maxWasmStack must be at least 64Ki");
+        }
+        if self.memory_reservation.is_some_and(|r| r.0 < WASM_PAGE) {
+            return fail("memoryReservation must be at least 64Ki");
         }
         Ok(())
     }

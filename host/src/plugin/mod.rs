@@ -19,6 +19,7 @@
 //! - [`recorder`]: capturing them in a call, and a plugin's opt-in [`Recorder`] writing them;
 //! - [`replay`]: serving a recording to a plugin again, and the [`OutcomeDiff`] of the outcomes.
 
+pub mod address_space;
 pub(crate) mod bindings;
 mod compat;
 pub(crate) mod convert;
@@ -29,6 +30,7 @@ pub(crate) mod host;
 mod imports;
 pub mod inspect;
 pub mod limits;
+pub mod memory_metrics;
 pub(crate) mod meta;
 pub mod recorder;
 pub mod recording;

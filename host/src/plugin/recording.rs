@@ -3,7 +3,9 @@
 //! A plugin is a function of its inputs: the request, the answers of its cache reads, and the
 //! clock and random values it drew through WASI. A recording holds those inputs and the outcome
 //! they produced. On disk it is JSON, zstd-compressed (`.json.zst`), with a [`FORMAT`] version;
-//! [`Recording::decode`] also takes plain JSON (e.g. a recording edited by hand).
+//! [`Recording::decode`] also takes plain JSON (e.g. a recording edited by hand). A recording is
+//! input from anywhere: it is decoded within a byte cap ([`DEFAULT_MAX_DECODED`]), so a
+//! decompression bomb is refused instead of filling memory.
 //!
 //! What fills one in is [`super::recorder`]; what serves one to a plugin is [`super::replay`].
 
@@ -19,6 +21,11 @@ use crate::reconciler::{Outcome, Reason, ReconcileError, Request};
 /// The version of the recording format this host writes and reads.
 pub const FORMAT: u32 = 1;
 
+/// How large a recording's JSON may be by default (decompressed): the recorder keeps at most 16
+/// times its compressed cap of answers (16 MiB by default), and their JSON escaping adds less
+/// than as much again.
+pub const DEFAULT_MAX_DECODED: u64 = 64 << 20;
+
 /// The zstd level recordings are compressed with (small inputs: fast at any level).
 const ZSTD_LEVEL: i32 = 15;
 
@@ -31,6 +38,18 @@ pub enum Error {
     /// zstd failed (a truncated or corrupt `.json.zst`).
     #[error("zstd: {0}")]
     Zstd(#[source] std::io::Error),
+    /// The recording decompresses to more than the byte cap allows (a decompression bomb, or a
+    /// recording larger than this reader was told to accept).
+    #[error("the recording {0}")]
+    Decompressed(#[source] crate::bounded::Error),
+    /// The recording, plain JSON, is over the byte cap.
+    #[error("the recording is {size} bytes of JSON, over the {max}-byte cap")]
+    JsonTooLarge {
+        /// Its size.
+        size: u64,
+        /// The cap.
+        max: u64,
+    },
     /// The recording was written in a format this host does not read.
     #[error("recording format {found}, but this host reads format {FORMAT}")]
     Format {
@@ -104,11 +123,22 @@ impl Recording {
         Ok(bytes)
     }
 
-    /// A recording from `.json.zst` bytes, or plain JSON; checks the format version.
+    /// A recording from `.json.zst` bytes, or plain JSON, of at most [`DEFAULT_MAX_DECODED`]
+    /// bytes of JSON; checks the format version.
     pub fn decode(bytes: &[u8]) -> Result<Self, Error> {
-        const ZSTD_MAGIC: [u8; 4] = [0x28, 0xb5, 0x2f, 0xfd];
-        let json = if bytes.starts_with(&ZSTD_MAGIC) {
-            std::borrow::Cow::Owned(zstd::stream::decode_all(bytes).map_err(Error::Zstd)?)
+        Self::decode_within(bytes, DEFAULT_MAX_DECODED)
+    }
+
+    /// A recording from `.json.zst` bytes, or plain JSON, refused when its JSON is (or would
+    /// decompress to) more than `max_json` bytes; checks the format version.
+    pub fn decode_within(bytes: &[u8], max_json: u64) -> Result<Self, Error> {
+        let json = if bytes.starts_with(&crate::bounded::ZSTD_MAGIC) {
+            std::borrow::Cow::Owned(crate::bounded::zstd(bytes, max_json).map_err(|e| match e {
+                crate::bounded::Error::Zstd(e) => Error::Zstd(e),
+                other => Error::Decompressed(other),
+            })?)
+        } else if bytes.len() as u64 > max_json {
+            return Err(Error::JsonTooLarge { size: bytes.len() as u64, max: max_json });
         } else {
             std::borrow::Cow::Borrowed(bytes)
         };
@@ -605,6 +635,32 @@ pub(crate) mod tests {
         assert_eq!(err.to_string(), "recording format 2, but this host reads format 1");
         assert!(matches!(Recording::decode(b"{\"nope\": 1}"), Err(Error::Json(_))));
         assert!(matches!(Recording::decode(&[0x28, 0xb5, 0x2f, 0xfd, 0, 0]), Err(Error::Zstd(_))));
+    }
+
+    #[test]
+    fn a_decompression_bomb_is_refused_at_the_cap() {
+        use std::io::Write;
+        // A recording's first bytes, then 256 MiB of spaces (valid JSON whitespace), streamed:
+        // no declared size, so only the cap stops it.
+        let mut enc = zstd::stream::write::Encoder::new(Vec::new(), 1).unwrap();
+        enc.write_all(br#"{"format": 1, "plugin": "x""#).unwrap();
+        let spaces = vec![b' '; 1 << 20];
+        for _ in 0..256 {
+            enc.write_all(&spaces).unwrap();
+        }
+        let bomb = enc.finish().unwrap();
+        assert!(bomb.len() < 64 << 10, "the bomb is {} bytes", bomb.len());
+        let err = Recording::decode(&bomb).unwrap_err();
+        assert!(matches!(err, Error::Decompressed(_)), "{err:?}");
+        assert_eq!(err.to_string(), "the recording decompresses to more than 67108864 bytes");
+        let err = Recording::decode_within(&bomb, 1 << 20).unwrap_err();
+        assert_eq!(err.to_string(), "the recording decompresses to more than 1048576 bytes");
+        // Plain JSON is held to the same cap, and a real recording fits well within it.
+        let rec = sample();
+        let json = serde_json::to_vec(&rec).unwrap();
+        let err = Recording::decode_within(&json, 10).unwrap_err();
+        assert_eq!(err.to_string(), format!("the recording is {} bytes of JSON, over the 10-byte cap", json.len()));
+        assert_eq!(Recording::decode_within(&rec.encode(1 << 20).unwrap(), json.len() as u64).unwrap(), rec);
     }
 
     #[test]

@@ -119,6 +119,8 @@ pub struct PluginStats {
     pub busy: Duration,
     /// Guest output dropped over the per-call or per-minute limits.
     pub output_dropped_bytes: u64,
+    /// The most linear memory any call has grown to (bytes), since this version loaded.
+    pub memory_peak_bytes: u64,
 }
 
 #[derive(Default)]
@@ -133,6 +135,7 @@ struct Counters {
     instantiation_failures: AtomicU64,
     host_panics: AtomicU64,
     busy_nanos: AtomicU64,
+    memory_peak: AtomicU64,
 }
 
 fn bump(c: &AtomicU64) {
@@ -402,6 +405,7 @@ impl WasmPlugin {
             host_panics: get(&c.host_panics),
             busy: Duration::from_nanos(get(&c.busy_nanos)),
             output_dropped_bytes: self.output_rate.dropped_bytes(),
+            memory_peak_bytes: get(&c.memory_peak),
         }
     }
 
@@ -439,6 +443,9 @@ impl WasmPlugin {
         };
         let finished = within_deadline(self.limits.timeout, run);
         output.flush();
+        if let Some((_, store)) = &finished {
+            c.memory_peak.fetch_max(store.data().limiter.peak as u64, Ordering::Relaxed);
+        }
         let result = match finished {
             // The deadline passed while the guest waited in a host call (e.g. a sleep in `poll`):
             // the call was cancelled and its Store, with the instance slot, dropped.

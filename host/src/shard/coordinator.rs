@@ -81,6 +81,11 @@ struct ShardLabels {
     shard: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PluginLabel {
+    plugin: String,
+}
+
 /// This replica's part in sharding. Cheap to clone.
 #[derive(Clone)]
 pub struct Sharding {
@@ -109,6 +114,8 @@ struct Inner {
     stop: watch::Sender<bool>,
     task: Mutex<Option<JoinHandle<()>>>,
     owned: Family<ShardLabels, Gauge>,
+    /// Shards per registered plugin: with `owned`, an alert finds a shard nobody owns.
+    shards: Family<PluginLabel, Gauge>,
     member_count: Gauge,
 }
 
@@ -124,6 +131,8 @@ impl Sharding {
         member_count.set(1); // this replica, until others are seen
         registry.register("wasmloop_shard_owned", "1 for each shard this replica owns (--shard-mode plugin)", owned.clone());
         registry.register("wasmloop_shard_members", "Live replicas this replica sees (--shard-mode plugin)", member_count.clone());
+        let shards = Family::<PluginLabel, Gauge>::default();
+        registry.register("wasmloop_shards", "Shards of each plugin this replica has loaded (--shard-mode plugin)", shards.clone());
         let inner = Arc::new(Inner {
             writer: LeaseWriter::new(client.clone(), &config.namespace, &config.identity, config.duration),
             client,
@@ -136,6 +145,7 @@ impl Sharding {
             stop: watch::Sender::new(false),
             task: Mutex::new(None),
             owned,
+            shards,
             member_count,
         });
         let task = tokio::spawn(inner.clone().run());
@@ -158,6 +168,7 @@ impl Sharding {
                 }
             }
         };
+        self.inner.shards.get_or_create(&PluginLabel { plugin: plugin.to_string() }).set(count.max(1) as i64);
         self.inner.changed.notify_one();
         ownership
     }
@@ -165,6 +176,7 @@ impl Sharding {
     /// `plugin` is gone: its shards are released.
     pub fn unregister(&self, plugin: &str) {
         self.inner.plugins.lock().remove(plugin);
+        self.inner.shards.remove(&PluginLabel { plugin: plugin.to_string() });
         self.inner.changed.notify_one();
     }
 
