@@ -309,15 +309,27 @@ fn pack_ref(ns: &str, wasm: &[u8], manifest: &str) -> Result<wasmloop::hotload::
     })?)
 }
 
+/// The next load event other than a wait for a payload the informer has not delivered yet
+/// (payloads are looked up in its cache only, so one applied a moment before its plugin
+/// ConfigMap may be waited for first).
+async fn next_settled(events: &mut broadcast::Receiver<LoadEvent>, what: &str) -> Result<LoadEvent> {
+    loop {
+        match next_load(events, what).await? {
+            LoadEvent::Waiting { reason, .. } if reason.contains("not found (a ConfigMap labelled wasmloop.dev/plugin-payload") => {}
+            other => return Ok(other),
+        }
+    }
+}
+
 async fn next_loaded(events: &mut broadcast::Receiver<LoadEvent>, what: &str) -> Result<(String, LoadOrigin, Duration, String)> {
-    match next_load(events, what).await? {
+    match next_settled(events, what).await? {
         LoadEvent::Loaded { version, origin, took, digest, .. } => Ok((version, origin, took, digest)),
         other => bail!("expected {what} (Loaded), got {other:?}"),
     }
 }
 
 async fn next_rejected(events: &mut broadcast::Receiver<LoadEvent>, what: &str) -> Result<String> {
-    match next_load(events, what).await? {
+    match next_settled(events, what).await? {
         LoadEvent::Rejected { error, .. } => Ok(error),
         other => bail!("expected {what} (Rejected), got {other:?}"),
     }

@@ -138,7 +138,8 @@ async fn the_last_good_version_keeps_serving_through_faults_with_a_refused_versi
     host.child.kill()?;
     host.wait_exit(Duration::from_secs(5)).await?;
     let host = start_host(&kc, dir.path(), "last-good-b", &plugins).await?;
-    let annotations = || async { Api::<ConfigMap>::namespaced(admin.clone(), &plugins).get("podset").await.map(|c| c.metadata.annotations) };
+    let annotations =
+        || async { Api::<ConfigMap>::namespaced(admin.clone(), &plugins).get("podset").await.map(|c| c.metadata.annotations) };
     refused_while_v2_serves(&admin, &plugins, "a new host")
         .await
         .with_context(|| format!("the new host's log:\n{}", host.log_tail(40)))

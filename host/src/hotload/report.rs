@@ -156,7 +156,10 @@ impl Reporter {
             (Standing::Current, None, Some((plugin, stop))) => {
                 self.waiting.clear(key);
                 let (reason, why) = match stop {
-                    Stop::Suspended(reason) => (reason.reason(), format!("{reason}")),
+                    Stop::Suspended(reason) => {
+                        status.waiting_for = Some(reason.subject());
+                        (reason.reason(), format!("{reason}"))
+                    }
                     Stop::Failed(error) => ("Restarting", format!("it could not start again ({error}); retried")),
                 };
                 let message = format!("{} stopped: {why}", describe(plugin));
