@@ -173,7 +173,7 @@ async fn a_plugin_writes_only_as_an_account_claimed_for_it() -> Result<()> {
     service_account(&host.client, &plugins.name, "late-bot", json!({})).await?;
     match next_load(&mut events, "late").await? {
         LoadEvent::Waiting { reason, .. } => {
-            ensure!(reason.contains("label serviceaccount late-bot wasmloop.dev/plugin-name=late"), "{reason}")
+            ensure!(reason.contains("label serviceaccount late-bot wasmloop.dev/plugin-name=late"), "{reason}");
         }
         other => bail!("a plugin whose account is unclaimed did not wait: {other:?}"),
     }
