@@ -6,7 +6,7 @@
 //! Read tolerantly: the status JSON (`wasmloop.dev/status`, written by `hotload`) gains fields
 //! over time, so unknown fields are ignored and missing ones are empty; a status that is not
 //! JSON at all falls back to the plain `wasmloop.dev/state` and `wasmloop.dev/digest`; a
-//! ConfigMap the host has not reported on yet is [`UNKNOWN`].
+//! ConfigMap the host has not reported on yet is `Unknown` ([`State::name`]).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -15,68 +15,12 @@ use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 
 use crate::cache::IndexedStore;
-use crate::hotload::source::{PLUGIN_LABEL, STATUS_ANNOTATION};
+use crate::hotload::source::PLUGIN_LABEL;
+use crate::hotload::{PluginStatus, State};
 use crate::informer::{Informer, InformerKey, InformerRegistry};
-
-/// The annotation with the state alone (written with the status, by `hotload`).
-pub const STATE_ANNOTATION: &str = "wasmloop.dev/state";
-/// The annotation with the digest the state is about.
-pub const DIGEST_ANNOTATION: &str = "wasmloop.dev/digest";
-/// The state of a plugin ConfigMap the host has not reported on (yet).
-pub const UNKNOWN: &str = "Unknown";
-
-/// The status of one plugin ConfigMap, as its annotations say: the fields `wasmloop status` shows
-/// (the JSON has more: `waitingFor`, `error`, `payload`, ...; the message says them).
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", default)]
-pub struct ReportedStatus {
-    /// `Loaded`, `Waiting`, `Rejected`, or [`UNKNOWN`].
-    pub state: String,
-    /// Why, in one CamelCase word (`Compiled`, `PayloadMissing`, `Refused`, ...).
-    pub reason: String,
-    /// For a person: what happened.
-    pub message: String,
-    /// The plugin's name.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub plugin: Option<String>,
-    /// The plugin's own version.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub version: Option<String>,
-    /// `sha256:` of the component the state is about (serving when Loaded, pending otherwise).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub digest: Option<String>,
-    /// The digest of the version still serving.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub serving_digest: Option<String>,
-}
-
-impl ReportedStatus {
-    /// The status these annotations report (see the module's doc for what is tolerated).
-    pub fn from_annotations(annotations: &BTreeMap<String, String>) -> Self {
-        let mut status =
-            annotations.get(STATUS_ANNOTATION).and_then(|json| serde_json::from_str::<ReportedStatus>(json).ok()).unwrap_or_default();
-        if status.state.is_empty() {
-            status.state = annotations.get(STATE_ANNOTATION).cloned().unwrap_or_else(|| UNKNOWN.to_string());
-        }
-        if status.digest.is_none() {
-            status.digest = annotations.get(DIGEST_ANNOTATION).cloned();
-        }
-        status
-    }
-
-    /// The digest that serves: this one's when Loaded, else the older version's still serving.
-    pub fn serving_digest(&self) -> Option<&str> {
-        if self.state == "Loaded" { self.digest.as_deref() } else { self.serving_digest.as_deref() }
-    }
-
-    /// The digest waiting or refused (not serving), if any.
-    pub fn pending_digest(&self) -> Option<&str> {
-        if self.state == "Loaded" { None } else { self.digest.as_deref() }
-    }
-}
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct StateLabels {
@@ -135,11 +79,11 @@ impl Collector for StateCollector {
         let family = Family::<StateLabels, Gauge>::default();
         for object in self.store.snapshot() {
             let annotations = object.parse::<Annotated>().map(|a| a.metadata.annotations).unwrap_or_default();
-            let status = ReportedStatus::from_annotations(&annotations);
+            let status = PluginStatus::from_annotations(&annotations);
             let labels = StateLabels {
                 namespace: object.namespace().unwrap_or_default().to_string(),
                 configmap: object.name().to_string(),
-                state: status.state,
+                state: State::name(status.state).to_string(),
                 reason: status.reason,
             };
             family.get_or_create(&labels).set(1);
@@ -157,6 +101,8 @@ impl Collector for StateCollector {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::hotload::source::STATUS_ANNOTATION;
+    use crate::hotload::{DIGEST_ANNOTATION, STATE_ANNOTATION};
 
     fn annotations(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
         pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
@@ -166,19 +112,22 @@ mod tests {
     fn the_status_json_is_read_tolerantly() {
         let json = r#"{"state":"Waiting","reason":"PayloadMissing","message":"m","digest":"sha256:bb","serving":"p 1.0.0",
                        "servingDigest":"sha256:aa","waitingFor":"p-wasm-1","someFieldAddedLater":{"x":[1]}}"#;
-        let s = ReportedStatus::from_annotations(&annotations(&[(STATUS_ANNOTATION, json)]));
-        assert_eq!((s.state.as_str(), s.reason.as_str()), ("Waiting", "PayloadMissing"));
+        let s = PluginStatus::from_annotations(&annotations(&[(STATUS_ANNOTATION, json)]));
+        assert_eq!((s.state, s.reason.as_str()), (Some(State::Waiting), "PayloadMissing"));
         assert_eq!((s.serving_digest(), s.pending_digest()), (Some("sha256:aa"), Some("sha256:bb")));
-        let loaded = ReportedStatus::from_annotations(&annotations(&[(STATUS_ANNOTATION, r#"{"state":"Loaded","digest":"sha256:cc"}"#)]));
+        let loaded = PluginStatus::from_annotations(&annotations(&[(STATUS_ANNOTATION, r#"{"state":"Loaded","digest":"sha256:cc"}"#)]));
         assert_eq!((loaded.serving_digest(), loaded.pending_digest()), (Some("sha256:cc"), None));
         // Not JSON: the plain annotations.
-        let plain = ReportedStatus::from_annotations(&annotations(&[
+        let plain = PluginStatus::from_annotations(&annotations(&[
             (STATUS_ANNOTATION, "{not json"),
             (STATE_ANNOTATION, "Rejected"),
             (DIGEST_ANNOTATION, "sha256:dd"),
         ]));
-        assert_eq!((plain.state.as_str(), plain.digest.as_deref()), ("Rejected", Some("sha256:dd")));
-        assert_eq!(ReportedStatus::from_annotations(&BTreeMap::new()).state, UNKNOWN);
+        assert_eq!((plain.state, plain.digest.as_deref()), (Some(State::Rejected), Some("sha256:dd")));
+        assert_eq!(State::name(PluginStatus::from_annotations(&BTreeMap::new()).state), "Unknown");
+        // A state this host does not know reads as none, and the rest of the status still reads.
+        let future = PluginStatus::from_annotations(&annotations(&[(STATUS_ANNOTATION, r#"{"state":"Paused","reason":"Admin"}"#)]));
+        assert_eq!((future.state, future.reason.as_str()), (None, "Admin"));
     }
 
     #[test]

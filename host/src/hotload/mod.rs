@@ -47,5 +47,5 @@ pub use manager::{Error, PluginManager, PluginManagerConfig};
 pub use manifest::PluginManifest;
 pub use metrics::PluginMetrics;
 pub use report::LoadEvent;
-pub use status::{PluginStatus, State};
+pub use status::{DIGEST_ANNOTATION, LAST_GOOD_ANNOTATION, PluginStatus, STATE_ANNOTATION, State};
 pub use waiting::{WaitPolicy, WaitReason};

@@ -18,7 +18,7 @@
 use k8s_openapi::api::core::v1::{ConfigMap, ObjectReference};
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::events::{Event, EventType as KubeEventType, Recorder, Reporter};
-use serde::Serialize;
+use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::json;
 use tracing::{debug, warn};
 
@@ -42,7 +42,7 @@ pub const MAX_LAST_GOOD: usize = 64 * 1024;
 pub const HOST_ANNOTATIONS: [&str; 4] = [STATUS_ANNOTATION, STATE_ANNOTATION, DIGEST_ANNOTATION, LAST_GOOD_ANNOTATION];
 
 /// Where a plugin ConfigMap stands.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum State {
     /// A version of it serves (the one `digest` names).
     Loaded,
@@ -55,6 +55,12 @@ pub enum State {
 }
 
 impl State {
+    /// The state as the status JSON writes it; `Unknown` for a ConfigMap the host has not
+    /// reported on (yet).
+    pub fn name(state: Option<Self>) -> &'static str {
+        state.map_or("Unknown", Self::as_str)
+    }
+
     /// The state as the status JSON writes it.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -74,11 +80,15 @@ impl State {
     }
 }
 
-/// The JSON of `wasmloop.dev/status`.
-#[derive(Clone, Debug, Default, PartialEq, Serialize)]
-#[serde(rename_all = "camelCase")]
+/// The JSON of `wasmloop.dev/status`. Read back tolerantly ([`PluginStatus::from_annotations`]:
+/// fields added later are ignored, missing ones are empty), so readers of other versions —
+/// `wasmloop status`, the `wasmloop_plugin_state` metric — keep working as it grows.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
 pub struct PluginStatus {
-    /// Loaded, Waiting or Rejected (`None` only in a default, empty status).
+    /// Loaded, Waiting or Rejected (`None` in a default, empty status, or a state this host does
+    /// not know).
+    #[serde(deserialize_with = "known_state")]
     pub state: Option<State>,
     /// Why, in one CamelCase word: `Compiled`, `Precompiled`, `Reused`, `Unchanged` (Loaded);
     /// `KindNotServed`, `PayloadMissing`, `NameTaken`, `DiscoveryFailed` (Waiting); `Refused`.
@@ -126,7 +136,36 @@ pub struct PluginStatus {
     pub last_good: Option<Option<String>>,
 }
 
+/// A state this host does not know reads as none.
+fn known_state<'de, D: Deserializer<'de>>(d: D) -> Result<Option<State>, D::Error> {
+    Ok(Option::<serde_json::Value>::deserialize(d)?.and_then(|v| serde_json::from_value(v).ok()))
+}
+
 impl PluginStatus {
+    /// The status a plugin ConfigMap's `annotations` report: the JSON when it parses, else
+    /// what the plain state and digest annotations say.
+    pub fn from_annotations(annotations: &std::collections::BTreeMap<String, String>) -> Self {
+        let json = annotations.get(STATUS_ANNOTATION).and_then(|json| serde_json::from_str::<Self>(json).ok());
+        let mut status = json.unwrap_or_default();
+        if status.state.is_none() {
+            status.state = annotations.get(STATE_ANNOTATION).and_then(|s| serde_json::from_value(json!(s)).ok());
+        }
+        if status.digest.is_none() {
+            status.digest = annotations.get(DIGEST_ANNOTATION).cloned();
+        }
+        status
+    }
+
+    /// The digest that serves: this one's when Loaded, else the older version's still serving.
+    pub fn serving_digest(&self) -> Option<&str> {
+        if self.state == Some(State::Loaded) { self.digest.as_deref() } else { self.serving_digest.as_deref() }
+    }
+
+    /// The digest waiting or refused (not serving), if any.
+    pub fn pending_digest(&self) -> Option<&str> {
+        if self.state == Some(State::Loaded) { None } else { self.digest.as_deref() }
+    }
+
     /// The Event's `action`: the status reason and the digest it is about. kube-runtime's
     /// Recorder folds Events with the same type, reason, action and object into one series that
     /// keeps the first note, so a new version (or a new reason) must be a new action, or

@@ -14,7 +14,7 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, ListParams};
 use serde::Serialize;
-use wasmloop::plugin_state::ReportedStatus;
+use wasmloop::hotload::{PluginStatus, State};
 use wasmloop::shard::coordinator::{MEMBER_LEASE_PREFIX, SHARD_LEASE_PREFIX};
 
 use scrape::{PluginFigures, Scrape, Source};
@@ -194,7 +194,7 @@ async fn gather(client: &kube::Client, args: &StatusArgs, now: Option<&[Scrape]>
         .items
         .iter()
         .map(|cm| {
-            let status = ReportedStatus::from_annotations(&cm.metadata.annotations.clone().unwrap_or_default());
+            let status = PluginStatus::from_annotations(&cm.metadata.annotations.clone().unwrap_or_default());
             let configmap = cm.metadata.name.clone().unwrap_or_default();
             let plugin = status.plugin.clone().unwrap_or_else(|| configmap.clone());
             let own: Vec<&ShardRow> = shards.iter().filter(|s| s.plugin == plugin).collect();
@@ -206,7 +206,7 @@ async fn gather(client: &kube::Client, args: &StatusArgs, now: Option<&[Scrape]>
                 shards_held: own.iter().filter(|s| s.live).count(),
                 shards: own.len(),
                 metrics: now.map(|now| scrape::figures(&plugin, now, before)),
-                state: status.state,
+                state: State::name(status.state).to_string(),
                 reason: status.reason,
                 message: status.message,
                 configmap,
