@@ -29,7 +29,7 @@ pub struct Budgets {
     /// namespace read). Default 8.
     pub selectors: usize,
     /// Bytes of one selector (label or annotation). Default 4Ki.
-    pub selector_bytes: usize,
+    pub selector_bytes: ByteSize,
     /// Declared indexes. Default 16.
     pub indexes: usize,
     /// Estimated heap bytes of the entries of the plugin's indexes (an index shared with another
@@ -49,7 +49,7 @@ impl Default for Budgets {
         Self {
             watches: 16,
             selectors: 8,
-            selector_bytes: 4 * 1024,
+            selector_bytes: ByteSize::kib(4),
             indexes: 16,
             index_memory: ByteSize::mib(64),
             index_mappings: 8,
@@ -63,7 +63,7 @@ impl Default for Budgets {
 pub const MAXIMA: Budgets = Budgets {
     watches: 128,
     selectors: 64,
-    selector_bytes: MAX_SELECTOR_BYTES,
+    selector_bytes: ByteSize(MAX_SELECTOR_BYTES as u64),
     indexes: 128,
     index_memory: ByteSize::mib(1024),
     index_mappings: 64,
@@ -129,7 +129,7 @@ impl Budget {
         let n = match self {
             Budget::Watches => budgets.watches,
             Budget::Selectors => budgets.selectors,
-            Budget::SelectorBytes => budgets.selector_bytes,
+            Budget::SelectorBytes => return budgets.selector_bytes.bytes(),
             Budget::Indexes => budgets.indexes,
             Budget::IndexMemory => return budgets.index_memory.bytes(),
             Budget::IndexMappings => budgets.index_mappings,
@@ -139,9 +139,14 @@ impl Budget {
         n as u64
     }
 
-    /// `n` of this budget's unit, as `plugin.yaml` writes it.
+    /// `n` of this budget's unit, as `plugin.yaml` writes it (`64Ki`; bytes that are no whole
+    /// unit as `1627240 bytes`).
     fn amount(self, n: u64) -> String {
-        if self.in_bytes() { ByteSize(n).to_string() } else { n.to_string() }
+        match self.in_bytes() {
+            true if n.is_multiple_of(1024) && n > 0 => ByteSize(n).to_string(),
+            true => format!("{n} bytes"),
+            false => n.to_string(),
+        }
     }
 }
 
@@ -345,13 +350,14 @@ mod tests {
         assert!(message.len() < 200 && !message.contains("v1"), "{message}");
         let mut s = spec();
         s.annotation_selector = Some("a".repeat(5000));
-        assert!(Budgets::default().check_spec(&s).unwrap_err().to_string().contains("reconciles.annotationSelector is 5000"));
+        assert!(Budgets::default().check_spec(&s).unwrap_err().to_string().contains("reconciles.annotationSelector is 5000 bytes,"));
     }
 
     #[test]
     fn index_memory_is_checked_and_its_crossings_are_reported_once_each() {
         let b = Budgets { index_memory: ByteSize::kib(1), ..Budgets::default() };
         assert_eq!(b.check_index_memory(1024), Ok(()));
+        assert!(b.check_index_memory(1500).unwrap_err().to_string().contains("its indexes hold 1500 bytes, the budget is 1Ki"));
         let e = b.check_index_memory(4096).unwrap_err();
         assert_eq!(
             e.to_string(),

@@ -266,8 +266,9 @@ namespace: shop
         let m = PluginManifest::parse("resync: never", "p").unwrap();
         assert_eq!(m.controller.resync, None);
         assert_eq!(m.controller.budgets, Budgets::default());
-        let m = PluginManifest::parse("budgets: {watches: 32, indexMemory: 128Mi}", "p").unwrap();
-        assert_eq!((m.controller.budgets.watches, m.controller.budgets.index_memory.to_string()), (32, "128Mi".into()));
+        let m = PluginManifest::parse("budgets: {watches: 32, indexMemory: 128Mi, selectorBytes: 64Ki}", "p").unwrap();
+        let b = m.controller.budgets;
+        assert_eq!((b.watches, b.index_memory.to_string(), b.selector_bytes.to_string()), (32, "128Mi".into(), "64Ki".into()));
         assert_eq!(m.controller.budgets.selectors, Budgets::default().selectors, "the others keep their defaults");
     }
 
