@@ -11,7 +11,8 @@
 //!   its own: refused at load over its budget, counted when it grows past it later;
 //! - the real host binary under the deploy's RBAC refuses the greedy plugin and stays healthy.
 //!
-//! Figures are printed (`--nocapture`); assertions hold orders of magnitude, not timings.
+//! Figures are printed (`--nocapture`); assertions hold orders of magnitude, not timings. The
+//! tests run one at a time ([`SERIAL`]): CPU and RSS are the process's.
 
 use std::collections::BTreeSet;
 use std::io::{Read, Write};
@@ -42,6 +43,9 @@ use wasmloop_tests::cluster::{
 use wasmloop_tests::{Host, TestNamespace, apply_plugin, ensure_podset_crd, eventually, init_tracing, plugin_path, sa_kubeconfig};
 
 const WAIT: Duration = Duration::from_secs(90);
+
+/// Held by each test: the CPU and memory figures are the whole test process's.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 // ---------------------------------------------------------------------------------------------
 // A native reconciler that declares whatever a test says and records what it is asked
@@ -215,6 +219,7 @@ async fn next_load(events: &mut broadcast::Receiver<LoadEvent>) -> Result<LoadEv
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn declarations_over_budget_are_refused_at_load_before_anything_starts() -> Result<()> {
     init_tracing();
+    let _serial = SERIAL.lock().await;
     let host = Host::new().await?;
     let ns = TestNamespace::create(&host.client, "budget-refused").await?;
     let engine = tokio::task::spawn_blocking(PluginEngine::new).await??;
@@ -285,6 +290,7 @@ async fn declarations_over_budget_are_refused_at_load_before_anything_starts() -
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_new_informer_costs_the_api_budget_and_a_shared_one_nothing() -> Result<()> {
     init_tracing();
+    let _serial = SERIAL.lock().await;
     let host = Host::new().await?;
     let ns = TestNamespace::create(&host.client, "budget-informers").await?;
     let before = host.requests.snapshot();
@@ -409,6 +415,7 @@ async fn fan_out_updates(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_index_mapping_fan_out_is_bounded_and_off_the_event_path() -> Result<()> {
     init_tracing();
+    let _serial = SERIAL.lock().await;
     let host = Host::new().await?;
     ensure_podset_crd(&host.client).await?;
     let ns = TestNamespace::create(&host.client, "budget-fanout").await?;
@@ -475,6 +482,7 @@ async fn an_index_mapping_fan_out_is_bounded_and_off_the_event_path() -> Result<
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn keys_outside_the_read_grants_never_reach_the_plugin() -> Result<()> {
     init_tracing();
+    let _serial = SERIAL.lock().await;
     let host = Host::new().await?;
     let granted = TestNamespace::create(&host.client, "budget-granted").await?;
     let other = TestNamespace::create(&host.client, "budget-other").await?;
@@ -516,6 +524,7 @@ async fn keys_outside_the_read_grants_never_reach_the_plugin() -> Result<()> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn index_names_are_each_plugins_own_on_a_shared_informer() -> Result<()> {
     init_tracing();
+    let _serial = SERIAL.lock().await;
     let host = Host::new().await?;
     let ns = TestNamespace::create(&host.client, "budget-names").await?;
     let cms = Api::<ConfigMap>::namespaced(host.client.clone(), &ns.name);
@@ -558,6 +567,7 @@ async fn index_names_are_each_plugins_own_on_a_shared_informer() -> Result<()> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn index_memory_is_bounded_at_load_and_watched_after() -> Result<()> {
     init_tracing();
+    let _serial = SERIAL.lock().await;
     let host = Host::new().await?;
     let ns = TestNamespace::create(&host.client, "budget-memory").await?;
     let cms = Api::<ConfigMap>::namespaced(host.client.clone(), &ns.name);
@@ -625,6 +635,7 @@ async fn index_memory_is_bounded_at_load_and_watched_after() -> Result<()> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn under_the_deploy_rbac_the_greedy_plugin_is_refused_and_the_host_stays_healthy() -> Result<()> {
     init_tracing();
+    let _serial = SERIAL.lock().await;
     let host = Host::new().await?;
     let admin = host.client.clone();
     deployed_and_served(&admin).await?;
