@@ -138,14 +138,24 @@ impl Inner {
     /// batches on the guest threads (below the host's own: [`guest_threads`]), and queue them:
     /// one plugin's fan-out never holds up an informer's task, another plugin's events or the
     /// host's probes. Ends when the informers' handlers are gone (the wiring was replaced).
+    ///
+    /// The channel is unbounded: the informers never wait for a plugin's mapping. Each change
+    /// costs at most `keysPerEvent` entries here, so the backlog grows only while changes arrive
+    /// faster than that many entries per change are mapped.
     async fn map_off_path(me: Weak<Self>, mapper: KeyMapper, mappings: Arc<[Mapping]>, mut changes: UnboundedReceiver<(usize, Change)>) {
         let mut batch = Vec::new();
         while changes.recv_many(&mut batch, MAPPING_BATCH).await > 0 {
             let (m, mappings, work) = (mapper.clone(), mappings.clone(), std::mem::take(&mut batch));
             let mapped =
                 guest_threads::run(move || work.iter().map(|(at, change)| m.for_watched(&mappings[*at], change)).collect::<Vec<_>>());
-            let Ok(mapped) = mapped.await else { continue };
             let Some(inner) = me.upgrade() else { return };
+            let mapped = match mapped.await {
+                Ok(mapped) => mapped,
+                Err(e) => {
+                    warn!(controller = %inner.name, error = %e, "mapping a batch of changes failed; their keys are queued at the next resync");
+                    continue;
+                }
+            };
             mapped.iter().for_each(|m| inner.queue_mapped(m));
         }
     }
