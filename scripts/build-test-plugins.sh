@@ -8,7 +8,7 @@
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
-ALL=(echo spin-loop memory-bomb panic bad-action read-outside-grant write-outside-grant wrong-version sandbox-probe hostile contract-v0-1 widget)
+ALL=(echo spin-loop memory-bomb panic bad-action read-outside-grant write-outside-grant wrong-version sandbox-probe hostile contract-v0-1 widget greedy)
 PLUGINS=("${@:-${ALL[@]}}")
 
 if ! rustup target list --installed 2>/dev/null | grep -qx wasm32-wasip2; then
@@ -44,4 +44,15 @@ if [[ " ${PLUGINS[*]} " == *" widget "* ]]; then
   cp "$out/widget.wasm" "$out/widget_v2.wasm"
   cargo build --target wasm32-wasip2 --profile plugin -p widget
   echo "$out/widget_v2.wasm $(stat -c %s "$out/widget_v2.wasm") bytes"
+fi
+
+# greedy's variants (features `huge-selector`, `indexes`): each declares another kind of excess,
+# for tests/tests/budgets.rs. Built only when greedy is.
+if [[ " ${PLUGINS[*]} " == *" greedy "* ]]; then
+  for feature in huge-selector indexes; do
+    cargo build --target wasm32-wasip2 --profile plugin -p greedy --features "$feature"
+    cp "$out/greedy.wasm" "$out/greedy_${feature//-/_}.wasm"
+    echo "$out/greedy_${feature//-/_}.wasm $(stat -c %s "$out/greedy_${feature//-/_}.wasm") bytes"
+  done
+  cargo build --target wasm32-wasip2 --profile plugin -p greedy
 fi

@@ -13,6 +13,7 @@ pub mod controllers;
 pub mod convergence;
 pub mod devloop;
 pub mod fixtures;
+pub mod index_memory;
 pub mod kube_util;
 pub mod latency;
 pub mod memory;

@@ -8,7 +8,8 @@ use anyhow::Context;
 use clap::{Parser, Subcommand};
 use serde::Serialize;
 use wasmloop_bench::{
-    alloc, cache_memory, cache_scale, call_cost, convergence, devloop, latency, memory, polyglot, queue, reload, report, scaleout, shadow,
+    alloc, cache_memory, cache_scale, call_cost, convergence, devloop, index_memory, latency, memory, polyglot, queue, reload, report,
+    scaleout, shadow,
 };
 
 #[global_allocator]
@@ -31,6 +32,8 @@ enum Command {
         #[arg(long)]
         out: Option<PathBuf>,
     },
+    /// What an index's entries take on the heap beside the host's estimate (budgets.indexMemory).
+    IndexMemory,
     /// Section 3b: the cache from 1 000 to 100 000 Pods, host vs kube-controller-manager: RSS,
     /// bytes per Pod, start → synced.
     CacheScale(cache_scale::Args),
@@ -93,6 +96,19 @@ fn main() -> anyhow::Result<()> {
             }
             if let Some(out) = out {
                 write_json(&out, &m)?;
+            }
+        }
+        Command::IndexMemory => {
+            for shape in &index_memory::SHAPES {
+                let (measured, estimated) = index_memory::measure(shape)?;
+                println!(
+                    "index-memory {:>24}: {} objects, {} values each, {} distinct: measured {measured} B, estimated {estimated} B ({:.2}×)",
+                    shape.name,
+                    shape.objects,
+                    shape.values_per_object,
+                    shape.distinct,
+                    estimated as f64 / measured as f64
+                );
             }
         }
         Command::CallCost(args) => call_cost::main(args)?,

@@ -135,9 +135,7 @@ fn view_for(spec: &ReconcilerSpec, objects: Vec<Value>) -> Result<CacheView> {
         view.insert(store);
     }
     for idx in &spec.indexes {
-        for store in view.stores(&idx.kind) {
-            store.add_index(&idx.name, IndexSpec::parse(&idx.path)?)?;
-        }
+        view.declare_index(&idx.kind, &idx.name, IndexSpec::parse(&idx.path)?)?;
     }
     Ok(view)
 }

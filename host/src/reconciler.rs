@@ -95,6 +95,16 @@ impl ReconcileError {
     }
 }
 
+/// The host's maximum size of one selector a reconciler declares (label or annotation), in
+/// bytes: larger ones are refused when the metadata is read, before they are parsed or quoted.
+/// Each plugin's own budget, at most this, is `budgets.selectorBytes`
+/// ([`crate::controller::budget`]).
+pub const MAX_SELECTOR_BYTES: usize = 64 * 1024;
+
+/// The host's maximum of fields a reconciler declares for metadata reads (each is extracted per
+/// object read). Each plugin's own budget, at most this, is `budgets.fields`.
+pub const MAX_FIELDS: usize = 256;
+
 /// A secondary kind a controller watches.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct WatchSpec {

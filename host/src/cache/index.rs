@@ -1,7 +1,10 @@
-//! What an index is keyed by: [`IndexSpec`], and the values it gives an object.
+//! What an index is keyed by: [`IndexSpec`], and the values it gives an object; [`Index`]:
+//! one index of a store, its entries and what they cost.
 
 use std::borrow::Cow;
+use std::collections::{BTreeSet, HashMap};
 use std::fmt;
+use std::sync::Arc;
 
 use serde_json::Value;
 
@@ -50,6 +53,21 @@ impl IndexSpec {
         }
     }
 
+    /// The name a store knows this index by when controllers share it
+    /// ([`IndexedStore::acquire_index`](super::IndexedStore::acquire_index)): derived from the
+    /// definition, so equal definitions share one index whatever each plugin calls it, and
+    /// different ones never collide. No declared name reaches a shared store, and no built-in
+    /// name has a `:`.
+    pub fn shared_name(&self) -> String {
+        match self {
+            Self::Label(key) => format!("label:{key}"),
+            Self::Field(path) => format!("field:{path}"),
+            Self::Namespace => NAMESPACE_INDEX.into(),
+            Self::ControllerOwner => OWNER_INDEX.into(),
+            Self::LabelPairs => LABEL_PAIRS_INDEX.into(),
+        }
+    }
+
     /// True if computing values needs the object's full JSON, not only its cached metadata.
     pub(super) fn reads_json(&self) -> bool {
         matches!(self, Self::Field(_))
@@ -82,6 +100,103 @@ impl fmt::Display for IndexSpec {
             Self::LabelPairs => f.write_str("labels (key=value)"),
             Self::Field(path) => f.write_str(path),
         }
+    }
+}
+
+/// One index's values as the store keeps them per object (`Arc<str>`s shared with the index).
+pub(super) type Values = Box<[Arc<str>]>;
+
+/// Estimated heap bytes of one distinct value of an index, its own bytes aside: its map slot
+/// (`Arc<str>` + `BTreeSet`, 40 bytes, ~64 at the map's load between 7/16 and 7/8), the `Arc`'s
+/// header (16) and the set's first B-tree leaf (192 bytes, room for 11 keys).
+const BYTES_PER_VALUE: usize = 64 + 16 + 192;
+/// Estimated heap bytes of one (value, object) entry: a key in a B-tree leaf (16 bytes, leaves
+/// about two thirds full).
+const BYTES_PER_ENTRY: usize = 24;
+/// What a field index adds: per entry the value's pointer in the object's remembered values, per
+/// object indexed the slot of those values.
+const FIELD_BYTES_PER_ENTRY: usize = 16;
+const FIELD_BYTES_PER_OBJECT: usize = 16;
+
+/// One index of a store: its name, its definition, value → keys of the objects that have it,
+/// who uses it, and counts that give its memory at any time without walking it.
+pub(super) struct Index {
+    pub(super) name: Box<str>,
+    pub(super) spec: IndexSpec,
+    /// Value → keys of the objects that have it. Sets are removed when they empty.
+    pub(super) map: HashMap<Arc<str>, BTreeSet<Arc<str>>>,
+    /// Controllers holding it ([`IndexedStore::acquire_index`](super::IndexedStore::acquire_index));
+    /// `None`: kept for the store's life (built-in, or added by name).
+    pub(super) users: Option<usize>,
+    /// (value, key) pairs held.
+    entries: usize,
+    /// Objects with at least one value.
+    objects: usize,
+    /// Bytes of the distinct values.
+    value_bytes: usize,
+}
+
+impl Index {
+    /// An empty index.
+    pub(super) fn new(name: &str, spec: IndexSpec, users: Option<usize>) -> Self {
+        Self { name: name.into(), spec, map: HashMap::new(), users, entries: 0, objects: 0, value_bytes: 0 }
+    }
+
+    /// `values` as `Arc<str>`s, reusing the ones already in the index.
+    pub(super) fn intern<'v>(&self, values: impl Iterator<Item = &'v str>) -> Values {
+        values
+            .map(|v| match self.map.get_key_value(v) {
+                Some((existing, _)) => existing.clone(),
+                None => Arc::from(v),
+            })
+            .collect()
+    }
+
+    pub(super) fn add(&mut self, key: &Arc<str>, values: &[Arc<str>]) {
+        self.objects += usize::from(!values.is_empty());
+        for v in values {
+            let keys = self.map.entry(v.clone()).or_insert_with(|| {
+                self.value_bytes += v.len();
+                BTreeSet::new()
+            });
+            if keys.insert(key.clone()) {
+                self.entries += 1;
+            }
+        }
+    }
+
+    /// Point the entries for `values` at `key` (an equal string in a new allocation), so the
+    /// replaced object's key can be freed.
+    pub(super) fn rekey(&mut self, key: &Arc<str>, values: &[Arc<str>]) {
+        for v in values {
+            if let Some(keys) = self.map.get_mut(v) {
+                keys.replace(key.clone());
+            }
+        }
+    }
+
+    pub(super) fn remove(&mut self, key: &str, values: &[impl std::ops::Deref<Target = str>]) {
+        self.objects = self.objects.saturating_sub(usize::from(!values.is_empty()));
+        for v in values {
+            if let Some(keys) = self.map.get_mut(&**v) {
+                if keys.remove(key) {
+                    self.entries = self.entries.saturating_sub(1);
+                }
+                if keys.is_empty() {
+                    self.map.remove(&**v);
+                    self.value_bytes = self.value_bytes.saturating_sub(v.len());
+                }
+            }
+        }
+    }
+
+    /// Estimated heap bytes of its entries (what the allocator is asked for; its own overhead
+    /// aside): O(1), from counts kept as entries come and go. `wasmloop-bench index-memory`
+    /// measures it against the heap: within 10% for one distinct value per object, a few values
+    /// shared by many, and hundreds of values per object.
+    pub(super) fn approx_bytes(&self) -> usize {
+        let fields = if self.spec.reads_json() { self.entries * FIELD_BYTES_PER_ENTRY + self.objects * FIELD_BYTES_PER_OBJECT } else { 0 };
+        self.map.len() * BYTES_PER_VALUE + self.value_bytes + self.entries * BYTES_PER_ENTRY + fields
     }
 }
 

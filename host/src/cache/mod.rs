@@ -1,6 +1,8 @@
 //! The local cache plugins read instead of the API server (the seed's Store + Indexer).
 //!
 //! - [`IndexedStore`]: one kind's objects (one informer's), keyed by namespace/name, with indexes.
+//! - [`IndexUse`]: a controller's use of an index shared by definition (one per definition per
+//!   store, its memory counted: [`IndexedStore::index_bytes`]).
 //! - [`CachedObject`]: an object as cached: its JSON (managedFields stripped) plus parsed metadata.
 //! - [`CacheRead`]: cross-kind reads (`get`, `list`, `by_index`) as reconcilers see them;
 //!   [`CacheView`] implements it over a set of stores (only the kinds a reconciler may read).
@@ -9,12 +11,14 @@ mod body;
 mod index;
 mod object;
 mod selector;
+mod shared;
 mod store;
 mod view;
 
 pub use index::{IndexSpec, NAMESPACE_INDEX, OWNER_INDEX};
 pub use object::{CachedObject, OwnerRef};
 pub use selector::Selector;
+pub use shared::IndexUse;
 pub use store::{Change, DICTIONARY_AT, IndexedStore, Listed, Packing};
 pub use view::CacheView;
 

@@ -192,7 +192,7 @@ impl CachedObject {
     }
 
     /// The key as the shared string the store indexes by.
-    pub(super) fn key_arc(&self) -> &Arc<str> {
+    pub(crate) fn key_arc(&self) -> &Arc<str> {
         &self.key
     }
 

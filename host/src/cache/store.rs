@@ -22,7 +22,7 @@ use parking_lot::RwLock;
 use serde_json::Value;
 
 use super::body::Dictionary;
-use super::index::{IndexSpec, LABEL_PAIRS_INDEX, NAMESPACE_INDEX, OWNER_INDEX};
+use super::index::{Index, IndexSpec, LABEL_PAIRS_INDEX, NAMESPACE_INDEX, OWNER_INDEX, Values};
 use super::object::{CachedObject, key_parts, str_field};
 use super::{Error, Result, Selector};
 use crate::kinds::KindRef;
@@ -76,7 +76,7 @@ enum Prepared {
 /// (`namespace/name`).
 pub struct IndexedStore {
     kind: KindRef,
-    inner: RwLock<Inner>,
+    pub(super) inner: RwLock<Inner>,
     /// Where the dictionary stands: [`NO_DICTIONARY`], [`BUILDING`] or [`BUILT`].
     dictionary: AtomicU8,
 }
@@ -134,33 +134,24 @@ fn sampled_dictionary(objects: &[&Arc<CachedObject>]) -> Option<Arc<Dictionary>>
     Dictionary::from_samples(&samples, DICTIONARY_BYTES)
 }
 
-struct Inner {
-    objects: HashMap<Arc<str>, Entry>,
-    indexes: Vec<Index>,
+pub(super) struct Inner {
+    pub(super) objects: HashMap<Arc<str>, Entry>,
+    pub(super) indexes: Vec<Index>,
     /// The kind's dictionary, once built: new objects are compressed with it.
     dict: Option<Arc<Dictionary>>,
 }
 
-struct Entry {
+pub(super) struct Entry {
     obj: Arc<CachedObject>,
     /// The object's values for each field index (those that read its JSON), in
     /// `Inner::indexes` order; empty when the store has none.
-    field_values: Box<[Values]>,
-}
-
-type Values = Box<[Arc<str>]>;
-
-struct Index {
-    name: Box<str>,
-    spec: IndexSpec,
-    /// Value → keys of the objects that have it. Sets are removed when they empty.
-    map: HashMap<Arc<str>, BTreeSet<Arc<str>>>,
+    pub(super) field_values: Box<[Values]>,
 }
 
 impl IndexedStore {
     /// An empty store for `kind` with the built-in indexes.
     pub fn new(kind: KindRef) -> Self {
-        let index = |name: &str, spec| Index { name: name.into(), spec, map: HashMap::new() };
+        let index = |name: &str, spec| Index::new(name, spec, None);
         let indexes = vec![
             index(NAMESPACE_INDEX, IndexSpec::Namespace),
             index(OWNER_INDEX, IndexSpec::ControllerOwner),
@@ -259,25 +250,30 @@ impl IndexedStore {
         &self.kind
     }
 
-    /// Add index `name`, computed over the objects already cached. Adding the same spec again is
-    /// a no-op; a different spec under an existing name is an `IndexConflict`.
+    /// Add index `name`, computed over the objects already cached, for the store's life. Adding
+    /// the same spec again is a no-op; a different spec under an existing name is an
+    /// `IndexConflict`. (Controllers share indexes by definition instead:
+    /// [`acquire_index`](Self::acquire_index).)
     pub fn add_index(&self, name: &str, spec: IndexSpec) -> Result<()> {
-        let snapshot = {
-            let inner = self.inner.read();
-            if inner.has_index(name, &spec)? {
-                return Ok(());
-            }
-            inner.objects.values().map(|e| e.obj.clone()).collect::<Vec<_>>()
-        };
+        self.insert_index(name, spec, None)
+    }
+
+    /// Add index `name` with `users` (`None`: for the store's life), or count `users` more for
+    /// it if it exists with this spec.
+    pub(super) fn insert_index(&self, name: &str, spec: IndexSpec, users: Option<usize>) -> Result<()> {
+        if self.inner.write().use_existing(name, &spec, users)? {
+            return Ok(());
+        }
+        let snapshot = self.inner.read().objects.values().map(|e| e.obj.clone()).collect::<Vec<_>>();
         // Compute values outside the lock: field indexes parse each object's JSON.
         let computed: HashMap<Arc<str>, (Arc<CachedObject>, Vec<String>)> =
             snapshot.into_iter().map(|obj| (obj.key_arc().clone(), (obj.clone(), owned_values(&spec, &obj)))).collect();
 
         let mut inner = self.inner.write();
-        if inner.has_index(name, &spec)? {
+        if inner.use_existing(name, &spec, users)? {
             return Ok(()); // added meanwhile by another caller
         }
-        let mut index = Index { name: name.into(), spec, map: HashMap::new() };
+        let mut index = Index::new(name, spec, users);
         for (key, entry) in &mut inner.objects {
             let values = match computed.get(key) {
                 Some((obj, values)) if Arc::ptr_eq(obj, &entry.obj) => Cow::Borrowed(values),
@@ -464,13 +460,25 @@ impl Inner {
         }
     }
 
+    /// If index `name` exists with this spec, count `users` more for it (those kept for the
+    /// store's life stay so) and say true; false if the name is free.
+    fn use_existing(&mut self, name: &str, spec: &IndexSpec, users: Option<usize>) -> Result<bool> {
+        if !self.has_index(name, spec)? {
+            return Ok(false);
+        }
+        if let (Some(more), Some(index)) = (users, self.indexes.iter_mut().find(|i| &*i.name == name)) {
+            index.users = index.users.map(|n| n + more);
+        }
+        Ok(true)
+    }
+
     /// The cached object at `key` if it has resourceVersion `rv` (never for an empty `rv`).
     fn same_version(&self, key: &str, rv: &str) -> Option<Arc<CachedObject>> {
         let entry = self.objects.get(key).filter(|e| !rv.is_empty() && e.obj.resource_version() == rv)?;
         Some(entry.obj.clone())
     }
 
-    fn index(&self, name: &str) -> Option<&Index> {
+    pub(super) fn index(&self, name: &str) -> Option<&Index> {
         self.indexes.iter().find(|i| &*i.name == name)
     }
 
@@ -497,7 +505,12 @@ impl Inner {
 
     /// Objects with `value` in index `name`, in key order; None if there is no such index.
     fn lookup(&self, name: &str, value: &str) -> Option<Vec<Arc<CachedObject>>> {
-        let keys = self.index(name)?.map.get(value).into_iter().flatten();
+        self.lookup_up_to(name, value, usize::MAX)
+    }
+
+    /// The first `limit` of [`lookup`](Self::lookup).
+    pub(super) fn lookup_up_to(&self, name: &str, value: &str, limit: usize) -> Option<Vec<Arc<CachedObject>>> {
+        let keys = self.index(name)?.map.get(value).into_iter().flatten().take(limit);
         Some(keys.filter_map(|k| self.objects.get(k)).map(|e| e.obj.clone()).collect())
     }
 
@@ -547,45 +560,6 @@ impl Inner {
         }
         drop(values);
         Some(entry.obj)
-    }
-}
-
-impl Index {
-    /// `values` as `Arc<str>`s, reusing the ones already in the index.
-    fn intern<'v>(&self, values: impl Iterator<Item = &'v str>) -> Values {
-        values
-            .map(|v| match self.map.get_key_value(v) {
-                Some((existing, _)) => existing.clone(),
-                None => Arc::from(v),
-            })
-            .collect()
-    }
-
-    fn add(&mut self, key: &Arc<str>, values: &[Arc<str>]) {
-        for v in values {
-            self.map.entry(v.clone()).or_default().insert(key.clone());
-        }
-    }
-
-    /// Point the entries for `values` at `key` (an equal string in a new allocation), so the
-    /// replaced object's key can be freed.
-    fn rekey(&mut self, key: &Arc<str>, values: &[Arc<str>]) {
-        for v in values {
-            if let Some(keys) = self.map.get_mut(v) {
-                keys.replace(key.clone());
-            }
-        }
-    }
-
-    fn remove(&mut self, key: &str, values: &[impl std::ops::Deref<Target = str>]) {
-        for v in values {
-            if let Some(keys) = self.map.get_mut(&**v) {
-                keys.remove(key);
-                if keys.is_empty() {
-                    self.map.remove(&**v);
-                }
-            }
-        }
     }
 }
 

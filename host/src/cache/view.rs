@@ -5,19 +5,30 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
+use super::index::{LABEL_PAIRS_INDEX, NAMESPACE_INDEX, OWNER_INDEX};
 use super::object::str_field;
-use super::{CacheRead, CachedObject, Error, IndexedStore, Result, Selector};
+use super::{CacheRead, CachedObject, Error, IndexSpec, IndexUse, IndexedStore, Result, Selector};
 use crate::kinds::KindRef;
 
-/// A set of stores keyed by kind. Reading a kind not in the view is `NotGranted`.
+/// A set of stores keyed by kind, and the indexes one reader declared on them. Reading a kind not
+/// in the view is `NotGranted`.
 ///
 /// A kind may have several stores: one per namespace when the plugin's read grants are limited
 /// to some namespaces (each watched on its own), and one per selector when the plugin watches
 /// the kind with several (the reconciled kind's and a watch's). Reads go to every store of the
 /// kind and return each object once.
+///
+/// Index names are the reader's own: [`declare_index`](Self::declare_index) maps a name to a
+/// definition, which the stores share with every other reader declaring it under any name, so
+/// one plugin's name can neither block nor reach another plugin's index. Reads by index know the
+/// declared names and the built-in `namespace`, `owner` and `label=value`.
 #[derive(Clone, Debug, Default)]
 pub struct CacheView {
     stores: HashMap<KindRef, Vec<Arc<IndexedStore>>>,
+    /// Per kind: the reader's index name → the stores' name for its definition.
+    indexes: HashMap<KindRef, HashMap<String, String>>,
+    /// The shared indexes this view holds, one per (store, definition).
+    uses: Vec<Arc<IndexUse>>,
 }
 
 impl CacheView {
@@ -39,6 +50,42 @@ impl CacheView {
         if !stores.iter().any(|s| Arc::ptr_eq(s, &store)) {
             stores.push(store);
         }
+    }
+
+    /// Declare index `name` on `kind` as `spec`: every store of the kind this view holds now gets
+    /// it (shared with other readers of the store). Declaring a name again covers stores added
+    /// since; the same name with another definition is an `IndexConflict`.
+    pub fn declare_index(&mut self, kind: &KindRef, name: &str, spec: IndexSpec) -> Result<()> {
+        let shared = spec.shared_name();
+        let names = self.indexes.entry(kind.clone()).or_default();
+        match names.get(name) {
+            Some(existing) if *existing != shared => return Err(Error::IndexConflict { name: name.into() }),
+            Some(_) => {}
+            None => {
+                names.insert(name.to_owned(), shared.clone());
+            }
+        }
+        for store in self.stores.get(kind).into_iter().flatten() {
+            if !self.uses.iter().any(|u| u.name() == shared && Arc::ptr_eq(u.store(), store)) {
+                self.uses.push(Arc::new(store.acquire_index(spec.clone())?));
+            }
+        }
+        Ok(())
+    }
+
+    /// The stores' name of the index `name` the reader reads on `kind`: a declared one's, or a
+    /// built-in's; None if it knows no such index.
+    pub fn index_name(&self, kind: &KindRef, name: &str) -> Option<&str> {
+        match self.indexes.get(kind).and_then(|n| n.get(name)) {
+            Some(shared) => Some(shared),
+            None => [NAMESPACE_INDEX, OWNER_INDEX, LABEL_PAIRS_INDEX].into_iter().find(|b| *b == name),
+        }
+    }
+
+    /// Estimated heap bytes of the entries of the indexes declared in this view (each counted in
+    /// full, though other readers may share it).
+    pub fn index_bytes(&self) -> usize {
+        self.uses.iter().map(|u| u.bytes()).sum()
     }
 
     /// The stores for `kind` (empty if the view has none).
@@ -89,9 +136,10 @@ impl CacheRead for CacheView {
 
     fn by_index(&self, kind: &KindRef, index: &str, value: &str) -> Result<Vec<Arc<CachedObject>>> {
         let stores = self.granted(kind)?;
+        let name = self.index_name(kind, index).ok_or_else(|| Error::UnknownIndex { kind: kind.clone(), index: index.into() })?;
         let mut out = Vec::new();
         for store in stores {
-            out.extend(store.by_index(index, value)?);
+            out.extend(store.by_index(name, value)?);
         }
         Ok(once_each(out, stores.len()))
     }
@@ -162,9 +210,15 @@ mod tests {
         assert_eq!(v.by_index(&secrets, OWNER_INDEX, "x").unwrap_err(), Error::NotGranted(secrets));
         assert_eq!(v.by_index(&pods(), "node", "n1").unwrap_err(), Error::UnknownIndex { kind: pods(), index: "node".into() });
         assert!(matches!(v.list(&pods(), None, Some("app in web")).unwrap_err(), Error::InvalidSelector { .. }));
-        // Indexes added to a store are visible through the view.
-        v.stores(&pods())[0].add_index("app", IndexSpec::Label("app".into())).unwrap();
+        // Indexes declared in the view are readable by their declared names.
+        let mut v = v;
+        v.declare_index(&pods(), "app", IndexSpec::Label("app".into())).unwrap();
         assert_eq!(keys(v.by_index(&pods(), "app", "db").unwrap()), ["b/p2"]);
+        assert_eq!(
+            v.declare_index(&pods(), "app", IndexSpec::Label("tier".into())),
+            Err(Error::IndexConflict { name: "app".into() }),
+            "one name, one definition, within a view"
+        );
     }
 
     #[test]
@@ -207,6 +261,34 @@ mod tests {
         assert_eq!(keys(v.list(&pods(), None, None).unwrap()), ["a/app-only", "a/both", "a/db-only"]);
         assert_eq!(keys(v.by_index(&pods(), crate::cache::NAMESPACE_INDEX, "a").unwrap()), ["a/app-only", "a/both", "a/db-only"]);
         assert!(v.get(&pods(), Some("a"), "db-only").unwrap().is_some(), "the watch's objects are readable");
+    }
+
+    #[test]
+    fn index_names_are_each_readers_own_and_equal_definitions_are_shared() {
+        let store = Arc::new(IndexedStore::new(pods()));
+        store
+            .apply(json!({"metadata": {"name": "p", "namespace": "a", "labels": {"app": "web", "tier": "db"}}, "spec": {"n": "n1"}}))
+            .unwrap();
+        let (mut first, mut second) = (CacheView::new().with_store(store.clone()), CacheView::new().with_store(store.clone()));
+        // The same name, other definitions: each reader gets its own.
+        first.declare_index(&pods(), "by", IndexSpec::Label("app".into())).unwrap();
+        second.declare_index(&pods(), "by", IndexSpec::Label("tier".into())).unwrap();
+        assert_eq!(keys(first.by_index(&pods(), "by", "web").unwrap()), ["a/p"]);
+        assert!(first.by_index(&pods(), "by", "db").unwrap().is_empty());
+        assert_eq!(keys(second.by_index(&pods(), "by", "db").unwrap()), ["a/p"]);
+        // Another name, the same definition: one index in the store.
+        second.declare_index(&pods(), "app", IndexSpec::Label("app".into())).unwrap();
+        assert_eq!(first.index_name(&pods(), "by"), second.index_name(&pods(), "app"));
+        assert!(first.index_bytes() > 0);
+        // What a reader did not declare it cannot read, even where another reader's index is.
+        let shared = first.index_name(&pods(), "by").unwrap().to_owned();
+        assert_eq!(first.by_index(&pods(), &shared, "web").unwrap_err(), Error::UnknownIndex { kind: pods(), index: shared.clone() });
+        assert_eq!(keys(first.by_index(&pods(), crate::cache::NAMESPACE_INDEX, "a").unwrap()), ["a/p"], "built-ins are readable");
+        // The index lives while a view holds it.
+        drop(second);
+        assert_eq!(keys(first.by_index(&pods(), "by", "web").unwrap()), ["a/p"]);
+        drop(first);
+        assert_eq!(store.index_bytes(&shared), None);
     }
 
     #[test]

@@ -362,9 +362,7 @@ fn build_view(spec: &wasmloop::controller::ReconcilerSpec, objects: Vec<Value>) 
         view.insert(store);
     }
     for idx in &spec.indexes {
-        for store in view.stores(&idx.kind) {
-            store.add_index(&idx.name, IndexSpec::parse(&idx.path)?)?;
-        }
+        view.declare_index(&idx.kind, &idx.name, IndexSpec::parse(&idx.path)?)?;
     }
     Ok(view)
 }

@@ -60,6 +60,12 @@ struct ResultLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BudgetLabels {
+    controller: String,
+    budget: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ActionLabels {
     controller: String,
     verb: String,
@@ -76,6 +82,9 @@ pub struct ControllerMetrics {
     actions: Family<ActionLabels, Counter>,
     shadow: Family<ResultLabels, Counter>,
     canary: Family<ResultLabels, Counter>,
+    mapping_capped: Family<ControllerLabel, Counter>,
+    index_bytes: Family<ControllerLabel, Gauge>,
+    budget_exceeded: Family<BudgetLabels, Counter>,
     queues: QueueMetrics,
 }
 
@@ -90,6 +99,9 @@ impl ControllerMetrics {
             actions: Family::default(),
             shadow: Family::default(),
             canary: Family::default(),
+            mapping_capped: Family::default(),
+            index_bytes: Family::default(),
+            budget_exceeded: Family::default(),
             queues: QueueMetrics::new(registry),
         };
         let r = registry.sub_registry_with_prefix("controller_runtime");
@@ -108,6 +120,21 @@ impl ControllerMetrics {
             "canary_reconciles",
             "Reconciles a candidate version served on its canary shards, by result (ok, failed)",
             m.canary.clone(),
+        );
+        w.register(
+            "mapping_keys_capped",
+            "Changes of watched objects whose index mapping stopped at budgets.keysPerEvent (later keys not queued)",
+            m.mapping_capped.clone(),
+        );
+        w.register(
+            "plugin_index_bytes",
+            "Estimated heap bytes of the entries of each controller's indexes (shared ones counted in full for each)",
+            m.index_bytes.clone(),
+        );
+        w.register(
+            "budget_exceeded",
+            "Times a running controller grew past one of its budgets (indexMemory), by budget",
+            m.budget_exceeded.clone(),
         );
         m
     }
@@ -147,6 +174,28 @@ impl ControllerMetrics {
     pub(crate) fn canary(&self, controller: &str, failed: bool) {
         let result = if failed { "failed" } else { "ok" };
         self.canary.get_or_create(&ResultLabels { controller: controller.to_string(), result: result.to_string() }).inc();
+    }
+
+    pub(crate) fn mapping_capped(&self, controller: &str) {
+        self.mapping_capped.get_or_create(&label(controller)).inc();
+    }
+
+    pub(crate) fn index_bytes(&self, controller: &str, bytes: usize) {
+        self.index_bytes.get_or_create(&label(controller)).set(i64::try_from(bytes).unwrap_or(i64::MAX));
+    }
+
+    pub(crate) fn budget_exceeded(&self, controller: &str, budget: super::Budget) {
+        self.budget_exceeded.get_or_create(&BudgetLabels { controller: controller.into(), budget: budget.as_str().into() }).inc();
+    }
+
+    /// Changes of `controller`'s watched objects whose index mapping stopped at the key cap.
+    pub fn mappings_capped(&self, controller: &str) -> u64 {
+        self.mapping_capped.get_or_create(&label(controller)).get()
+    }
+
+    /// Times `controller` grew past `budget` while running.
+    pub fn budgets_exceeded(&self, controller: &str, budget: super::Budget) -> u64 {
+        self.budget_exceeded.get_or_create(&BudgetLabels { controller: controller.into(), budget: budget.as_str().into() }).get()
     }
 
     /// Reconciles of `controller` that ended with `result` (`success`, `requeue_after`, `error`,

@@ -4,6 +4,7 @@
 //!   the cache will hold;
 //! - [`worker`]: one key at a time, reconciled and settled (requeue, backoff, last error);
 //! - [`apply`]: admission, then the actions within budgets, in slow-start batches;
+//! - [`budget`]: what a plugin may declare (watches, selectors, indexes, their memory, ...);
 //! - [`mapping`], [`expectations`], [`slow_start`], [`metrics`]: the rules those use.
 //!
 //! A [`Controller`] runs one [`Reconciler`] (native or Wasm):
@@ -22,6 +23,7 @@
 //!   running reconciles finish on the old one, the next one runs the new one.
 
 mod apply;
+pub mod budget;
 mod expectations;
 mod mapping;
 mod metrics;
@@ -34,6 +36,7 @@ mod worker;
 pub use crate::reconciler::{
     Cause, FieldDecl, IndexDecl, Mapping, Outcome, Reason, ReconcileError, Reconciler, ReconcilerSpec, Request, Retry, WatchSpec,
 };
+pub use budget::{Budget, Budgets};
 pub use expectations::Expectations;
 pub use metrics::{ActionResult, ControllerMetrics};
 pub use shadow::{Canary, Shadow, ShadowLog};
@@ -91,6 +94,14 @@ pub enum Error {
         /// What the grants refuse.
         source: crate::grants::Error,
     },
+    /// What the controller declares (or its indexes hold) is over one of its budgets.
+    #[error("controller {controller}: {source}")]
+    Budget {
+        /// The controller's name.
+        controller: String,
+        /// Which budget, its value and the amount declared.
+        source: budget::Exceeded,
+    },
     /// The controller cannot read a kind in the scope it needs.
     #[error("controller {controller}: cannot read {kind}: {reason}")]
     ReadScope {
@@ -138,6 +149,8 @@ pub struct ControllerConfig {
     /// Key-space shards by namespace hash, each owned by one replica with `--shard-mode
     /// plugin` ([`crate::shard`]). Default 1: the plugin is one shard.
     pub shards: usize,
+    /// What the reconciler may declare ([`budget`]).
+    pub budgets: Budgets,
 }
 
 /// A rate with a burst (a token bucket, as client-go's client-side limiter): the actions a
@@ -184,6 +197,7 @@ impl Default for ControllerConfig {
             events: RateBudget { qps: 5.0, burst: 50 },
             expectations_timeout: Duration::from_secs(300),
             shards: 1,
+            budgets: Budgets::default(),
         }
     }
 }
@@ -236,6 +250,7 @@ pub struct Controller {
     workers: Vec<JoinHandle<()>>,
     resync: Option<JoinHandle<()>>,
     takeovers: Option<JoinHandle<()>>,
+    index_memory: JoinHandle<()>,
 }
 
 struct Inner {
@@ -266,6 +281,8 @@ struct Inner {
     ownership: Option<Arc<Ownership>>,
     /// A candidate version run beside the serving one, never executed ([`shadow`]).
     shadow: RwLock<Option<Arc<Shadow>>>,
+    /// When a mapping cut at the key cap was last logged.
+    capped_warning: parking_lot::Mutex<Option<Instant>>,
 }
 
 /// Everything that changes together when the reconciler is replaced.
@@ -327,6 +344,7 @@ impl Controller {
             stopping: tokio::sync::watch::Sender::new(false),
             ownership,
             shadow: RwLock::new(None),
+            capped_warning: parking_lot::Mutex::new(None),
         });
         let current = inner.wire(reconciler, grants).await?;
         *inner.current.write() = Some(current);
@@ -341,8 +359,9 @@ impl Controller {
             .collect();
         let resync = inner.config.resync.map(|period| tokio::spawn(inner.clone().resync_every(period)));
         let takeovers = inner.ownership.as_ref().map(|o| tokio::spawn(Inner::follow_takeovers(Arc::downgrade(&inner), o.subscribe())));
+        let index_memory = tokio::spawn(Inner::watch_index_memory(Arc::downgrade(&inner), INDEX_MEMORY_EVERY));
         info!(controller = %inner.name, workers = inner.config.workers, "controller started");
-        Ok(Self { inner, workers, resync, takeovers })
+        Ok(Self { inner, workers, resync, takeovers, index_memory })
     }
 
     /// The controller's (the plugin's) name.
@@ -375,6 +394,12 @@ impl Controller {
         Ok(())
     }
 
+    /// Estimated heap bytes of the entries of the indexes the current version declares (what
+    /// `budgets.indexMemory` bounds; each shared index counted in full).
+    pub fn index_bytes(&self) -> usize {
+        self.inner.current.read().as_ref().map_or(0, |c| c.view.index_bytes())
+    }
+
     /// Run `shadow`'s candidate beside the serving version from the next reconcile on (`None`:
     /// stop): nothing it returns is executed, except on its canary shards; see [`shadow`].
     pub fn set_shadow(&self, shadow: Option<Arc<Shadow>>) {
@@ -401,6 +426,7 @@ impl Controller {
         if let Some(t) = self.takeovers.take() {
             t.abort();
         }
+        self.index_memory.abort();
         let deadline = Instant::now() + grace;
         for w in std::mem::take(&mut self.workers) {
             if tokio::time::timeout_at(deadline, w).await.is_err() {
@@ -422,8 +448,12 @@ impl Drop for Controller {
         if let Some(t) = &self.takeovers {
             t.abort();
         }
+        self.index_memory.abort();
     }
 }
+
+/// How often a controller measures the memory of its indexes against `budgets.indexMemory`.
+pub const INDEX_MEMORY_EVERY: Duration = Duration::from_secs(30);
 
 /// The Event reporter for what the host itself says about objects.
 pub const HOST_REPORTER: &str = "wasmloop";

@@ -1,44 +1,64 @@
-//! Wiring a reconciler to the cache: shared informers for every kind it reads (one per
-//! namespace its grants allow), its indexes, the handlers that map each change to keys of the
-//! reconciled kind and queue them, the periodic resync and shard takeovers, and [`Caching`]:
-//! which objects the reconciler's informers hold, for expectations.
+//! Wiring a reconciler to the cache: its declarations checked against its budgets, shared
+//! informers for every kind it reads (one per namespace its grants allow; a new one costs a token
+//! of its API budget), its indexes, the handlers that map each change to keys of the reconciled
+//! kind and queue them (index mappings off the informers' tasks), the periodic resync and shard
+//! takeovers, and [`Caching`]: which objects the reconciler's informers hold, for expectations.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use serde_json::Value;
+use tokio::sync::mpsc::UnboundedReceiver;
 use tokio::time::Instant;
-use tracing::{debug, info};
+use tracing::{debug, info, warn};
 
-use super::mapping::KeyMapper;
-use super::{Current, Error, Inner, Reason, Reconciler, ReconcilerSpec, Result, expectations};
+use super::budget::{Budget, Crossing, IndexMemoryWatch};
+use super::mapping::{KeyMapper, Mapped, Scope};
+use super::{Current, Error, IndexDecl, Inner, Mapping, Reason, Reconciler, ReconcilerSpec, Result, expectations};
 use crate::actions::Planned;
-use crate::cache::{self, CacheView, IndexSpec, Selector};
+use crate::cache::{self, CacheView, Change, IndexSpec, Selector};
 use crate::grants::{Grants, ReadScope};
 use crate::informer::{self, Informer, InformerKey};
 use crate::kinds::{KindRef, ObjectKey};
+use crate::plugin::guest_threads;
+
+/// Changes mapped in one call on the guest threads.
+const MAPPING_BATCH: usize = 64;
+/// How often at most a controller logs that its mappings hit the key cap.
+const CAPPED_WARNING_EVERY: Duration = Duration::from_secs(60);
 
 impl Inner {
-    /// Acquire informers, add indexes, subscribe handlers and wait for sync.
+    /// Check the spec against the budgets, acquire informers, declare indexes, subscribe
+    /// handlers, wait for sync, then check the memory of the indexes.
     pub(super) async fn wire(self: &Arc<Self>, reconciler: Arc<dyn Reconciler>, grants: Arc<Grants>) -> Result<Current> {
         let spec = reconciler.spec().clone();
         grants.check_spec(&spec).map_err(|source| Error::Grants { controller: self.name.clone(), source })?;
+        let budgets = self.config.budgets;
+        let over = |source| Error::Budget { controller: self.name.clone(), source };
+        budgets.check_spec(&spec).map_err(over)?;
         let err = |source| Error::Informer { controller: self.name.clone(), source };
         let namespaced = self.shared.registry.resolver().resolve(&spec.reconciles).await.map_err(|e| err(e.into()))?.namespaced;
         let mut view = CacheView::new();
         let mut subscriptions = Vec::new();
+        let scope = Scope::of(namespaced, &self.read_namespaces(&grants, &spec.reconciles).await?);
         let primary = self.acquire(&grants, &spec.reconciles, spec.selector.as_deref(), spec.annotation_selector.as_deref()).await?;
+        primary.iter().for_each(|inf| view.insert(inf.store().clone()));
         // The reconciled kind's own indexes first: index mappings look in them from the first event.
+        let mut index_names = HashMap::new();
         for idx in spec.indexes.iter().filter(|i| i.kind == spec.reconciles) {
-            let index_err =
-                |source| Error::Index { controller: self.name.clone(), kind: idx.kind.to_string(), index: idx.name.clone(), source };
-            let index = IndexSpec::parse(&idx.path).map_err(index_err)?;
-            for inf in &primary {
-                inf.store().add_index(&idx.name, index.clone()).map_err(index_err)?;
-            }
+            let index = declare(&mut view, idx).map_err(|e| self.index_error(idx, e))?;
+            index_names.insert(idx.name.clone(), index.shared_name());
         }
         let stores = primary.iter().map(|i| i.store().clone()).collect();
-        let mapper = KeyMapper { primary: spec.reconciles.clone(), namespaced, stores };
+        let mapper = KeyMapper {
+            primary: spec.reconciles.clone(),
+            namespaced,
+            stores,
+            index_names: Arc::new(index_names),
+            scope,
+            max_keys: budgets.keys_per_event,
+        };
         for inf in &primary {
             let me = Arc::downgrade(self);
             let m = mapper.clone();
@@ -49,18 +69,25 @@ impl Inner {
                     inner.wake_waiting(&kind, change);
                 }
             })));
-            view.insert(inf.store().clone());
         }
+        // Index mappings fan out: they are mapped off the informers' tasks ([`Inner::map_off_path`]).
+        let (fan_out, changes) = tokio::sync::mpsc::unbounded_channel();
         let mut informers = primary.clone();
-        for watch in &spec.watches {
+        for (at, watch) in spec.watches.iter().enumerate() {
             let watched = self.acquire(&grants, &watch.kind, watch.selector.as_deref(), watch.annotation_selector.as_deref()).await?;
             // Every informer of a kind serves its reads (the view returns overlapping objects once).
             for inf in watched {
                 let me = Arc::downgrade(self);
-                let (m, mapping, kind) = (mapper.clone(), watch.mapping.clone(), watch.kind.clone());
+                let (m, mapping, kind, fan_out) = (mapper.clone(), watch.mapping.clone(), watch.kind.clone(), fan_out.clone());
+                let fans_out = matches!(mapping, Mapping::Index { .. });
                 subscriptions.push(inf.subscribe(Arc::new(move |change| {
                     if let Some(inner) = me.upgrade() {
-                        m.for_watched(&mapping, change).into_iter().for_each(|k| inner.enqueue(k, Reason::Event));
+                        if fans_out {
+                            // The receiver lives as long as the sender's handler (or the controller).
+                            let _ = fan_out.send((at, change.clone()));
+                        } else {
+                            inner.queue_mapped(&m.for_watched(&mapping, change));
+                        }
                         inner.wake_waiting(&kind, change);
                     }
                 })));
@@ -68,6 +95,9 @@ impl Inner {
                 informers.push(inf);
             }
         }
+        drop(fan_out);
+        let mappings = spec.watches.iter().map(|w| w.mapping.clone()).collect();
+        tokio::spawn(Self::map_off_path(Arc::downgrade(self), mapper, mappings, changes));
         for idx in &spec.indexes {
             if view.stores(&idx.kind).is_empty() {
                 // An index on a kind that is read but not watched for events.
@@ -82,16 +112,13 @@ impl Inner {
                     informers.push(inf);
                 }
             }
-            let index_err =
-                |source| Error::Index { controller: self.name.clone(), kind: idx.kind.to_string(), index: idx.name.clone(), source };
-            let index = IndexSpec::parse(&idx.path).map_err(index_err)?;
-            for store in view.stores(&idx.kind) {
-                store.add_index(&idx.name, index.clone()).map_err(index_err)?;
-            }
+            // Every store of the kind, the reconciled kind's watched with other selectors too.
+            declare(&mut view, idx).map_err(|e| self.index_error(idx, e))?;
         }
         for inf in &informers {
             inf.wait_synced(self.config.sync_timeout).await.map_err(err)?;
         }
+        budgets.check_index_memory(view.index_bytes()).map_err(over)?;
         Ok(Current {
             caching: Arc::new(Caching::of(&spec)),
             reconciler,
@@ -101,6 +128,58 @@ impl Inner {
             primary: primary.iter().map(|i| i.store().clone()).collect(),
             _subscriptions: Arc::new(subscriptions),
         })
+    }
+
+    /// The error of index `idx` that cannot be declared.
+    fn index_error(&self, idx: &IndexDecl, source: cache::Error) -> Error {
+        Error::Index { controller: self.name.clone(), kind: idx.kind.to_string(), index: idx.name.clone(), source }
+    }
+
+    /// Map the changes of watches with an index mapping (`watch` index, change) to keys, in
+    /// batches on the guest threads (below the host's own: [`guest_threads`]), and queue them:
+    /// one plugin's fan-out never holds up an informer's task, another plugin's events or the
+    /// host's probes. Ends when the informers' handlers are gone (the wiring was replaced).
+    ///
+    /// The channel is unbounded: the informers never wait for a plugin's mapping. Each change
+    /// costs at most `keysPerEvent` entries here, so the backlog grows only while changes arrive
+    /// faster than that many entries per change are mapped.
+    async fn map_off_path(me: Weak<Self>, mapper: KeyMapper, mappings: Arc<[Mapping]>, mut changes: UnboundedReceiver<(usize, Change)>) {
+        let mut batch = Vec::new();
+        while changes.recv_many(&mut batch, MAPPING_BATCH).await > 0 {
+            let (m, mappings, work) = (mapper.clone(), mappings.clone(), std::mem::take(&mut batch));
+            let mapped =
+                guest_threads::run(move || work.iter().map(|(at, change)| m.for_watched(&mappings[*at], change)).collect::<Vec<_>>());
+            let Some(inner) = me.upgrade() else { return };
+            let mapped = match mapped.await {
+                Ok(mapped) => mapped,
+                Err(e) => {
+                    warn!(controller = %inner.name, error = %e, "mapping a batch of changes failed; their keys are queued at the next resync");
+                    continue;
+                }
+            };
+            mapped.iter().for_each(|m| inner.queue_mapped(m));
+        }
+    }
+
+    /// Queue what a change mapped to; a mapping cut at its cap is counted and logged (at most
+    /// once a minute per controller).
+    fn queue_mapped(&self, mapped: &Mapped) {
+        mapped.keys.iter().for_each(|k| self.enqueue(k.clone(), Reason::Event));
+        if mapped.out_of_scope > 0 {
+            debug!(controller = %self.name, dropped = mapped.out_of_scope, "keys outside the reconciled kind's read scope dropped");
+        }
+        if mapped.capped {
+            self.shared.metrics.mapping_capped(&self.name);
+            let mut last = self.capped_warning.lock();
+            if last.is_none_or(|at| at.elapsed() >= CAPPED_WARNING_EVERY) {
+                *last = Some(Instant::now());
+                warn!(
+                    controller = %self.name, keys = mapped.keys.len(), examined = mapped.examined,
+                    "a change mapped to more index entries than budgets.keysPerEvent; the rest are not queued by it \
+                     (they are at the next resync); counted in wasmloop_mapping_keys_capped_total"
+                );
+            }
+        }
     }
 
     /// Shared informers for `kind`: one per namespace the plugin may read it in (narrowed to
@@ -119,6 +198,11 @@ impl Inner {
             let key = InformerKey::new(kind.clone(), namespace, selector)
                 .and_then(|k| k.with_annotations(annotations))
                 .map_err(|source| err(informer::Error::Selector { kind: kind.clone(), source }))?;
+            // A new informer (a LIST and a WATCH) costs a token of the plugin's API budget; one
+            // another controller runs costs nothing.
+            if !self.shared.registry.is_running(&key) {
+                self.api.acquire().await;
+            }
             informers.push(self.shared.registry.acquire(key).await.map_err(err)?);
         }
         Ok(informers)
@@ -213,6 +297,33 @@ impl Inner {
         }
     }
 
+    /// Every `period` (the first at once): measure the memory of the current version's indexes,
+    /// show it (`wasmloop_plugin_index_bytes`), and when it grows past `budgets.indexMemory` say
+    /// so once (a warning and `wasmloop_budget_exceeded_total{budget="indexMemory"}`); the plugin
+    /// keeps running, and is refused at its next load if its indexes are still over then.
+    pub(super) async fn watch_index_memory(me: Weak<Self>, period: Duration) {
+        let mut watch = IndexMemoryWatch::default();
+        let mut tick = tokio::time::interval(period);
+        loop {
+            tick.tick().await;
+            let Some(inner) = me.upgrade() else { return };
+            let Some(view) = inner.current.read().as_ref().map(|c| c.view.clone()) else { continue };
+            let (bytes, budget) = (view.index_bytes(), inner.config.budgets.index_memory);
+            inner.shared.metrics.index_bytes(&inner.name, bytes);
+            match watch.measure(bytes, budget) {
+                Crossing::Exceeded => {
+                    inner.shared.metrics.budget_exceeded(&inner.name, Budget::IndexMemory);
+                    warn!(controller = %inner.name, bytes, %budget, "the plugin's indexes grew past budgets.indexMemory; it keeps running, \
+                          and is refused at its next load if they are still over then");
+                }
+                Crossing::Within => {
+                    info!(controller = %inner.name, bytes, %budget, "the plugin's indexes are within budgets.indexMemory again");
+                }
+                Crossing::Same => {}
+            }
+        }
+    }
+
     pub(super) async fn resync_every(self: Arc<Self>, period: Duration) {
         let mut tick = tokio::time::interval_at(Instant::now() + period, period);
         loop {
@@ -221,6 +332,13 @@ impl Inner {
             self.enqueue_all(Reason::Resync, crate::queue::Priority::Low);
         }
     }
+}
+
+/// Declare `idx` in `view` (on every store of its kind so far); its definition.
+fn declare(view: &mut CacheView, idx: &IndexDecl) -> cache::Result<IndexSpec> {
+    let index = IndexSpec::parse(&idx.path)?;
+    view.declare_index(&idx.kind, &idx.name, index.clone())?;
+    Ok(index)
 }
 
 /// Which objects a reconciler's informers cache: per kind it reads, the selector of each informer

@@ -20,6 +20,7 @@
 //! expectationsTimeout: 5m           # longest wait for the cache to show a key's creates/deletes
 //! shards: 30                        # key-space shards spread over replicas (--shard-mode plugin)
 //! serviceAccountName: podset        # the identity its writes carry (default wasmloop-plugin-<name>)
+//! budgets: {watches: 32, indexMemory: 128Mi}  # raise what it may declare, up to the host's maxima
 //! ```
 //!
 //! A ConfigMap whose manifest says `shadowOf: <plugin>` holds a **candidate version** of that
@@ -36,7 +37,7 @@ use std::time::Duration;
 use serde::Deserialize;
 use wasmloop_model::name;
 
-use crate::controller::{Canary, ControllerConfig, RateBudget};
+use crate::controller::{Budgets, Canary, ControllerConfig, RateBudget};
 use crate::grants::{Grant, Grants};
 use crate::plugin::Limits;
 use crate::queue::RateLimitConfig;
@@ -74,6 +75,7 @@ struct Raw {
     service_account_name: Option<String>,
     shadow_of: Option<String>,
     canary: Option<Canary>,
+    budgets: Option<Budgets>,
 }
 
 /// A parsed, validated `plugin.yaml`.
@@ -176,6 +178,8 @@ impl PluginManifest {
         api.validate("api").map_err(Error::Invalid)?;
         let events = raw.events.unwrap_or(ControllerConfig::default().events);
         events.validate("events").map_err(Error::Invalid)?;
+        let budgets = raw.budgets.unwrap_or_default();
+        budgets.validate().map_err(Error::Invalid)?;
         Ok(Self {
             grants: Grants::new(name.clone(), raw.grants),
             local_name: name.clone(),
@@ -196,6 +200,7 @@ impl PluginManifest {
                 events,
                 expectations_timeout,
                 shards,
+                budgets,
                 ..ControllerConfig::default()
             },
         })
@@ -280,6 +285,11 @@ namespace: shop
         assert_eq!(m.controller.expectations_timeout, Duration::from_secs(300));
         let m = PluginManifest::parse("resync: never", "p").unwrap();
         assert_eq!(m.controller.resync, None);
+        assert_eq!(m.controller.budgets, Budgets::default());
+        let m = PluginManifest::parse("budgets: {watches: 32, indexMemory: 128Mi, selectorBytes: 64Ki}", "p").unwrap();
+        let b = m.controller.budgets;
+        assert_eq!((b.watches, b.index_memory.to_string(), b.selector_bytes.to_string()), (32, "128Mi".into(), "64Ki".into()));
+        assert_eq!(m.controller.budgets.selectors, Budgets::default().selectors, "the others keep their defaults");
     }
 
     #[test]
@@ -297,6 +307,10 @@ namespace: shop
             ("api: {burst: 0}", "api.burst"),
             ("api: {qsp: 5}", "qsp"),
             ("events: {burst: 0}", "events.burst"),
+            ("budgets: {watches: 1000}", "budgets.watches: 1000 is over the host's maximum of 128"),
+            ("budgets: {indexMemory: 4Gi}", "budgets.indexMemory: 4Gi is over the host's maximum of 1Gi"),
+            ("budgets: {keysPerEvent: 0}", "budgets.keysPerEvent must be at least 1"),
+            ("budgets: {watchs: 3}", "watchs"),
             ("minRequeueAfter: soon", "minRequeueAfter"),
             ("expectationsTimeout: 2h", "expectationsTimeout must be at most 1h"),
             ("expectationsTimeout: later", "expectationsTimeout"),
@@ -375,6 +389,7 @@ namespace: shop
         const LIMITS: &[&str] = &["memory", "timeout", "output", "outputPerMinute", "readsPerCall", "maxActions", "tableElements", "bogus"];
         const QUEUE: &[&str] = &["baseDelay", "maxDelay", "qps", "burst", "aging", "agedEvery", "bogus"];
         const BUDGET: &[&str] = &["qps", "burst", "qsp"];
+        const BUDGETS: &[&str] = &["watches", "selectors", "selectorBytes", "indexes", "indexMemory", "keysPerEvent", "fields", "bogus"];
         const KINDS: &[&str] =
             &["v1/Pod", "apps/v1/Deployment", "wasmloop.dev/v1alpha1/PodSet", "*", "Pod", "a/b/c/D", "v1/", "v1/PodList"];
         const VERBS: &[&str] = &["read", "create", "apply", "patch", "delete", "update-status", "event", "*", "fly", "\"\""];
@@ -412,6 +427,7 @@ namespace: shop
                 1 => flow_map(LIMITS).prop_map(|v| format!("limits: {v}")),
                 1 => flow_map(QUEUE).prop_map(|v| format!("queue: {v}")),
                 1 => (prop::sample::select(&["api", "events"][..]), flow_map(BUDGET)).prop_map(|(k, v)| format!("{k}: {v}")),
+                1 => flow_map(BUDGETS).prop_map(|v| format!("budgets: {v}")),
                 1 => grants().prop_map(|v| format!("grants: {v}")),
             ]
         }
@@ -477,6 +493,7 @@ namespace: shop
                 prop_assert!(c.resync.is_none_or(|r| r >= Duration::from_secs(1)));
                 prop_assert!(c.expectations_timeout <= Duration::from_secs(3600));
                 prop_assert!(c.rate_limits.validate().is_ok() && c.api.validate("api").is_ok() && c.events.validate("events").is_ok());
+                prop_assert!(c.budgets.validate().is_ok());
                 let q = &c.rate_limits;
                 for d in [c.resync.unwrap_or_default(), c.min_requeue_after, c.expectations_timeout, q.base_delay, q.max_delay, q.aging] {
                     prop_assert!(fits_the_clock(d), "{yaml:?}: {d:?}");

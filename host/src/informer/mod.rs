@@ -97,6 +97,9 @@ impl InformerKey {
     }
 }
 
+/// Most bytes of a selector an informer's name (in logs and errors) quotes.
+const QUOTED_SELECTOR: usize = 256;
+
 impl fmt::Display for InformerKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}", self.kind)?;
@@ -104,12 +107,26 @@ impl fmt::Display for InformerKey {
             write!(f, " in {ns}")?;
         }
         if let Some(sel) = &self.selector {
-            write!(f, " [{sel}]")?;
+            write!(f, " [{}]", Quoted(sel))?;
         }
         if let Some(sel) = &self.annotations {
-            write!(f, " [annotations {sel}]")?;
+            write!(f, " [annotations {}]", Quoted(sel))?;
         }
         Ok(())
+    }
+}
+
+/// A selector as logs quote it: whole up to [`QUOTED_SELECTOR`] bytes, else its start and size.
+struct Quoted<'a>(&'a str);
+
+impl fmt::Display for Quoted<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let s = self.0;
+        if s.len() <= QUOTED_SELECTOR {
+            return f.write_str(s);
+        }
+        let cut = (0..=QUOTED_SELECTOR).rev().find(|&i| s.is_char_boundary(i)).unwrap_or(0);
+        write!(f, "{}… ({} bytes)", &s[..cut], s.len())
     }
 }
 
@@ -251,6 +268,11 @@ impl InformerRegistry {
         let informer = Arc::new(self.start(key.clone(), resolved));
         map.insert(key, Arc::downgrade(&informer));
         Ok(informer)
+    }
+
+    /// Whether an informer for `key` is running (acquiring it starts nothing).
+    pub fn is_running(&self, key: &InformerKey) -> bool {
+        self.informers.lock().get(key).is_some_and(|w| w.strong_count() > 0)
     }
 
     /// Keys of the informers currently running.
@@ -535,6 +557,18 @@ mod tests {
             "each change's worker ran before the next change was handled"
         );
         assert_eq!(store.len(), 1, "b is cached, a was deleted");
+    }
+
+    #[test]
+    fn an_informer_quotes_a_long_selector_by_its_start_and_size() {
+        let long = format!("app in ({})", (0..100).map(|i| format!("value-{i}")).collect::<Vec<_>>().join(","));
+        let key = InformerKey::new(KindRef::new("v1", "Pod"), Some("ns".into()), Some(&long)).unwrap();
+        let shown = key.to_string();
+        assert!(shown.starts_with("v1/Pod in ns [app in (value-0,"), "{shown}");
+        assert!(shown.ends_with(&format!("… ({} bytes)]", key.selector.as_ref().unwrap().len())), "{shown}");
+        assert!(shown.len() < QUOTED_SELECTOR + 64, "{shown}");
+        let short = InformerKey::new(KindRef::new("v1", "Pod"), None, Some("app=web")).unwrap();
+        assert_eq!(short.to_string(), "v1/Pod [app=web]");
     }
 
     #[test]

@@ -15,7 +15,10 @@ use super::limits::Limits;
 use crate::actions::{Action, EventType, OutcomeError, PatchType, PlanError, Planned, Preconditions, plan};
 use crate::cache::IndexSpec;
 use crate::kinds::{KindRef, ObjectKey};
-use crate::reconciler::{FieldDecl, IndexDecl, IndexValue, Mapping, Outcome, Reason, ReconcileError, ReconcilerSpec, Request, WatchSpec};
+use crate::reconciler::{
+    FieldDecl, IndexDecl, IndexValue, MAX_FIELDS, MAX_SELECTOR_BYTES, Mapping, Outcome, Reason, ReconcileError, ReconcilerSpec, Request,
+    WatchSpec,
+};
 use wasmloop_sdk as sdk;
 
 pub(crate) fn to_wit_key(k: &ObjectKey) -> wit::ObjectKey {
@@ -87,6 +90,16 @@ pub enum MetadataError {
         /// What the parser said.
         error: String,
     },
+    /// A label or annotation selector over the host's maximum size (never quoted).
+    #[error("{at}: {what} is {bytes} bytes, more than the host's maximum of {MAX_SELECTOR_BYTES}")]
+    SelectorSize {
+        /// Where the selector is declared.
+        at: String,
+        /// `selector` or `annotation-selector`.
+        what: &'static str,
+        /// Its size.
+        bytes: usize,
+    },
     /// An index without a name or a path.
     #[error("{at}: name and path are required")]
     IncompleteIndex {
@@ -111,8 +124,8 @@ pub enum MetadataError {
         /// What the path parser said.
         error: String,
     },
-    /// More declared fields than [`MAX_FIELDS`].
-    #[error("{count} fields declared, more than {MAX_FIELDS}")]
+    /// More declared fields than the host's maximum ([`MAX_FIELDS`]).
+    #[error("{count} fields declared, more than the host's maximum of {MAX_FIELDS}")]
     TooManyFields {
         /// How many were declared.
         count: usize,
@@ -142,9 +155,6 @@ fn checked_kind(k: wit::KindRef, at: &str) -> Result<KindRef, MetadataError> {
     }
     Ok(kind)
 }
-
-/// Most fields a plugin may declare for metadata reads (each is extracted per object read).
-pub(crate) const MAX_FIELDS: usize = 64;
 
 /// Convert and validate `metadata()`'s answer.
 pub(crate) fn spec_from_metadata(m: wit::PluginMetadata) -> Result<ReconcilerSpec, MetadataError> {
@@ -322,12 +332,25 @@ fn to_wit_mapping(m: &Mapping) -> wit::Mapping {
 fn checked_selector(selector: Option<String>, at: &str, what: &'static str) -> Result<Option<String>, MetadataError> {
     match selector.as_deref().map(str::trim).filter(|s| !s.is_empty()) {
         None => Ok(None),
+        Some(s) if s.len() > MAX_SELECTOR_BYTES => Err(MetadataError::SelectorSize { at: at.to_owned(), what, bytes: s.len() }),
+        // The reason only, and at most a line of it: the selector may be up to 64 KiB, too long
+        // to quote in a status.
         Some(s) => wasmloop_model::selector::Selector::parse(s).map(|p| Some(p.to_string())).map_err(|e| MetadataError::Selector {
             at: at.to_owned(),
             what,
-            error: e.to_string(),
+            error: clipped(e.reason, 200),
         }),
     }
+}
+
+/// `text`, cut to at most `max` bytes (at a character boundary) with `…` if it was longer.
+fn clipped(mut text: String, max: usize) -> String {
+    if text.len() > max {
+        let cut = (0..=max).rev().find(|&i| text.is_char_boundary(i)).unwrap_or(0);
+        text.truncate(cut);
+        text.push('…');
+    }
+    text
 }
 
 /// Convert the guest's outcome, naming the first bad action.
@@ -600,7 +623,17 @@ mod tests {
         assert!(err.to_string().starts_with("reconciles: invalid kind"), "{err}");
         let mut many = meta("podset", kind("v1", "Pod"));
         many.fields = vec![wit::Field { kind: kind("v1", "Pod"), path: "status.phase".into() }; MAX_FIELDS + 1];
-        assert_eq!(spec_from_metadata(many).unwrap_err().to_string(), "65 fields declared, more than 64");
+        assert_eq!(spec_from_metadata(many).unwrap_err().to_string(), "257 fields declared, more than the host's maximum of 256");
+        // A selector over the host's maximum is refused by its size, never quoted; a bad one
+        // under it by a clipped reason.
+        let mut huge = meta("podset", kind("v1", "Pod"));
+        huge.selector = Some(format!("app in ({})", "x,".repeat(700_000)));
+        let err = spec_from_metadata(huge).unwrap_err().to_string();
+        assert_eq!(err, "reconciles: selector is 1400009 bytes, more than the host's maximum of 65536");
+        let mut bad = meta("podset", kind("v1", "Pod"));
+        bad.selector = Some(format!("app=={}", "y".repeat(60_000)));
+        let err = spec_from_metadata(bad).unwrap_err().to_string();
+        assert!(err.len() < 300 && err.starts_with("reconciles: selector: "), "{err}");
         let mut unread = meta("podset", kind("v1", "Pod"));
         unread.fields = vec![wit::Field { kind: kind("v1", "Secret"), path: "data".into() }];
         assert!(matches!(spec_from_metadata(unread).unwrap_err(), MetadataError::UnreadFieldKind { .. }));
