@@ -8,6 +8,7 @@
 //!   [`CacheView`] implements it over a set of stores (only the kinds a reconciler may read).
 
 mod body;
+mod dictionary;
 mod index;
 mod object;
 mod selector;
@@ -19,7 +20,8 @@ pub use index::{IndexSpec, NAMESPACE_INDEX, OWNER_INDEX};
 pub use object::{CachedObject, OwnerRef};
 pub use selector::Selector;
 pub use shared::IndexUse;
-pub use store::{Change, DICTIONARY_AT, IndexedStore, Listed, Packing};
+pub use dictionary::{DICTIONARY_AT, Packing};
+pub use store::{Change, IndexedStore, Listed};
 pub use view::CacheView;
 
 use std::sync::Arc;
