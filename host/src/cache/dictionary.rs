@@ -10,7 +10,7 @@ use std::sync::atomic::Ordering;
 
 use super::body::Dictionary;
 use super::object::CachedObject;
-use super::store::{IndexedStore, Listed, Prepared};
+use super::store::{BUILDING, BUILT, IndexedStore, Listed, NO_DICTIONARY, Prepared};
 
 /// Objects a store holds before its kind's dictionary is built: below this, compression
 /// would save little memory and the samples would say little about the kind.
@@ -20,9 +20,6 @@ const DICTIONARY_SAMPLES: usize = 16;
 /// Largest dictionary, in bytes.
 pub(super) const DICTIONARY_BYTES: usize = 16 * 1024;
 
-pub(super) const NO_DICTIONARY: u8 = 0;
-const BUILDING: u8 = 1;
-const BUILT: u8 = 2;
 /// Objects compressed per write-lock hold while a store is packed: readers wait for a swap of
 /// this many entries at most, and the plain versions are freed chunk by chunk.
 const PACK_CHUNK: usize = 512;
@@ -150,5 +147,4 @@ impl IndexedStore {
             }
         }
     }
-
 }

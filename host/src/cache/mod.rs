@@ -16,11 +16,11 @@ mod shared;
 mod store;
 mod view;
 
+pub use dictionary::{DICTIONARY_AT, Packing};
 pub use index::{IndexSpec, NAMESPACE_INDEX, OWNER_INDEX};
 pub use object::{CachedObject, OwnerRef};
 pub use selector::Selector;
 pub use shared::IndexUse;
-pub use dictionary::{DICTIONARY_AT, Packing};
 pub use store::{Change, IndexedStore, Listed};
 pub use view::CacheView;
 

@@ -70,6 +70,13 @@ pub(super) enum Prepared {
     New { obj: Arc<CachedObject>, value: Option<Value> },
 }
 
+/// Where a store's dictionary stands ([`IndexedStore::dictionary`]): none yet,
+pub(super) const NO_DICTIONARY: u8 = 0;
+/// being built (by one caller: the others go on without it),
+pub(super) const BUILDING: u8 = 1;
+/// built (every new object is compressed with it).
+pub(super) const BUILT: u8 = 2;
+
 /// One kind's objects (one informer's cache), with the built-in `namespace`, `owner` and
 /// `label=value` indexes and any added ones. Results of reads are ordered by key
 /// (`namespace/name`).
@@ -103,7 +110,7 @@ impl IndexedStore {
             index(OWNER_INDEX, IndexSpec::ControllerOwner),
             index(LABEL_PAIRS_INDEX, IndexSpec::LabelPairs),
         ];
-        Self { kind, inner: RwLock::new(Inner { objects: HashMap::new(), indexes, dict: None }), dictionary: AtomicU8::new(super::dictionary::NO_DICTIONARY) }
+        Self { kind, inner: RwLock::new(Inner { objects: HashMap::new(), indexes, dict: None }), dictionary: AtomicU8::new(NO_DICTIONARY) }
     }
 
     /// The kind stored here.

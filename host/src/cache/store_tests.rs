@@ -191,9 +191,7 @@ fn selector_lists_read_the_label_index_and_agree_with_a_full_scan() {
         let all = s.snapshot();
         all.iter().filter(|o| ns.is_none_or(|ns| o.namespace() == Some(ns)) && sel.matches(o)).map(|o| o.key().to_string()).collect()
     };
-    for sel in
-        ["app=web", "app=db,tier=front", "app in (web,cache)", "tier=front,app!=db", "app=none", "tier", "!tier", "app notin (db)"]
-    {
+    for sel in ["app=web", "app=db,tier=front", "app in (web,cache)", "tier=front,app!=db", "app=none", "tier", "!tier", "app notin (db)"] {
         let sel = Selector::parse(sel).unwrap();
         for ns in [None, Some("n0"), Some("n1"), Some("zz")] {
             assert_eq!(keys(&s.list(ns, Some(&sel))), scan(ns, &sel), "{sel} in {ns:?}");
