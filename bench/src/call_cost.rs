@@ -15,7 +15,7 @@ use wasmloop::cache::{CacheView, SharedCache};
 use wasmloop::controller::{Reconciler, Request};
 use wasmloop::grants::Grants;
 use wasmloop::kinds::{KindRef, ObjectKey};
-use wasmloop::plugin::runtime::{CallPhases, profile_wrapper};
+use wasmloop::plugin::phases::{CallPhases, profile_wrapper};
 use wasmloop::plugin::{ByteSize, EngineLimits, Limits, PluginEngine, WasmPlugin};
 
 use crate::stats::Summary;

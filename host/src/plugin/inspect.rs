@@ -6,9 +6,11 @@ use std::time::Duration;
 use wasmtime::component::types::ComponentItem;
 
 use super::bindings;
+use super::contract;
 use super::engine::{Compiled, PluginEngine};
+use super::error::{Error, Result};
+use super::instance;
 use super::limits::Limits;
-use super::runtime::{self, Result};
 use crate::reconciler::{Mapping, ReconcilerSpec};
 
 /// What `inspect` found.
@@ -65,11 +67,11 @@ pub fn inspect_compiled(engine: &PluginEngine, compiled: Compiled) -> Result<Ins
     let export_names: Vec<&str> = ty.exports(engine.engine()).map(|(n, _)| n).collect();
     let prefix = format!("{}@", bindings::PLUGIN_INTERFACE);
     let wit_package_version = export_names.iter().find_map(|n| n.strip_prefix(prefix.as_str())).map(str::to_owned);
-    let checked = runtime::check_export_names(export_names.iter().copied());
+    let checked = contract::check_export_names(export_names.iter().copied()).map_err(Error::from);
     let compatible = checked.is_ok();
     let (metadata, metadata_error) = match checked
-        .and_then(|_| runtime::instantiate_for_metadata(engine, &compiled.component, &Limits::default()))
-        .and_then(|m| super::convert::spec_from_metadata(m).map_err(runtime::Error::InvalidMetadata))
+        .and_then(|_| instance::instantiate_for_metadata(engine, &compiled.component, &Limits::default()))
+        .and_then(|m| super::convert::spec_from_metadata(m).map_err(Error::InvalidMetadata))
     {
         Ok(spec) => (Some(spec), None),
         Err(e) => (None, Some(e.to_string())),
