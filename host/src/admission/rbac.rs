@@ -167,14 +167,14 @@ pub(super) fn check(
         }
         _ => {
             for object in [before, after].into_iter().flatten() {
-                let labels = super::result::labels(Some(object));
+                let labels = object.pointer("/metadata/labels").and_then(Value::as_object).cloned().unwrap_or_default();
                 if let Some(key) = labels.keys().find(|k| k.starts_with(AGGREGATE_LABEL_PREFIX)) {
                     return Err(Rule::IdentityRole(format!(
                         "{target} carries the label {key}, which aggregates it into roles identities may hold"
                     )));
                 }
                 if target.kind.kind == "ClusterRole"
-                    && let Some(why) = stores.and_then(|s| s.aggregates_into(&Value::Object(labels.into_owned()), is_identity_ns))
+                    && let Some(why) = stores.and_then(|s| s.aggregates_into(&Value::Object(labels), is_identity_ns))
                 {
                     return Err(Rule::IdentityRole(format!("{target}: {why}")));
                 }

@@ -22,8 +22,6 @@
 //! fields decide containment (pod specs, tokens, Leases, plugin code) live in the host's
 //! namespaces, where plugins write nothing at all.
 
-use std::borrow::Cow;
-
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use serde_json::{Value, json};
 use wasmloop_model::Target;
@@ -250,14 +248,6 @@ fn merge_into(into: &mut Value, from: Value) {
         }
         (Value::Array(a), Value::Array(b)) => a.extend(b),
         (slot, v) => *slot = v,
-    }
-}
-
-/// The labels a value carries (`metadata.labels`), empty if none.
-pub(super) fn labels(v: Option<&Value>) -> Cow<'_, serde_json::Map<String, Value>> {
-    match v.and_then(|v| v.pointer("/metadata/labels")).and_then(Value::as_object) {
-        Some(l) => Cow::Borrowed(l),
-        None => Cow::Owned(Default::default()),
     }
 }
 

@@ -9,7 +9,7 @@ use tracing::debug;
 
 use super::expectations::{Expected, ExpectedChange};
 use super::metrics::ActionResult;
-use super::worker::{FailCause, Failed, Handling, Settled};
+use super::settled::{FailCause, Failed, Handling, Settled};
 use super::{Current, HOST_REPORTER, Inner, Outcome, ReconcileError, Retry};
 use crate::actions::{Action, EventType, Planned};
 use crate::admission::{self, AdmittedAction};

@@ -27,6 +27,7 @@ pub mod budget;
 mod expectations;
 mod mapping;
 mod metrics;
+mod settled;
 pub mod shadow;
 pub mod slow_start;
 mod wiring;
