@@ -199,14 +199,22 @@ pub trait Reconciler: Send + Sync + 'static {
     }
 }
 
+/// A panic of reconciler code (or of the host side of a guest call), caught: its message.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct Panicked(pub String);
+
 /// Run `f` (reconciler code: a native reconciler, the host side of a guest call), turning a
-/// panic into an error carrying its message (`panic!` with a literal or a format).
-pub(crate) fn catch_panic<R>(f: impl FnOnce() -> R) -> Result<R, String> {
+/// panic into an error carrying its message (`panic!` with a literal or a format; `unknown
+/// panic` for other payloads).
+pub(crate) fn catch_panic<R>(f: impl FnOnce() -> R) -> Result<R, Panicked> {
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).map_err(|panic| {
-        panic
-            .downcast_ref::<&str>()
-            .map(std::string::ToString::to_string)
-            .or_else(|| panic.downcast_ref::<String>().cloned())
-            .unwrap_or_else(|| "unknown panic".into())
+        Panicked(
+            panic
+                .downcast_ref::<&str>()
+                .map(std::string::ToString::to_string)
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "unknown panic".into()),
+        )
     })
 }

@@ -321,7 +321,8 @@ impl Admission {
         }
         self.protected.check_target(target).map_err(|e| refuse(shown.clone(), e.into()))?;
         let unverifiable = |why: String| Error::Unverifiable { index, verb, target: shown.clone(), why };
-        let stores = if rbac::is_rbac(target) { self.protected.rbac_stores().await.map_err(unverifiable)? } else { None };
+        let stores =
+            if rbac::is_rbac(target) { self.protected.rbac_stores().await.map_err(|e| unverifiable(e.to_string()))? } else { None };
         let failed = |e| match e {
             result::Error::Invalid(invalid) => refuse(shown.clone(), invalid.into()),
             result::Error::Unverifiable(why) => Error::Unverifiable { index, verb, target: shown.clone(), why },

@@ -201,7 +201,7 @@ impl Protected {
 
     /// The RBAC informers' stores, started on first use (`Ok(None)` offline); an error says
     /// what the host could not read.
-    pub(super) async fn rbac_stores(&self) -> Result<Option<&Stores>, String> {
+    pub(super) async fn rbac_stores(&self) -> Result<Option<&Stores>, rbac::Unreadable> {
         match &self.inner.rbac {
             Some(cache) => cache.stores().await.map(Some),
             None => Ok(None),

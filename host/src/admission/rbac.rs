@@ -41,6 +41,20 @@ pub(super) struct RbacCache {
     informers: tokio::sync::OnceCell<Stores>,
 }
 
+/// Why the host cannot read the RBAC objects it judges RBAC writes by (nothing is sent then).
+#[derive(Debug, thiserror::Error)]
+pub(super) enum Unreadable {
+    /// No informer registry (an offline admission asked for RBAC stores).
+    #[error("no RBAC informers to start")]
+    NoInformers,
+    /// The informer on `kind` could not start.
+    #[error("the host cannot watch {kind}: {reason}")]
+    Watch { kind: KindRef, reason: String },
+    /// The informer on `kind` has not listed in time.
+    #[error("the host's informer on {kind} has not listed (does the host have list/watch on {GROUP} resources?): {reason}")]
+    NotListed { kind: KindRef, reason: String },
+}
+
 /// The stores of the four RBAC kinds (the informers kept alive with them).
 pub(super) struct Stores {
     _informers: Vec<Arc<Informer>>,
@@ -62,20 +76,19 @@ impl RbacCache {
     }
 
     /// The stores, once every informer listed; an error says what could not be read.
-    pub(super) async fn stores(&self) -> Result<&Stores, String> {
+    pub(super) async fn stores(&self) -> Result<&Stores, Unreadable> {
         self.informers.get_or_try_init(|| self.start()).await
     }
 
-    async fn start(&self) -> Result<Stores, String> {
-        let registry = self.registry.as_ref().ok_or("no RBAC informers to start")?;
+    async fn start(&self) -> Result<Stores, Unreadable> {
+        let registry = self.registry.as_ref().ok_or(Unreadable::NoInformers)?;
         let mut informers = Vec::new();
         for kind in ["Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding"] {
             let kind = KindRef::new(format!("{GROUP}/v1"), kind);
-            let key = InformerKey::new(kind.clone(), None, None).map_err(|e| e.to_string())?;
-            let informer = registry.acquire(key).await.map_err(|e| format!("the host cannot watch {kind}: {e}"))?;
-            informer.wait_synced(SYNC_TIMEOUT).await.map_err(|e| {
-                format!("the host's informer on {kind} has not listed (does the host have list/watch on {GROUP} resources?): {e}")
-            })?;
+            let key =
+                InformerKey::new(kind.clone(), None, None).map_err(|e| Unreadable::Watch { kind: kind.clone(), reason: e.to_string() })?;
+            let informer = registry.acquire(key).await.map_err(|e| Unreadable::Watch { kind: kind.clone(), reason: e.to_string() })?;
+            informer.wait_synced(SYNC_TIMEOUT).await.map_err(|e| Unreadable::NotListed { kind: kind.clone(), reason: e.to_string() })?;
             informers.push(informer);
         }
         let store = |i: usize| informers[i].store().clone();

@@ -172,12 +172,12 @@ pub(crate) async fn http_get_text(url: &str) -> anyhow::Result<String> {
     Ok(text)
 }
 
-pub(crate) fn parse_size(s: &str) -> Result<ByteSize, String> {
-    ByteSize::parse(s).map_err(|e| e.to_string())
+pub(crate) fn parse_size(s: &str) -> Result<ByteSize, wasmloop::plugin::limits::Error> {
+    ByteSize::parse(s)
 }
 
-pub(crate) fn parse_duration(s: &str) -> Result<Duration, String> {
-    wasmloop::duration::parse(s).map_err(|e| e.to_string())
+pub(crate) fn parse_duration(s: &str) -> Result<Duration, wasmloop::duration::Error> {
+    wasmloop::duration::parse(s)
 }
 
 /// Log output format.

@@ -57,8 +57,8 @@ pub struct PackArgs {
     part_size: usize,
 }
 
-fn parse_part_size(s: &str) -> Result<usize, String> {
-    wasmloop::plugin::ByteSize::parse(s).map(wasmloop::plugin::ByteSize::as_usize).map_err(|e| e.to_string())
+fn parse_part_size(s: &str) -> Result<usize, wasmloop::plugin::limits::Error> {
+    wasmloop::plugin::ByteSize::parse(s).map(wasmloop::plugin::ByteSize::as_usize)
 }
 
 pub fn run(args: PackArgs) -> anyhow::Result<ExitCode> {

@@ -15,6 +15,7 @@ use std::fmt;
 
 use serde::Deserialize;
 
+use super::invalid::InvalidSetting;
 use crate::plugin::ByteSize;
 use crate::reconciler::{MAX_FIELDS, MAX_SELECTOR_BYTES, Mapping, ReconcilerSpec};
 
@@ -177,15 +178,18 @@ pub struct Exceeded {
 
 impl Budgets {
     /// Check every budget against the host's maximum; the error names the first one over it.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), InvalidSetting> {
         for budget in Budget::ALL {
             let (value, max) = (budget.of(self), budget.of(&MAXIMA));
             if value > max {
-                return Err(format!("budgets.{budget}: {} is over the host's maximum of {}", budget.amount(value), budget.amount(max)));
+                return Err(InvalidSetting::new(
+                    format!("budgets.{budget}"),
+                    format!("is {}, over the host's maximum of {}", budget.amount(value), budget.amount(max)),
+                ));
             }
         }
         if self.keys_per_event == 0 {
-            return Err("budgets.keysPerEvent must be at least 1".into());
+            return Err(InvalidSetting::new("budgets.keysPerEvent", "must be at least 1"));
         }
         Ok(())
     }
@@ -292,11 +296,11 @@ mod tests {
             assert!(budget.of(&Budgets::default()) <= budget.of(&MAXIMA), "{budget}");
         }
         let over = Budgets { watches: 129, ..Budgets::default() };
-        assert_eq!(over.validate().unwrap_err(), "budgets.watches: 129 is over the host's maximum of 128");
+        assert_eq!(over.validate().unwrap_err().to_string(), "budgets.watches is 129, over the host's maximum of 128");
         let over = Budgets { index_memory: ByteSize::mib(2048), ..Budgets::default() };
-        assert_eq!(over.validate().unwrap_err(), "budgets.indexMemory: 2Gi is over the host's maximum of 1Gi");
+        assert_eq!(over.validate().unwrap_err().to_string(), "budgets.indexMemory is 2Gi, over the host's maximum of 1Gi");
         let zero = Budgets { keys_per_event: 0, ..Budgets::default() };
-        assert!(zero.validate().unwrap_err().contains("keysPerEvent"));
+        assert_eq!(zero.validate().unwrap_err().setting, "budgets.keysPerEvent");
     }
 
     #[test]

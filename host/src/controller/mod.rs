@@ -25,6 +25,7 @@
 mod apply;
 pub mod budget;
 mod expectations;
+mod invalid;
 mod mapping;
 mod metrics;
 mod settled;
@@ -39,6 +40,7 @@ pub use crate::reconciler::{
 };
 pub use budget::{Budget, Budgets};
 pub use expectations::Expectations;
+pub use invalid::InvalidSetting;
 pub use metrics::{ActionResult, ControllerMetrics};
 pub use shadow::{Canary, Shadow, ShadowLog};
 pub use wiring::{ReadScopeError, read_namespaces};
@@ -174,12 +176,12 @@ impl Default for RateBudget {
 
 impl RateBudget {
     /// `qps` must be positive and `burst` at least 1; errors name `field` (e.g. `api`).
-    pub fn validate(&self, field: &str) -> std::result::Result<(), String> {
+    pub fn validate(&self, field: &str) -> std::result::Result<(), InvalidSetting> {
         if self.qps.is_nan() || self.qps <= 0.0 {
-            return Err(format!("{field}.qps must be positive, got {}", self.qps));
+            return Err(InvalidSetting::new(format!("{field}.qps"), format!("must be positive, got {}", self.qps)));
         }
         if self.burst == 0 {
-            return Err(format!("{field}.burst must be at least 1"));
+            return Err(InvalidSetting::new(format!("{field}.burst"), "must be at least 1"));
         }
         Ok(())
     }

@@ -23,6 +23,7 @@ use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, broadcast, oneshot};
 
+use super::invalid::InvalidSetting;
 use super::{Outcome, ReconcileError, Reconciler, Retry};
 use crate::cache::SharedCache;
 use crate::executor::Executor;
@@ -131,15 +132,18 @@ fn default_min_reconciles() -> u64 {
 
 impl Canary {
     /// Check the rates; `shards` is the plugin's shard count (every index must be below it).
-    pub fn validate(&self, shards: usize) -> Result<(), String> {
+    pub fn validate(&self, shards: usize) -> Result<(), InvalidSetting> {
         if !(0.0..=1.0).contains(&self.max_failure_rate) {
-            return Err(format!("canary.maxFailureRate must be between 0 and 1, got {}", self.max_failure_rate));
+            return Err(InvalidSetting::new("canary.maxFailureRate", format!("must be between 0 and 1, got {}", self.max_failure_rate)));
         }
         if self.min_reconciles == 0 {
-            return Err("canary.minReconciles must be at least 1".into());
+            return Err(InvalidSetting::new("canary.minReconciles", "must be at least 1"));
         }
         if let Some(s) = self.shards.iter().find(|s| **s >= shards) {
-            return Err(format!("canary.shards: shard {s} does not exist: the plugin has {shards} shard(s), 0 to {}", shards - 1));
+            return Err(InvalidSetting::new(
+                "canary.shards",
+                format!("names shard {s}, which does not exist: the plugin has {shards} shard(s), 0 to {}", shards - 1),
+            ));
         }
         Ok(())
     }
@@ -561,7 +565,7 @@ mod tests {
         let canary: Canary =
             serde_json::from_value(serde_json::json!({"shards": [0, 2], "maxFailureRate": 0.5, "minReconciles": 4})).unwrap();
         assert!(canary.validate(3).is_ok());
-        assert!(canary.validate(2).unwrap_err().contains("shard 2 does not exist"));
+        assert!(canary.validate(2).unwrap_err().to_string().contains("shard 2, which does not exist"));
         let native = crate::native::SdkReconciler::<Never>::new().expect("a native reconciler");
         let shadow = Shadow::new(Arc::new(native), Arc::new(Grants::all()), 1).with_canary(Some(canary));
         let kind = KindRef::new("v1", "ConfigMap");

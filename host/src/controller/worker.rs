@@ -21,7 +21,7 @@ use crate::cache;
 use crate::kinds::ObjectKey;
 use crate::plugin::guest_threads;
 use crate::queue::{RateLimiter, TokenBucket, WorkQueue};
-use crate::reconciler::{Reason, Request, catch_panic};
+use crate::reconciler::{Panicked, Reason, Request, catch_panic};
 
 /// What the worker remembers of each key between its reconciles: the first reason it was queued
 /// for since its last reconcile, and its last error while it keeps failing (the next request's
@@ -204,7 +204,7 @@ impl Inner {
         let serving = reconciler.clone();
         let guest = reconciler.runs_guest_code();
         let call = move || reconciler.reconcile(&request, &view);
-        let joined = if guest { guest_threads::run(call).await.map_err(|e| e.to_string()) } else { run_native(call).await };
+        let joined = if guest { guest_threads::run(call).await.map_err(|e| Panicked(e.to_string())) } else { run_native(call).await };
         let result = joined.unwrap_or_else(|e| Err(ReconcileError::transient(Cause::Stopped(format!("reconciler panicked: {e}")))));
         if let Some(candidate) = candidate {
             self.compare_later(key, shadow::Side::of(serving.as_ref(), &result), candidate);
@@ -244,12 +244,12 @@ impl Inner {
 /// 0.42–0.89 ms in place, 9 runs each; BENCHMARKS.md §5).
 /// On a current-thread runtime (where `block_in_place` is not allowed), a blocking thread.
 /// Plugins never run here: guest code keeps its lower-priority threads ([`guest_threads`]).
-async fn run_native<T: Send + 'static>(call: impl FnOnce() -> T + Send + 'static) -> Result<T, String> {
+async fn run_native<T: Send + 'static>(call: impl FnOnce() -> T + Send + 'static) -> Result<T, Panicked> {
     use tokio::runtime::{Handle, RuntimeFlavor};
     if Handle::current().runtime_flavor() == RuntimeFlavor::MultiThread {
         tokio::task::block_in_place(|| catch_panic(call))
     } else {
-        tokio::task::spawn_blocking(call).await.map_err(|e| e.to_string())
+        tokio::task::spawn_blocking(call).await.map_err(|e| Panicked(e.to_string()))
     }
 }
 
@@ -322,8 +322,8 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
     async fn a_panicking_native_reconcile_is_an_error_naming_the_panic() {
-        assert_eq!(run_native(|| panic!("boom")).await.unwrap_err(), "boom");
-        assert_eq!(run_native(|| panic!("boom {}", 2)).await.unwrap_err(), "boom 2");
+        assert_eq!(run_native(|| panic!("boom")).await.unwrap_err().0, "boom");
+        assert_eq!(run_native(|| panic!("boom {}", 2)).await.unwrap_err().0, "boom 2");
         assert_eq!(run_native(|| 7).await, Ok(7), "the worker goes on after a panic");
     }
 
@@ -331,7 +331,7 @@ mod tests {
     async fn on_a_current_thread_runtime_a_native_reconcile_runs_on_a_blocking_thread() {
         let here = std::thread::current().id();
         assert_ne!(run_native(move || std::thread::current().id()).await.unwrap(), here);
-        assert!(run_native(|| panic!("boom")).await.unwrap_err().contains("boom"));
+        assert!(run_native(|| panic!("boom")).await.unwrap_err().0.contains("boom"));
     }
 
     #[tokio::test(start_paused = true)]

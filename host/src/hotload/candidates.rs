@@ -72,7 +72,7 @@ impl Candidates {
                     )));
                 }
                 if let Some(canary) = &manifest.canary {
-                    canary.validate(shards).map_err(NotLoaded::Refused)?;
+                    canary.validate(shards).map_err(|e| NotLoaded::Refused(e.to_string()))?;
                 }
                 controller.set_shadow(Some(candidate.shadow.clone()));
                 Ok(())

@@ -270,7 +270,7 @@ fn step() -> impl Strategy<Value = Step> {
 }
 
 /// Run `steps` against the model; the first broken invariant, if any.
-fn run(steps: &[Step]) -> Result<(), String> {
+fn run(steps: &[Step]) -> Result<(), TestCaseError> {
     let rt = tokio::runtime::Builder::new_current_thread().enable_time().start_paused(true).build().unwrap();
     rt.block_on(async {
         let model = Model(Mutex::new(World { served: true, ..World::default() }));
@@ -325,19 +325,19 @@ fn run(steps: &[Step]) -> Result<(), String> {
                 }
             }
             if let Some(v) = model.with(|w| w.violation.take()) {
-                return Err(format!("step {n} ({step:?}): {v}"));
+                return Err(TestCaseError::fail(format!("step {n} ({step:?}): {v}")));
             }
             // 3: the machine says a version serves exactly when its controller runs.
             let running = model.with(|w| w.running);
             if life.serving().copied() != running {
-                return Err(format!("step {n} ({step:?}): serving {:?} but running {running:?}", life.serving()));
+                return Err(TestCaseError::fail(format!("step {n} ({step:?}): serving {:?} but running {running:?}", life.serving())));
             }
             // 1: a good version is kept until deleted or replaced by a version that served.
             if let (Some(before), Step::Observe(_) | Step::Served(_) | Step::Poll(_)) = (good_before, step) {
                 match life.good() {
-                    None => return Err(format!("step {n} ({step:?}): good version {before} forgotten")),
+                    None => return Err(TestCaseError::fail(format!("step {n} ({step:?}): good version {before} forgotten"))),
                     Some(now) if *now != before && behaviour(*now) != Behaviour::Good => {
-                        return Err(format!("step {n} ({step:?}): good version {now} never served"));
+                        return Err(TestCaseError::fail(format!("step {n} ({step:?}): good version {now} never served")));
                     }
                     Some(_) => {}
                 }
@@ -345,18 +345,20 @@ fn run(steps: &[Step]) -> Result<(), String> {
             // 4: a replacement that failed half-way is followed by a resume at once (the model's
             // resumes fail only for a kind not served, as suspensions).
             if let Some((v, Stop::Failed(why))) = life.view().stopped {
-                return Err(format!("step {n} ({step:?}): good version {v} left stopped: {why}"));
+                return Err(TestCaseError::fail(format!("step {n} ({step:?}): good version {v} left stopped: {why}")));
             }
             // 2 and liveness: while the kind is served, a good version runs after any poll.
             let served = model.with(|w| w.served);
             if served && matches!(step, Step::Poll(_)) && life.good().is_some() && life.serving().is_none() {
-                return Err(format!("step {n} ({step:?}): the kind is served but the good version does not run"));
+                return Err(TestCaseError::fail(format!("step {n} ({step:?}): the kind is served but the good version does not run")));
             }
             // 5: a restarted host serves the recorded good version when the ConfigMap cannot.
             if let (Step::Restart, Some(r), true, Some(i)) = (step, &recorded, served, holds)
                 && life.serving().is_none()
             {
-                return Err(format!("step {n}: restarted holding content {i} with {r:?} recorded, but nothing serves"));
+                return Err(TestCaseError::fail(format!(
+                    "step {n}: restarted holding content {i} with {r:?} recorded, but nothing serves"
+                )));
             }
             if life.serving().is_some() {
                 recorded = life.good_content().cloned();
@@ -371,9 +373,7 @@ proptest! {
 
     #[test]
     fn the_invariants_hold_over_random_sequences(steps in proptest::collection::vec(step(), 1..60)) {
-        if let Err(e) = run(&steps) {
-            return Err(TestCaseError::fail(e));
-        }
+        run(&steps)?;
     }
 }
 

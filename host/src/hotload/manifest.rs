@@ -135,7 +135,7 @@ impl PluginManifest {
                 return Err(Error::Invalid("canary: only a candidate version (shadowOf: <plugin>) has canary shards".into()));
             }
             // The shard indexes are checked against the serving plugin's `shards:` when attached.
-            canary.validate(usize::MAX).map_err(Error::Invalid)?;
+            canary.validate(usize::MAX).map_err(|e| Error::Invalid(e.to_string()))?;
         }
         let name = raw.name.or_else(|| raw.shadow_of.clone()).unwrap_or_else(|| default_name.to_string());
         if let Err(e) = name::dns_label(&name, name::DNS_LABEL_MAX) {
@@ -175,11 +175,11 @@ impl PluginManifest {
             return Err(Error::Invalid(format!("serviceAccountName {sa:?} must be a DNS subdomain (a ServiceAccount name): it {e}")));
         }
         let api = raw.api.unwrap_or_default();
-        api.validate("api").map_err(Error::Invalid)?;
+        api.validate("api").map_err(|e| Error::Invalid(e.to_string()))?;
         let events = raw.events.unwrap_or(ControllerConfig::default().events);
-        events.validate("events").map_err(Error::Invalid)?;
+        events.validate("events").map_err(|e| Error::Invalid(e.to_string()))?;
         let budgets = raw.budgets.unwrap_or_default();
-        budgets.validate().map_err(Error::Invalid)?;
+        budgets.validate().map_err(|e| Error::Invalid(e.to_string()))?;
         Ok(Self {
             grants: Grants::new(name.clone(), raw.grants),
             local_name: name.clone(),
@@ -307,8 +307,8 @@ namespace: shop
             ("api: {burst: 0}", "api.burst"),
             ("api: {qsp: 5}", "qsp"),
             ("events: {burst: 0}", "events.burst"),
-            ("budgets: {watches: 1000}", "budgets.watches: 1000 is over the host's maximum of 128"),
-            ("budgets: {indexMemory: 4Gi}", "budgets.indexMemory: 4Gi is over the host's maximum of 1Gi"),
+            ("budgets: {watches: 1000}", "budgets.watches is 1000, over the host's maximum of 128"),
+            ("budgets: {indexMemory: 4Gi}", "budgets.indexMemory is 4Gi, over the host's maximum of 1Gi"),
             ("budgets: {keysPerEvent: 0}", "budgets.keysPerEvent must be at least 1"),
             ("budgets: {watchs: 3}", "watchs"),
             ("minRequeueAfter: soon", "minRequeueAfter"),

@@ -63,7 +63,7 @@ impl<R: sdk::Reconciler> SdkReconciler<R> {
     /// The reconciler with the spec `R::metadata()` describes (checked as a component's is) and
     /// the default limits.
     pub fn new() -> Result<Self, Error> {
-        let metadata = catch_panic(R::metadata).map_err(Error::MetadataPanicked)?;
+        let metadata = catch_panic(R::metadata).map_err(|p| Error::MetadataPanicked(p.0))?;
         let spec = spec_from_sdk_metadata(metadata).map_err(Error::InvalidMetadata)?;
         Ok(Self { spec: Arc::new(spec), limits: Limits::default(), reconciler: PhantomData })
     }
