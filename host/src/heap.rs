@@ -10,7 +10,7 @@
 //! memory themselves: there this is a no-op.
 
 /// Return the allocator's free pages to the operating system (glibc); a no-op elsewhere.
-#[allow(unsafe_code)] // one FFI call, no pointers exchanged
+#[allow(unsafe_code, reason = "one FFI call, no pointers exchanged")]
 pub fn release_free_memory() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: malloc_trim only walks the allocator's own free lists, under its own locks; it

@@ -130,9 +130,9 @@ impl Inner {
 
     /// Compare the serving version's side with the candidate's once the candidate answers, on a
     /// task of its own (the serving outcome goes on meanwhile); record how they compared.
-    fn compare_later(&self, key: &ObjectKey, serving: shadow::Side, candidate: Option<Candidate>) {
+    fn compare_later(&self, key: &ObjectKey, serving: shadow::Side, candidate: Option<CandidateCall>) {
         let (name, log, metrics) = (self.name.clone(), self.shared.shadows.clone(), self.shared.metrics.clone());
-        let Some(Candidate { reconciler, answer }) = candidate else {
+        let Some(CandidateCall { reconciler, answer }) = candidate else {
             log.record(&name, shadow::Compared::Skipped, None);
             metrics.shadowed(&name, shadow::Compared::Skipped);
             return;
@@ -254,16 +254,16 @@ async fn run_native<T: Send + 'static>(call: impl FnOnce() -> T + Send + 'static
 }
 
 /// A candidate's reconcile running beside the serving one.
-struct Candidate {
+struct CandidateCall {
     reconciler: Arc<dyn crate::reconciler::Reconciler>,
     answer: tokio::sync::oneshot::Receiver<Result<crate::reconciler::Outcome, ReconcileError>>,
 }
 
 /// Start the candidate's reconcile of `request` on one of its threads, if one of its slots is
 /// free (`None`: not shadowed this time).
-fn start_candidate(shadow: &Shadow, request: &Request, view: &cache::SharedCache) -> Option<Candidate> {
+fn start_candidate(shadow: &Shadow, request: &Request, view: &cache::SharedCache) -> Option<CandidateCall> {
     let answer = shadow.start(request, view)?;
-    Some(Candidate { reconciler: shadow.reconciler().clone(), answer })
+    Some(CandidateCall { reconciler: shadow.reconciler().clone(), answer })
 }
 
 /// One line per reconcile at [`RECONCILE_LOG`]: the key, the actions returned (or why there were

@@ -347,7 +347,7 @@ impl Executor {
         }
     }
 
-    #[allow(clippy::too_many_arguments)] // one call per patch: the parts of one action
+    #[allow(clippy::too_many_arguments, reason = "one call per patch: the parts of one action")]
     async fn patch(
         &self,
         api: &Api<DynamicObject>,

@@ -505,7 +505,7 @@ impl PrecompiledCache {
         // matches what was written; wasmtime additionally checks that it was compiled by a
         // compatible engine and refuses if not. The file is mapped, not copied: it must not
         // change while mapped, which holds as this host only ever replaces it by rename.
-        #[allow(unsafe_code)]
+        #[allow(unsafe_code, reason = "mapping a checked artifact of this host: see SAFETY above")]
         let component = unsafe { Component::deserialize_file(engine.engine(), path) };
         component.map(Some).map_err(|e| format!("incompatible or invalid artifact: {e:#}"))
     }

@@ -386,7 +386,7 @@ impl From<&CacheError> for wit_cache::CacheError {
 /// An `object-meta` answer, recorded.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-#[allow(missing_docs)] // the fields of `object-meta` in wit/controller.wit
+#[allow(missing_docs, reason = "the fields of `object-meta` in wit/controller.wit")]
 pub struct Meta {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub namespace: Option<String>,
@@ -426,7 +426,7 @@ impl Meta {
 /// An `owner-reference` of a recorded [`Meta`].
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-#[allow(missing_docs)] // the fields of `owner-reference` in wit/controller.wit
+#[allow(missing_docs, reason = "the fields of `owner-reference` in wit/controller.wit")]
 pub struct OwnerReference {
     pub api_version: String,
     pub kind: String,
