@@ -16,7 +16,7 @@ use super::compile::LoadOrigin;
 use super::lifecycle::{Standing, Stop, View};
 use super::metrics::PluginMetrics;
 use super::status::{PluginStatus, State, StatusWriter, Written};
-use super::waiting::Waiting;
+use super::waiting::{WaitReason, Waiting};
 use crate::kinds::ObjectKey;
 use crate::plugin::WasmPlugin;
 use crate::reconciler::Reconciler as _;
@@ -50,6 +50,8 @@ pub enum LoadEvent {
         configmap: String,
         /// What it waits for.
         reason: String,
+        /// The same, typed, when it is a [`WaitReason`] (not a failed restart).
+        wait: Option<WaitReason>,
     },
     /// The ConfigMap's plugin cannot be loaded as it is; the last good version, if any, keeps running.
     Rejected {
@@ -155,17 +157,17 @@ impl Reporter {
             }
             (Standing::Current, None, Some((plugin, stop))) => {
                 self.waiting.clear(key);
-                let (reason, why) = match stop {
+                let (reason, why, wait) = match stop {
                     Stop::Suspended(reason) => {
                         status.waiting_for = Some(reason.subject());
-                        (reason.reason(), format!("{reason}"))
+                        (reason.reason(), format!("{reason}"), Some(reason.clone()))
                     }
-                    Stop::Failed(error) => ("Restarting", format!("it could not start again ({error}); retried")),
+                    Stop::Failed(error) => ("Restarting", format!("it could not start again ({error}); retried"), None),
                 };
                 let message = format!("{} stopped: {why}", describe(plugin));
                 warn!(configmap = %key, plugin = %plugin.name(), "{message}");
                 self.metrics.load(&label(key), "waiting");
-                let _ = self.events.send(LoadEvent::Waiting { configmap: key.name.clone(), reason: why });
+                let _ = self.events.send(LoadEvent::Waiting { configmap: key.name.clone(), reason: why, wait });
                 self.metrics.set_loaded(&label(key), None);
                 status.state = Some(State::Waiting);
                 status.reason = reason.into();
@@ -180,7 +182,11 @@ impl Reporter {
                 if next.changed {
                     self.metrics.load(&label(key), "waiting");
                     info!(configmap = %key, reason = reason.reason(), waiting_for = %reason.subject(), %doing, "plugin waiting: {reason}");
-                    let _ = self.events.send(LoadEvent::Waiting { configmap: key.name.clone(), reason: reason.to_string() });
+                    let _ = self.events.send(LoadEvent::Waiting {
+                        configmap: key.name.clone(),
+                        reason: reason.to_string(),
+                        wait: Some(reason.clone()),
+                    });
                 }
                 if !next.report {
                     return Rendered { status: None, retry };

@@ -26,12 +26,12 @@ use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use tokio::sync::broadcast;
 use tokio::time::Instant;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 use wasmloop::admission::{Admission, HostObjects, Protected, Scopes};
 use wasmloop::controller::{ControllerMetrics, Shared};
 use wasmloop::executor::Executor;
 use wasmloop::hotload::source::{PAYLOAD_LABEL, PLUGIN_LABEL};
-use wasmloop::hotload::{LoadEvent, LoadOrigin, PluginManager, PluginManagerConfig, PluginManifest, PluginMetrics, pack};
+use wasmloop::hotload::{LoadEvent, LoadOrigin, PluginManager, PluginManagerConfig, PluginManifest, PluginMetrics, WaitReason, pack};
 use wasmloop::informer::InformerRegistry;
 use wasmloop::kinds::KindResolver;
 use wasmloop::plugin::{ByteSize, FunctionCache, FunctionCacheStats, PluginEngine};
@@ -364,7 +364,14 @@ impl<'a> Session<'a> {
                         warn!(target: DEV_LOG, "the host refused this version; the last good version keeps running: {error}");
                         return Ok(None);
                     }
-                    Ok(LoadEvent::Waiting { configmap, reason }) if configmap == name => {
+                    // The payloads were just created: the host's cache of them may lag the
+                    // plugin ConfigMap's event by a moment, and the version loads when it shows them.
+                    Ok(LoadEvent::Waiting { configmap, wait: Some(WaitReason::PayloadMissing { name: payload, .. }), .. })
+                        if configmap == name && self.payloads.contains(&payload) =>
+                    {
+                        debug!(target: DEV_LOG, "the host has not seen payload {payload} yet; waiting for it");
+                    }
+                    Ok(LoadEvent::Waiting { configmap, reason, .. }) if configmap == name => {
                         warn!(target: DEV_LOG, "this version waits (it starts by itself once that is there; the last good version keeps running): {reason}");
                         return Ok(None);
                     }
