@@ -36,10 +36,17 @@
 //! (the controller owner's UID) and the declared `labels.<key>` / dotted-path indexes.
 //! [`FakeCache::execute`] and [`FakeCache::converge`] play the host's part of carrying out the
 //! actions, so tests can check that a reconciler converges and then writes nothing.
+//!
+//! The fake has a clock: [`crate::time`] reads it while the fake is installed. It starts at the
+//! system time when the fake is made and stands still until a test moves it
+//! ([`FakeCache::set_time`], [`FakeCache::advance`]), or until [`FakeCache::converge`] ends on
+//! an outcome that asks for a requeue: then it moves to that requeue, when the host would
+//! reconcile the key again. [`FakeCache::run_until`] plays a schedule out to a given time.
 
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
 use std::rc::Rc;
+use std::time::Duration;
 
 use serde::Serialize;
 use serde_json::{Map, Value};
@@ -71,6 +78,8 @@ struct Inner {
     logs: RefCell<Vec<(Level, String)>>,
     events: RefCell<Vec<Event>>,
     next_uid: Cell<u64>,
+    /// Now, in microseconds since the epoch: what [`crate::time`] reads.
+    clock: Cell<i64>,
 }
 
 impl FakeCache {
@@ -115,6 +124,7 @@ impl FakeCache {
                 logs: RefCell::default(),
                 events: RefCell::default(),
                 next_uid: Cell::new(1),
+                clock: Cell::new(crate::time::system_micros()),
             }),
         }
     }
@@ -122,6 +132,37 @@ impl FakeCache {
     /// A fake granting what reconciler `R` declares.
     pub fn for_reconciler<R: Reconciler>() -> Self {
         Self::new(R::metadata())
+    }
+
+    /// The fake with its clock at `rfc3339` (a timestamp as the API server writes them, with or
+    /// without a fraction).
+    pub fn with_time(self, rfc3339: &str) -> Self {
+        self.set_time(rfc3339);
+        self
+    }
+
+    /// Set the clock [`crate::time`] reads to `rfc3339`. Panics on a malformed timestamp.
+    pub fn set_time(&self, rfc3339: &str) -> &Self {
+        let micros = crate::time::parse_micros(rfc3339).unwrap_or_else(|| panic!("FakeCache: not an RFC 3339 timestamp: {rfc3339:?}"));
+        self.inner.clock.set(micros);
+        self
+    }
+
+    /// Move the clock forward by `by`.
+    pub fn advance(&self, by: Duration) -> &Self {
+        let by = i64::try_from(by.as_micros()).unwrap_or(i64::MAX);
+        self.inner.clock.set(self.inner.clock.get().saturating_add(by));
+        self
+    }
+
+    /// Now, as the fake's clock says, in microseconds since the epoch.
+    pub fn now_micros(&self) -> i64 {
+        self.inner.clock.get()
+    }
+
+    /// Now, as the fake's clock says, as a `metav1.Time` (whole seconds).
+    pub fn now_rfc3339(&self) -> String {
+        crate::time::format(self.inner.clock.get().div_euclid(1_000_000))
     }
 
     /// Add the objects in a YAML stream (`---`-separated documents; a `kind: List` adds its
@@ -249,7 +290,7 @@ impl FakeCache {
                     };
                     let key = object::key(&obj).unwrap_or_else(|e| panic!("FakeCache: create: {e}"));
                     if self.get(&key).is_none() {
-                        self.insert(obj);
+                        self.insert(self.created(obj));
                     }
                 }
                 Action::Apply(obj) => {
@@ -260,7 +301,7 @@ impl FakeCache {
                             merge_patch(&mut current, obj);
                             current
                         }
-                        None => obj.clone(),
+                        None => self.created(obj.clone()),
                     };
                     self.insert(merged);
                 }
@@ -271,7 +312,7 @@ impl FakeCache {
                         Some(obj) if !preconditions_hold(preconditions, &obj) => {}
                         Some(mut obj) if has_finalizers(&obj) => {
                             if obj.pointer("/metadata/deletionTimestamp").is_none() {
-                                obj["metadata"]["deletionTimestamp"] = "1970-01-01T00:00:00Z".into();
+                                obj["metadata"]["deletionTimestamp"] = self.now_rfc3339().into();
                                 self.insert(obj);
                             }
                         }
@@ -293,6 +334,14 @@ impl FakeCache {
                 Action::Event(e) => self.inner.events.borrow_mut().push(e.clone()),
             }
         }
+    }
+
+    /// A new object as the API server stores it: `creationTimestamp` now (on the fake's clock).
+    fn created(&self, mut obj: Value) -> Value {
+        if let Some(meta) = obj.get_mut("metadata").and_then(Value::as_object_mut) {
+            meta.entry("creationTimestamp").or_insert_with(|| self.now_rfc3339().into());
+        }
+        obj
     }
 
     /// A patch as the API server applies it: nothing if the object is missing or a
@@ -339,8 +388,43 @@ impl FakeCache {
 
     /// Reconcile `key` and execute the outcome until a reconcile returns no actions; returns the
     /// outcomes that had actions. Fails if the reconciler errors or has not converged after
-    /// `max_rounds` reconciles.
+    /// `max_rounds` reconciles. If the last reconcile asked for a requeue, the clock moves to it:
+    /// the time the host would reconcile the key again.
     pub fn converge<R: Reconciler>(&self, key: &ObjectKey, max_rounds: usize) -> Result<Vec<Outcome>, String> {
+        let (done, requeue) = self.settle::<R>(key, max_rounds)?;
+        if let Some(after) = requeue {
+            self.advance(after);
+        }
+        Ok(done)
+    }
+
+    /// Play the host's loop for `key` until the clock reaches `until` (RFC 3339): converge, move
+    /// the clock to the requeue the converged reconcile asked for, and again, as long as that
+    /// requeue is not after `until`; then the clock is set to `until`. Returns every outcome that
+    /// had actions, in order; fails as [`Self::converge`] does, or after `max_reconciles`
+    /// reconciles in all. A schedule test: `fake.run_until::<CronJobs>(&key, "…T03:00:00Z", 100)`.
+    pub fn run_until<R: Reconciler>(&self, key: &ObjectKey, until: &str, max_reconciles: usize) -> Result<Vec<Outcome>, String> {
+        let until = crate::time::parse_micros(until).unwrap_or_else(|| panic!("FakeCache: not an RFC 3339 timestamp: {until:?}"));
+        let mut all = Vec::new();
+        let mut left = max_reconciles;
+        loop {
+            let (done, requeue) = self.settle::<R>(key, left)?;
+            left -= done.len() + 1;
+            all.extend(done);
+            let next = requeue.map(|after| self.now_micros().saturating_add(i64::try_from(after.as_micros()).unwrap_or(i64::MAX)));
+            match next {
+                Some(next) if next <= until && left > 0 => self.inner.clock.set(next),
+                Some(_) | None => {
+                    self.inner.clock.set(until.max(self.now_micros()));
+                    return Ok(all);
+                }
+            }
+        }
+    }
+
+    /// Reconcile and execute until no actions are left: the outcomes that had actions, and the
+    /// requeue the last (empty) outcome asked for.
+    fn settle<R: Reconciler>(&self, key: &ObjectKey, max_rounds: usize) -> Result<(Vec<Outcome>, Option<Duration>), String> {
         let mut done = Vec::new();
         for _ in 0..max_rounds {
             let outcome = match self.reconcile::<R>(key) {
@@ -355,7 +439,7 @@ impl FakeCache {
                 }
             };
             if outcome.is_empty() {
-                return Ok(done);
+                return Ok((done, outcome.requeue_after));
             }
             self.execute(&outcome);
             done.push(outcome);
@@ -588,6 +672,10 @@ impl Backend for Inner {
     fn log(&self, level: Level, message: &str) {
         eprintln!("[{level:?}] {message}");
         self.logs.borrow_mut().push((level, message.to_owned()));
+    }
+
+    fn now_micros(&self) -> Option<i64> {
+        Some(self.clock.get())
     }
 }
 

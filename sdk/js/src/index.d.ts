@@ -265,3 +265,24 @@ export interface Reconciler {
 
 export function defineReconciler<R extends Reconciler>(reconciler: R): R;
 export function request(key: ObjectKey, options?: { reason?: Request["reason"]; attempt?: number; lastError?: string }): Request;
+
+/**
+ * Kubernetes timestamps and the current time (the Rust SDK's `time`): `metav1.Time` (UTC, whole
+ * seconds) and `metav1.MicroTime` (six fractional digits), as seconds or microseconds since the
+ * epoch. Now is the host's wall clock in the component (recorded and replayed by the host; QuickJS
+ * reads it in milliseconds), the bound FakeCache's clock in tests.
+ */
+export const time: {
+  /** Seconds since the epoch of an RFC 3339 timestamp (fraction dropped); undefined if malformed. */
+  parse(ts: string): number | undefined;
+  /** Microseconds since the epoch of an RFC 3339 timestamp; undefined if malformed. */
+  parseMicros(ts: string): number | undefined;
+  /** `2026-01-02T03:04:05Z` */
+  format(secs: number): string;
+  /** `2026-01-02T03:04:05.123456Z` */
+  formatMicros(micros: number): string;
+  now(): number;
+  nowMicros(): number;
+  nowRfc3339(): string;
+  nowMicrosRfc3339(): string;
+};

@@ -7,6 +7,11 @@
 // to the keys the host would queue (owner, label, same name, namespace and index mappings).
 // `execute` and `converge` play the host's part of carrying out the actions (a failure's too),
 // so a test can check that a reconciler converges and then writes nothing.
+//
+// The fake has a clock, which the SDK's `time` reads while the fake is bound: it starts at the
+// wall-clock time the fake is made and stands still until a test moves it (`setTime`, `advance`)
+// or `converge` ends on an outcome that asks for a requeue (the clock moves to it); `runUntil`
+// plays a schedule out to a given time.
 
 import { readdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
@@ -15,6 +20,7 @@ import { toWitFailure, toWitOutcome } from "./guest.js";
 import { bindHost } from "./host.js";
 import { Metadata, Outcome, ReconcileError, keyString, objectKey, permanent, request as makeRequest, sameKind } from "./index.js";
 import { checkPath, fieldValue, indexValues, matchesAnnotationSelector, matchesSelector, parseSelector } from "./paths.js";
+import { format as formatSecs, parseMicros } from "./time.js";
 import { parseYamlStream } from "./yaml.js";
 
 const kindId = (k) => `${k.apiVersion}/${k.kind}`;
@@ -216,6 +222,40 @@ export class FakeCache {
     this._logs = [];
     this._events = [];
     this.nextUid = 1;
+    /** Now, in microseconds since the epoch: what the SDK's `time` reads. */
+    this._clock = Date.now() * 1000;
+  }
+
+  // ---- the clock
+
+  /** Set the clock to `rfc3339` and return this. */
+  withTime(rfc3339) {
+    this.setTime(rfc3339);
+    return this;
+  }
+
+  /** Set the clock to `rfc3339` (a timestamp as the API server writes them, with or without a fraction). */
+  setTime(rfc3339) {
+    const us = parseMicros(rfc3339);
+    if (us === undefined) throw new Error(`FakeCache: not an RFC 3339 timestamp: ${JSON.stringify(rfc3339)}`);
+    this._clock = us;
+    return this;
+  }
+
+  /** Move the clock forward by `ms` milliseconds. */
+  advance(ms) {
+    this._clock += Math.round(ms * 1000);
+    return this;
+  }
+
+  /** Now on the fake's clock, in microseconds since the epoch. */
+  nowMicros() {
+    return this._clock;
+  }
+
+  /** Now on the fake's clock, as a `metav1.Time` (whole seconds). */
+  nowRfc3339() {
+    return formatSecs(Math.floor(this._clock / 1_000_000));
   }
 
   /** A fake for `reconciler` (its metadata; `reconcile` uses it). */
@@ -408,6 +448,7 @@ export class FakeCache {
         listMeta: (k, ns, s) => this._list(k, ns, s).map((o) => this._meta(k, o)),
         byIndexMeta: (k, i, v) => this._byIndex(k, i, v).map((o) => this._meta(k, o)),
       },
+      clock: { nowMicros: () => this._clock },
       log: {
         log: (level, message) => {
           this._logs.push([level, message]);
@@ -529,19 +570,25 @@ export class FakeCache {
         case "create": {
           const obj = clone(a.object);
           if (!obj.metadata.name) obj.metadata.name = `${obj.metadata.generateName}${String(this.nextUid++).padStart(5, "0")}`;
+          obj.metadata.creationTimestamp ??= this.nowRfc3339();
           if (this.get(objectKey(obj)) === undefined) this._insert(obj);
           break;
         }
         case "apply": {
           const key = objectKey(a.object);
           const current = this.get(key);
-          this._insert(current ? mergePatch(current, a.object) : clone(a.object));
+          const created = () => {
+            const obj = clone(a.object);
+            obj.metadata.creationTimestamp ??= this.nowRfc3339();
+            return obj;
+          };
+          this._insert(current ? mergePatch(current, a.object) : created());
           break;
         }
         case "delete": {
           const obj = this.get(a.key);
           if (obj && hasFinalizers(obj)) {
-            obj.metadata.deletionTimestamp ??= "1970-01-01T00:00:00Z";
+            obj.metadata.deletionTimestamp ??= this.nowRfc3339();
             this._insert(obj);
           } else this.remove(a.key);
           break;
@@ -590,9 +637,42 @@ export class FakeCache {
   /**
    * Reconcile `key` and execute the outcome until a reconcile returns no actions; returns the
    * outcomes that had actions. Throws if the reconciler fails (after executing the actions its
-   * error carries, as the host does) or has not converged after `maxRounds` reconciles.
+   * error carries, as the host does) or has not converged after `maxRounds` reconciles. If the
+   * last reconcile asked for a requeue, the clock moves to it (when the host would reconcile the
+   * key again).
    */
   converge(key, maxRounds = 10, reconciler = this.reconciler) {
+    const [done, requeueMs] = this._settle(key, maxRounds, reconciler);
+    if (requeueMs !== undefined) this.advance(requeueMs);
+    return done;
+  }
+
+  /**
+   * Play the host's loop for `key` until the clock reaches `until` (RFC 3339): converge, move the
+   * clock to the requeue the converged reconcile asked for, and again, as long as that requeue is
+   * not after `until`; then the clock is set to `until`. Returns every outcome that had actions,
+   * in order; throws as `converge` does, or after `maxReconciles` reconciles in all.
+   */
+  runUntil(key, until, maxReconciles = 100, reconciler = this.reconciler) {
+    const end = parseMicros(until);
+    if (end === undefined) throw new Error(`FakeCache: not an RFC 3339 timestamp: ${JSON.stringify(until)}`);
+    const all = [];
+    let left = maxReconciles;
+    for (;;) {
+      const [done, requeueMs] = this._settle(key, left, reconciler);
+      left -= done.length + 1;
+      all.push(...done);
+      const next = requeueMs === undefined ? undefined : this._clock + requeueMs * 1000;
+      if (next !== undefined && next <= end && left > 0) this._clock = next;
+      else {
+        this._clock = Math.max(end, this._clock);
+        return all;
+      }
+    }
+  }
+
+  /** Reconcile and execute until no actions are left: `[outcomes that had actions, the last outcome's requeue (ms)]`. */
+  _settle(key, maxRounds, reconciler) {
     const done = [];
     for (let i = 0; i < maxRounds; i++) {
       let out;
@@ -606,7 +686,7 @@ export class FakeCache {
         }
         throw e;
       }
-      if (out.actions.length === 0) return done;
+      if (out.actions.length === 0) return [done, out.requeueAfterMs];
       this.execute(out);
       done.push(out);
     }

@@ -26,7 +26,7 @@ __all__ = [
     "transient", "permanent", "with_context", "name", "namespace", "uid", "label", "annotation", "is_deleting",
     "controller_of", "controller_uid", "is_controlled_by", "controller_ref", "has_finalizer", "object_key",
     "EventType", "Action", "Outcome", "NAMESPACE_INDEX", "OWNER_INDEX", "Meta", "cache", "log", "Request",
-    "Reconciler", "request",
+    "Reconciler", "request", "time",
 ]
 
 JSON = Any
@@ -788,4 +788,5 @@ def request(key: ObjectKey, reason: Literal["event", "resync", "requeue", "retry
     return Request(key, reason, attempt, last_error)
 
 
-
+# Kubernetes timestamps and the host's clock (``wasmloop_sdk.time``).
+from . import time  # noqa: E402

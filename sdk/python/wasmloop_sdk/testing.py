@@ -10,6 +10,11 @@ declared ``labels.<key>`` / dotted-path indexes, and metadata reads return the d
 :meth:`FakeCache.converge` play the host's part of carrying out the actions (a failure's too), so
 a test can check that a reconciler converges and then writes nothing.
 
+The fake has a clock, which :mod:`wasmloop_sdk.time` reads while the fake is bound: it starts at
+the wall-clock time the fake is made and stands still until a test moves it (:meth:`FakeCache.set_time`,
+:meth:`FakeCache.advance`) or :meth:`FakeCache.converge` ends on an outcome that asks for a requeue
+(the clock moves to it); :meth:`FakeCache.run_until` plays a schedule out to a given time.
+
 YAML fixtures need PyYAML (``pip install wasmloop-sdk[testing]``); objects and JSON need nothing.
 """
 
@@ -19,12 +24,15 @@ import copy
 import json
 import os
 import sys
+import time as _system
 from typing import Any, Callable, Optional, TypeVar, Union
 
 from . import Action, IndexValueValue, KindRef, Metadata, Object, ObjectKey, Outcome, ReconcileError, Reconciler, Request, object_key, permanent
 from . import request as make_request
 from ._host import HostCacheError, bind_host
 from .guest import failure_parts, to_wit_outcome_checked
+from .time import format as _format_secs
+from .time import parse_micros as _parse_micros
 from .paths import check_path, field_value, index_values, matches_annotation_selector, matches_selector, parse_selector
 
 T = TypeVar("T")
@@ -170,10 +178,19 @@ class _FakeLog:
             print(f"[{level}] {message}", file=sys.stderr)
 
 
+class _FakeClock:
+    def __init__(self, fake: "FakeCache") -> None:
+        self.fake = fake
+
+    def now_micros(self) -> int:
+        return self.fake._clock
+
+
 class _Host:
     def __init__(self, fake: "FakeCache") -> None:
         self.cache = _FakeCacheHost(fake)
         self.log = _FakeLog(fake)
+        self.clock = _FakeClock(fake)
 
 
 class FakeCache:
@@ -231,6 +248,35 @@ class FakeCache:
         self._logs: list[tuple[str, str]] = []
         self._events: list[Action] = []
         self._next_uid = 1
+        self._clock = _system.time_ns() // 1000
+        """Now, in microseconds since the epoch: what :mod:`wasmloop_sdk.time` reads."""
+
+    # ---- the clock
+
+    def with_time(self, rfc3339: str) -> "FakeCache":
+        """Set the clock to ``rfc3339`` and return the fake."""
+        return self.set_time(rfc3339)
+
+    def set_time(self, rfc3339: str) -> "FakeCache":
+        """Set the clock :mod:`wasmloop_sdk.time` reads (RFC 3339, with or without a fraction)."""
+        us = _parse_micros(rfc3339)
+        if us is None:
+            raise ValueError(f"FakeCache: not an RFC 3339 timestamp: {rfc3339!r}")
+        self._clock = us
+        return self
+
+    def advance(self, seconds: float) -> "FakeCache":
+        """Move the clock forward by ``seconds``."""
+        self._clock += round(seconds * 1_000_000)
+        return self
+
+    def now_micros(self) -> int:
+        """Now on the fake's clock, in microseconds since the epoch."""
+        return self._clock
+
+    def now_rfc3339(self) -> str:
+        """Now on the fake's clock, as a ``metav1.Time`` (whole seconds)."""
+        return _format_secs(self._clock // 1_000_000)
 
     @classmethod
     def for_reconciler(cls, reconciler: Reconciler) -> "FakeCache":
@@ -516,15 +562,21 @@ class FakeCache:
                 if not obj["metadata"].get("name"):
                     obj["metadata"]["name"] = f"{obj['metadata']['generateName']}{self._next_uid:05d}"
                     self._next_uid += 1
+                obj["metadata"].setdefault("creationTimestamp", self.now_rfc3339())
                 if self.get(object_key(obj)) is None:
                     self._insert(obj)
             elif a.type == "apply" and a.object is not None:
                 current = self.get(object_key(a.object))
-                self._insert(_merge_patch(current, a.object) if current else copy.deepcopy(a.object))
+                if current:
+                    self._insert(_merge_patch(current, a.object))
+                else:
+                    created = copy.deepcopy(a.object)
+                    created["metadata"].setdefault("creationTimestamp", self.now_rfc3339())
+                    self._insert(created)
             elif a.type == "delete" and a.key is not None:
                 obj = self.get(a.key)
                 if obj and _has_finalizers(obj):
-                    obj["metadata"].setdefault("deletionTimestamp", "1970-01-01T00:00:00Z")
+                    obj["metadata"].setdefault("deletionTimestamp", self.now_rfc3339())
                     self._insert(obj)
                 else:
                     self.remove(a.key)
@@ -572,7 +624,38 @@ class FakeCache:
     def converge(self, key: ObjectKey, max_rounds: int = 10, reconciler: Optional[Reconciler] = None) -> list[Outcome]:
         """Reconcile ``key`` and execute the outcome until a reconcile returns no actions; returns
         the outcomes that had actions. Raises if the reconciler fails (after executing the actions
-        its error carries, as the host does) or has not converged."""
+        its error carries, as the host does) or has not converged. If the last reconcile asked for
+        a requeue, the clock moves to it (when the host would reconcile the key again)."""
+        done, requeue_ms = self._settle(key, max_rounds, reconciler)
+        if requeue_ms is not None:
+            self._clock += requeue_ms * 1000
+        return done
+
+    def run_until(self, key: ObjectKey, until: str, max_reconciles: int = 100, reconciler: Optional[Reconciler] = None) -> list[Outcome]:
+        """Play the host's loop for ``key`` until the clock reaches ``until`` (RFC 3339):
+        converge, move the clock to the requeue the converged reconcile asked for, and again, as
+        long as that requeue is not after ``until``; then the clock is set to ``until``. Returns
+        every outcome that had actions, in order; raises as :meth:`converge` does, or after
+        ``max_reconciles`` reconciles in all."""
+        end = _parse_micros(until)
+        if end is None:
+            raise ValueError(f"FakeCache: not an RFC 3339 timestamp: {until!r}")
+        every: list[Outcome] = []
+        left = max_reconciles
+        while True:
+            done, requeue_ms = self._settle(key, left, reconciler)
+            left -= len(done) + 1
+            every.extend(done)
+            nxt = None if requeue_ms is None else self._clock + requeue_ms * 1000
+            if nxt is not None and nxt <= end and left > 0:
+                self._clock = nxt
+            else:
+                self._clock = max(end, self._clock)
+                return every
+
+    def _settle(self, key: ObjectKey, max_rounds: int, reconciler: Optional[Reconciler]) -> tuple[list[Outcome], Optional[int]]:
+        """Reconcile and execute until no actions are left: the outcomes that had actions, and the
+        last outcome's requeue (ms)."""
         done: list[Outcome] = []
         for _ in range(max_rounds):
             try:
@@ -581,7 +664,7 @@ class FakeCache:
                 self.execute(e)
                 raise AssertionError(f"reconcile of {key} failed: {failure_parts(e)[0]}") from e
             if out.is_empty():
-                return done
+                return done, out.requeue_after_ms
             self.execute(out)
             done.append(out)
         raise AssertionError(f"{key} did not converge in {max_rounds} reconciles; last outcome: {done[-1] if done else None!r}")

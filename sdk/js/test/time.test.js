@@ -1,0 +1,70 @@
+// Time in the SDK and its fake: timestamps (metav1.Time and MicroTime) and schedule logic on the
+// FakeCache's clock, as the Rust SDK's testing tests do it.
+import assert from "node:assert/strict";
+import { test } from "node:test";
+
+import { Metadata, Outcome, cache, defineReconciler, keyOf, kinds, time } from "@wasmloop/sdk";
+import { FakeCache } from "@wasmloop/sdk/testing";
+
+test("timestamps: seconds and microseconds, read with offsets, written in UTC", () => {
+  const t = time.parse("2026-12-01T00:28:39Z");
+  assert.equal(t, 1_796_084_919);
+  assert.equal(time.format(t + 60), "2026-12-01T00:29:39Z");
+  assert.equal(time.parse("2026-12-01T01:28:39.5+01:00"), t);
+  assert.equal(time.parseMicros("2026-12-01T00:28:39.123456789Z"), 1_796_084_919_123_456);
+  assert.equal(time.parseMicros("2026-11-30T19:58:39.000001-04:30"), 1_796_084_919_000_001);
+  assert.equal(time.formatMicros(1_796_084_919_000_001), "2026-12-01T00:28:39.000001Z");
+  assert.equal(time.formatMicros(-1), "1969-12-31T23:59:59.999999Z");
+  for (const us of [0, 1, 999_999, 1_796_084_919_123_456]) assert.equal(time.parseMicros(time.formatMicros(us)), us);
+  for (const bad of ["garbage", "2026-02-29T00:00:00Z", "2026-12-01T00:28:39", "2026-12-01T00:28:39.Z", "2026-12-01T24:00:00Z"]) {
+    assert.equal(time.parseMicros(bad), undefined, bad);
+  }
+  assert.ok(time.now() > 1_704_067_200, "outside a fake: the wall clock");
+});
+
+// On every hour: a ConfigMap `tick-<unix time>`, then a requeue at the next hour.
+const hourly = defineReconciler({
+  metadata: () => new Metadata("hourly", "0").reconciles(kinds.NAMESPACE).owns(kinds.CONFIG_MAP),
+  reconcile(req) {
+    const ns = cache.getKey(req.key);
+    if (!ns) return new Outcome();
+    const now = time.now();
+    const hour = now - (now % 3600);
+    const next = (hour + 3600 - now) * 1000;
+    const name = `tick-${hour}`;
+    if (cache.get(kinds.CONFIG_MAP, req.key.name, name)) return new Outcome().requeueAfter(next);
+    const cm = { apiVersion: "v1", kind: "ConfigMap", metadata: { name, namespace: req.key.name }, data: { at: time.nowMicrosRfc3339() } };
+    return new Outcome().createOwned(ns, cm).requeueAfter(next);
+  },
+});
+
+const fake = () =>
+  FakeCache.forReconciler(hourly)
+    .withTime("2026-03-01T10:59:30.25Z")
+    .with({ apiVersion: "v1", kind: "Namespace", metadata: { name: "ns", uid: "ns-1" } });
+const key = keyOf(kinds.NAMESPACE, null, "ns");
+const tick = (ts) => `tick-${time.parse(ts)}`;
+
+test("the clock is the fake's, and converge moves it to the requeue", () => {
+  const f = fake();
+  const [out] = f.converge(key, 3);
+  const cm = out.created()[0];
+  assert.equal(cm.metadata.name, tick("2026-03-01T10:00:00Z"));
+  assert.equal(cm.data.at, "2026-03-01T10:59:30.250000Z", "sub-second time from the fake's clock");
+  assert.equal(f.get(keyOf(kinds.CONFIG_MAP, "ns", cm.metadata.name)).metadata.creationTimestamp, "2026-03-01T10:59:30Z");
+  assert.equal(f.nowMicros(), time.parseMicros("2026-03-01T11:00:00.25Z"));
+  assert.equal(f.converge(key, 3).length, 1, "11:00 fires");
+  f.advance(10 * 60_000);
+  assert.equal(f.nowRfc3339(), "2026-03-01T12:10:00Z");
+});
+
+test("runUntil plays a schedule out and stops at the deadline", () => {
+  const f = fake();
+  const done = f.runUntil(key, "2026-03-01T13:30:00Z", 50);
+  assert.deepEqual(
+    done.flatMap((o) => o.created()).map((c) => c.metadata.name),
+    ["2026-03-01T10:00:00Z", "2026-03-01T11:00:00Z", "2026-03-01T12:00:00Z", "2026-03-01T13:00:00Z"].map(tick),
+  );
+  assert.equal(f.nowRfc3339(), "2026-03-01T13:30:00Z");
+  assert.deepEqual(f.runUntil(key, "2026-03-01T13:50:00Z", 5), [], "nothing due before 14:00");
+});
