@@ -37,6 +37,10 @@
 //! [`FakeCache::execute`] and [`FakeCache::converge`] play the host's part of carrying out the
 //! actions, so tests can check that a reconciler converges and then writes nothing.
 //!
+//! Writes can be made to fail as the API server would refuse them ([`FakeCache::fail_when`],
+//! [`FakeCache::fail_creates`]): the fake then stops the outcome at that action, as the host
+//! does, and the next reconcile of the key carries the failure as `last_error`.
+//!
 //! The fake has a clock: [`crate::time`] reads it while the fake is installed. It starts at the
 //! system time when the fake is made and stands still until a test moves it
 //! ([`FakeCache::set_time`], [`FakeCache::advance`]), or until [`FakeCache::converge`] ends on
@@ -80,7 +84,16 @@ struct Inner {
     next_uid: Cell<u64>,
     /// Now, in microseconds since the epoch: what [`crate::time`] reads.
     clock: Cell<i64>,
+    /// Writes made to fail: each says why an action fails, or `None`.
+    failures: RefCell<Vec<Failure>>,
+    /// The key last reconciled, whose `last_error` a failing action sets.
+    current: RefCell<Option<ObjectKey>>,
+    /// Why each key's previous reconcile failed, while it keeps failing (the host's `last_error`).
+    last_errors: RefCell<BTreeMap<ObjectKey, String>>,
 }
+
+/// Whether an action fails, and why (the API server's message).
+type Failure = Box<dyn Fn(&Action) -> Option<String>>;
 
 impl FakeCache {
     /// A fake granting what `metadata` declares.
@@ -125,6 +138,9 @@ impl FakeCache {
                 events: RefCell::default(),
                 next_uid: Cell::new(1),
                 clock: Cell::new(crate::time::system_micros()),
+                failures: RefCell::default(),
+                current: RefCell::default(),
+                last_errors: RefCell::default(),
             }),
         }
     }
@@ -163,6 +179,36 @@ impl FakeCache {
     /// Now, as the fake's clock says, as a `metav1.Time` (whole seconds).
     pub fn now_rfc3339(&self) -> String {
         crate::time::format(self.inner.clock.get().div_euclid(1_000_000))
+    }
+
+    /// Make the actions `fails` says why about fail, as the API server refusing them would
+    /// (a 403, a 422, a quota): [`Self::execute`] stops the outcome at the first such action (the
+    /// ones before it are done, the rest are not), and the next reconcile of the key carries
+    /// `<verb> <object>: <why>` as [`Request::last_error`], as the host's does.
+    pub fn fail_when(&self, fails: impl Fn(&Action) -> Option<String> + 'static) -> &Self {
+        self.inner.failures.borrow_mut().push(Box::new(fails));
+        self
+    }
+
+    /// Make every create of a `kind` object fail with `why` (see [`Self::fail_when`]).
+    pub fn fail_creates(&self, kind: &KindRef, why: &str) -> &Self {
+        let (kind, why) = (kind.clone(), why.to_owned());
+        self.fail_when(move |a| match a {
+            Action::Create(obj) if object::key(obj).is_ok_and(|k| k.kind == kind) => Some(why.clone()),
+            _ => None,
+        })
+    }
+
+    /// Let every write succeed again.
+    pub fn clear_failures(&self) -> &Self {
+        self.inner.failures.borrow_mut().clear();
+        self
+    }
+
+    /// Why the previous reconcile of `key` failed (its error, or a failed action), while it
+    /// keeps failing: what the next request carries.
+    pub fn last_error(&self, key: &ObjectKey) -> Option<String> {
+        self.inner.last_errors.borrow().get(key).cloned()
     }
 
     /// Add the objects in a YAML stream (`---`-separated documents; a `kind: List` adds its
@@ -257,11 +303,24 @@ impl FakeCache {
         self.reconcile_request::<R>(Request::new(key.clone()))
     }
 
-    /// Reconcile a request with this fake as the cache.
-    pub fn reconcile_request<R: Reconciler>(&self, request: Request) -> Result<Outcome, Error> {
+    /// Reconcile a request with this fake as the cache. A request without `last_error` gets the
+    /// key's, as the host sends it ([`Self::last_error`]).
+    pub fn reconcile_request<R: Reconciler>(&self, mut request: Request) -> Result<Outcome, Error> {
         let reconciled = self.inner.metadata.reconciled_kind();
         assert_eq!(&request.key.kind, reconciled, "FakeCache: the host only reconciles keys of the reconciled kind {reconciled}");
-        self.enter(|| R::reconcile(request)).and_then(Outcome::into_result)
+        let key = request.key.clone();
+        if request.last_error.is_none() {
+            request.last_error = self.last_error(&key);
+        }
+        *self.inner.current.borrow_mut() = Some(key.clone());
+        let result = self.enter(|| R::reconcile(request)).and_then(Outcome::into_result);
+        let mut errors = self.inner.last_errors.borrow_mut();
+        match &result {
+            // Cleared now; a failing action of this outcome sets it again.
+            Ok(_) => errors.remove(&key),
+            Err(e) => errors.insert(key, e.message().to_owned()),
+        };
+        result
     }
 
     /// Run `f` with this fake answering the SDK's cache reads and logs on this thread.
@@ -275,6 +334,14 @@ impl FakeCache {
     /// update-status merge-patches `.status`, and events are recorded (see [`Self::events`]).
     pub fn execute(&self, outcome: &Outcome) {
         for action in &outcome.actions {
+            if let Some(why) = self.inner.failures.borrow().iter().find_map(|f| f(action)) {
+                // As the host: nothing more of this outcome is sent, and the key's next request says why.
+                let failed = format!("{}: {why}", describe(action));
+                if let Some(key) = self.inner.current.borrow().clone() {
+                    self.inner.last_errors.borrow_mut().insert(key, failed);
+                }
+                return;
+            }
             match action {
                 Action::Create(obj) => {
                     // The host's rule for what an action targets (wasmloop-model), so a create
@@ -442,6 +509,9 @@ impl FakeCache {
                 return Ok((done, outcome.requeue_after));
             }
             self.execute(&outcome);
+            if let Some(failed) = self.last_error(key) {
+                return Err(format!("an action of the reconcile of {key} failed: {failed} (the host retries it with backoff)"));
+            }
             done.push(outcome);
         }
         Err(format!("{key} did not converge in {max_rounds} reconciles; last outcome: {:?}", done.last()))
@@ -699,6 +769,21 @@ fn index_values(index: &str, path: Option<&str>, obj: &Value) -> Vec<String> {
 /// Check a declared index path the way the host does when it loads the plugin.
 fn check_index_path(path: &str) -> Result<(), String> {
     IndexPath::parse(path).map(|_| ())
+}
+
+/// An action as the host names it in `last_error`: `<verb> <object>` (a generateName as `prefix*`).
+fn describe(action: &Action) -> String {
+    let target =
+        |obj: &Value| Target::of_object(obj, Naming::NameOrGenerate).map_or_else(|_| "(an invalid object)".to_owned(), |t| t.to_string());
+    match action {
+        Action::Create(obj) => format!("create {}", target(obj)),
+        Action::Apply(obj) => format!("apply {}", target(obj)),
+        Action::Delete(d) => format!("delete {}", d.key),
+        Action::Patch(p) if p.status => format!("update-status {}", p.key),
+        Action::Patch(p) => format!("patch {}", p.key),
+        Action::UpdateStatus { key, .. } => format!("update-status {key}"),
+        Action::Event(e) => format!("event {}", e.regarding),
+    }
 }
 
 /// JSON merge patch (RFC 7386): objects merge recursively, `null` removes, anything else replaces.

@@ -468,3 +468,49 @@ fn run_until_plays_a_schedule_out_and_stops_at_the_deadline() {
     assert!(fake.run_until::<Hourly>(&key, "2026-03-01T15:50:00Z", 5).unwrap().is_empty(), "nothing due before 16:00");
     assert_eq!(fake.now_rfc3339(), "2026-03-01T15:50:00Z");
 }
+
+/// Creates a ConfigMap and says so in the Namespace's status, the status after the write.
+struct Reporter;
+impl Reconciler for Reporter {
+    fn metadata() -> Metadata {
+        Metadata::new("reporter", "0").reconciles(kinds::NAMESPACE).owns(kinds::CONFIG_MAP)
+    }
+    fn reconcile(req: Request) -> Result<Outcome, Error> {
+        let Some(ns) = cache::get_key::<Value>(&req.key)? else { return Ok(Outcome::new()) };
+        if let Some(failed) = &req.last_error {
+            return Ok(Outcome::new().status(&ns, json!({"failed": failed})).create_owned(&ns, report(&req)));
+        }
+        if cache::get::<Value>(&kinds::CONFIG_MAP, Some(&req.key.name), "report")?.is_some() {
+            return Ok(Outcome::new());
+        }
+        Ok(Outcome::new().status_after_writes(&ns, json!({"created": "report"})).create_owned(&ns, report(&req)))
+    }
+}
+
+fn report(req: &Request) -> Value {
+    json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "report", "namespace": req.key.name}})
+}
+
+#[test]
+fn a_failing_create_stops_the_outcome_and_its_status_after_writes_is_not_written() {
+    let fake = FakeCache::for_reconciler::<Reporter>().with_yaml("apiVersion: v1\nkind: Namespace\nmetadata: {name: ns, uid: ns-1}\n");
+    let key = kinds::NAMESPACE.key(None, "ns");
+    fake.fail_creates(&kinds::CONFIG_MAP, "configmaps \"report\" is forbidden: exceeded quota");
+    let err = fake.converge::<Reporter>(&key, 3).unwrap_err();
+    assert!(err.contains("create v1/ConfigMap/ns/report: configmaps \"report\" is forbidden"), "{err}");
+    assert_eq!(fake.get(&key).unwrap().get("status"), None, "the status after the failed create was not written");
+    assert!(fake.get(&kinds::CONFIG_MAP.key(Some("ns"), "report")).is_none());
+    // The next reconcile is told why (as the host's request), and says so.
+    assert_eq!(fake.last_error(&key).as_deref(), Some("create v1/ConfigMap/ns/report: configmaps \"report\" is forbidden: exceeded quota"));
+    let out = fake.reconcile::<Reporter>(&key).unwrap();
+    fake.execute(&out);
+    assert_eq!(
+        fake.get(&key).unwrap()["status"]["failed"],
+        "create v1/ConfigMap/ns/report: configmaps \"report\" is forbidden: exceeded quota"
+    );
+    // Once the create goes through, the status says it and the error is gone.
+    fake.clear_failures();
+    fake.converge::<Reporter>(&key, 3).unwrap();
+    assert_eq!(fake.last_error(&key), None);
+    assert!(fake.get(&kinds::CONFIG_MAP.key(Some("ns"), "report")).is_some());
+}

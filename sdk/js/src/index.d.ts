@@ -199,6 +199,8 @@ export class Outcome {
   deleteKey(key: ObjectKey): this;
   status(obj: KubeObject, status: unknown): this;
   statusKey(key: ObjectKey, status: unknown): this;
+  /** `status`, written only if every other action of the outcome succeeds: it stays after all of them. */
+  statusAfterWrites(obj: KubeObject, status: unknown): this;
   event(obj: KubeObject, eventType: EventTypeValue, reason: string, message: string): this;
   eventKey(key: ObjectKey, eventType: EventTypeValue, reason: string, message: string): this;
   patch(obj: KubeObject, body: unknown, options?: { patchType?: "merge" | "json"; status?: boolean; preconditions?: Preconditions }): this;

@@ -68,3 +68,17 @@ test("runUntil plays a schedule out and stops at the deadline", () => {
   assert.equal(f.nowRfc3339(), "2026-03-01T13:30:00Z");
   assert.deepEqual(f.runUntil(key, "2026-03-01T13:50:00Z", 5), [], "nothing due before 14:00");
 });
+
+test("statusAfterWrites stays after every other action, in the order given", () => {
+  const cron = { apiVersion: "example.com/v1", kind: "CronJob", metadata: { name: "c", namespace: "ns", uid: "c-1" } };
+  const out = new Outcome()
+    .statusAfterWrites(cron, { step: 1 })
+    .createOwned(cron, { apiVersion: "batch/v1", kind: "Job", metadata: { name: "c-1" } })
+    .statusAfterWrites(cron, { step: 2 })
+    .delete({ apiVersion: "batch/v1", kind: "Job", metadata: { name: "old", namespace: "ns" } })
+    .event(cron, "normal", "Seen", "x");
+  assert.deepEqual(
+    out.actions.map((a) => (a.type === "status" ? `status ${a.status.step}` : a.type)),
+    ["create", "delete", "event", "status 1", "status 2"],
+  );
+});

@@ -78,3 +78,15 @@ def test_run_until_plays_a_schedule_out_and_stops_at_the_deadline() -> None:
     ]
     assert f.now_rfc3339() == "2026-03-01T13:30:00Z"
     assert f.run_until(KEY, "2026-03-01T13:50:00Z", 5) == [], "nothing due before 14:00"
+
+
+def test_status_after_writes_stays_after_every_other_action_in_the_order_given() -> None:
+    cron = {"apiVersion": "example.com/v1", "kind": "CronJob", "metadata": {"name": "c", "namespace": "ns", "uid": "c-1"}}
+    out = (Outcome()
+           .status_after_writes(cron, {"step": 1})
+           .create_owned(cron, {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "c-1"}})
+           .status_after_writes(cron, {"step": 2})
+           .delete({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "old", "namespace": "ns"}})
+           .event(cron, "Normal", "Seen", "x"))
+    assert [f"status {a.status['step']}" if a.type == "status" else a.type for a in out.actions] == [
+        "create", "delete", "event", "status 1", "status 2"]

@@ -459,6 +459,13 @@ class Outcome:
         self.actions: list[Action] = []
         self.requeue_after_ms: Optional[int] = None
         self.invalid: Optional[str] = None
+        self.last = 0
+        """How many actions at the end stay last (:meth:`status_after_writes`)."""
+
+    def _push(self, action: Action) -> "Outcome":
+        """Add an action before the ones that stay last."""
+        self.actions.insert(len(self.actions) - self.last, action)
+        return self
 
     def _problem(self, what: str, e: object) -> "Outcome":
         if self.invalid is None:
@@ -467,7 +474,7 @@ class Outcome:
 
     def _with(self, what: str, make: Callable[[], Action]) -> "Outcome":
         try:
-            self.actions.append(make())
+            self._push(make())
         except (ValueError, TypeError) as e:
             self._problem(what, e)
         return self
@@ -519,7 +526,7 @@ class Outcome:
 
     def delete_key(self, key: ObjectKey) -> "Outcome":
         """Delete the object with this key."""
-        self.actions.append(Action("delete", key=key))
+        self._push(Action("delete", key=key))
         return self
 
     def status(self, obj: Object, status: dict[str, Any]) -> "Outcome":
@@ -534,7 +541,20 @@ class Outcome:
         """Merge-patch ``.status`` of the object with this key."""
         if not isinstance(status, dict):
             return self._problem(f"status of {key}", f"expected a JSON object, got {json.dumps(status)}")
-        self.actions.append(Action("status", key=key, status=copy.deepcopy(status)))
+        self._push(Action("status", key=key, status=copy.deepcopy(status)))
+        return self
+
+    def status_after_writes(self, obj: Object, status: dict[str, Any]) -> "Outcome":
+        """Merge-patch ``.status`` of ``obj`` only if every other action of this outcome succeeds:
+        the write stays after all of them, whatever builders come later (several stay last in
+        the order given). The host runs an outcome's actions in order and stops at the first
+        that fails or conflicts, so a status that reports a create is never written when the
+        create failed."""
+        before = len(self.actions)
+        self.status(obj, status)
+        if len(self.actions) > before:
+            self.actions.append(self.actions.pop(len(self.actions) - self.last - 1))
+            self.last += 1
         return self
 
     def event(self, obj: Object, event_type: str, reason: str, message: str) -> "Outcome":
@@ -549,7 +569,7 @@ class Outcome:
         """Record an Event about the object with this key."""
         if not reason:
             return self._problem("event", "empty reason")
-        self.actions.append(Action("event", key=key, event_type=event_type, reason=reason, message=str(message)))
+        self._push(Action("event", key=key, event_type=event_type, reason=reason, message=str(message)))
         return self
 
     def patch(
