@@ -129,6 +129,12 @@ impl FakeCache {
             if let Err(e) = check_index_path(&f.path) {
                 panic!("fields[{i}] on {}: invalid path {:?}: {e}", f.kind, f.path);
             }
+            assert!(
+                !IndexPath::parse(&f.path).is_ok_and(|p| p.is_filtered()),
+                "fields[{i}] on {}: {:?}: a metadata field reads one value: filters ([field=value]) are for indexes",
+                f.kind,
+                f.path
+            );
         }
         Self {
             inner: Rc::new(Inner {

@@ -514,3 +514,29 @@ fn a_failing_create_stops_the_outcome_and_its_status_after_writes_is_not_written
     assert_eq!(fake.last_error(&key), None);
     assert!(fake.get(&kinds::CONFIG_MAP.key(Some("ns"), "report")).is_some());
 }
+
+#[test]
+fn an_index_over_the_controller_owner_of_one_kind() {
+    const CRON: crate::KindRef = crate::KindRef::from_static("batch.tutorial.kubebuilder.io/v1", "CronJob");
+    let m = Metadata::new("cron", "0").reconciles(CRON).owns(kinds::JOB).controller_index(kinds::JOB, "cron", &CRON);
+    let owner = |kind: &str, api: &str, controller: bool| json!([{"apiVersion": api, "kind": kind, "name": "nightly", "uid": "u", "controller": controller}]);
+    let job = |name: &str, owners: Value| json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name, "namespace": "ns", "ownerReferences": owners}});
+    let fake = FakeCache::new(m)
+        .with(job("mine", owner("CronJob", "batch.tutorial.kubebuilder.io/v1", true)))
+        .with(job("other-group", owner("CronJob", "batch/v1", true)))
+        .with(job("not-controller", owner("CronJob", "batch.tutorial.kubebuilder.io/v1", false)))
+        .with(job("other-kind", owner("Deployment", "apps/v1", true)));
+    let names: Vec<String> = fake
+        .enter(|| cache::by_index::<Value>(&kinds::JOB, "cron", "nightly"))
+        .unwrap()
+        .iter()
+        .filter_map(|j| object::name(j).map(str::to_owned))
+        .collect();
+    assert_eq!(names, ["mine"]);
+}
+
+#[test]
+#[should_panic(expected = "filters ([field=value]) are for indexes")]
+fn a_field_with_a_filter_is_refused_as_the_host_refuses_it() {
+    FakeCache::new(Metadata::new("x", "0").reconciles(kinds::POD).field(kinds::POD, "spec.containers[name=a].image"));
+}

@@ -134,7 +134,10 @@ export class Metadata {
   owns(kind: KindRef): this;
   watches(kind: KindRef, mapping: MappingValue): this;
   watch(watch: Watch | WatchSpec): this;
+  /** An index over `path`; segments may filter: `metadata.ownerReferences[kind=CronJob].name`. */
   index(kind: KindRef, name: string, path: string): this;
+  /** An index over the name of the controller owner, when it is of kind `owner`. */
+  controllerIndex(kind: KindRef, name: string, owner: KindRef): this;
   field(kind: KindRef, path: string): this;
   fieldsOf(kind: KindRef): string[];
   readableKinds(): KindRef[];

@@ -179,6 +179,15 @@ export class Metadata {
     return this;
   }
 
+  /**
+   * Declare index `name` on `kindRef` over the name of each object's controller owner when it is
+   * of kind `owner` (controller-runtime's `.metadata.controller` index): the path
+   * `metadata.ownerReferences[controller=true][kind=<Kind>][apiVersion=<apiVersion>].name`.
+   */
+  controllerIndex(kindRef, name, owner) {
+    return this.index(kindRef, name, `metadata.ownerReferences[controller=true][kind=${owner.kind}][apiVersion=${owner.apiVersion}].name`);
+  }
+
   /** Declare a field the metadata reads return for objects of `kindRef`. */
   field(kindRef, path) {
     this.spec.fields.push({ kind: kindRef, path });

@@ -19,7 +19,7 @@ import { join } from "node:path";
 import { toWitFailure, toWitOutcome } from "./guest.js";
 import { bindHost } from "./host.js";
 import { Metadata, Outcome, ReconcileError, keyString, objectKey, permanent, request as makeRequest, sameKind } from "./index.js";
-import { checkPath, fieldValue, indexValues, matchesAnnotationSelector, matchesSelector, parseSelector } from "./paths.js";
+import { checkFieldPath, checkPath, fieldValue, indexValues, matchesAnnotationSelector, matchesSelector, parseSelector } from "./paths.js";
 import { format as formatSecs, parseMicros } from "./time.js";
 import { parseYamlStream } from "./yaml.js";
 
@@ -215,7 +215,7 @@ export class FakeCache {
     const readable = this.metadata.readableKinds();
     m.fields.forEach((f, i) => {
       if (!readable.some((k) => sameKind(k, f.kind))) throw new Error(`fields[${i}]: ${kindId(f.kind)} is not a kind the plugin reconciles, watches or indexes`);
-      checkPath(f.path);
+      checkFieldPath(f.path);
     });
     /** kind id → Map("ns\0name" → object) */
     this.store = new Map();

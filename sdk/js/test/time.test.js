@@ -3,7 +3,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
-import { Metadata, Outcome, cache, defineReconciler, keyOf, kinds, time } from "@wasmloop/sdk";
+import { Metadata, Outcome, cache, defineReconciler, keyOf, kind, kinds, time } from "@wasmloop/sdk";
 import { FakeCache } from "@wasmloop/sdk/testing";
 
 test("timestamps: seconds and microseconds, read with offsets, written in UTC", () => {
@@ -81,4 +81,23 @@ test("statusAfterWrites stays after every other action, in the order given", () 
     out.actions.map((a) => (a.type === "status" ? `status ${a.status.step}` : a.type)),
     ["create", "delete", "event", "status 1", "status 2"],
   );
+});
+
+test("an index over the controller owner of one kind (a filtered index path)", () => {
+  const CRON = kind("batch.tutorial.kubebuilder.io/v1", "CronJob");
+  const m = new Metadata("cron", "0").reconciles(CRON).owns(kinds.JOB).controllerIndex(kinds.JOB, "cron", CRON);
+  const owner = (k, api, controller) => [{ apiVersion: api, kind: k, name: "nightly", uid: "u", controller }];
+  const job = (name, ownerReferences) => ({ apiVersion: "batch/v1", kind: "Job", metadata: { name, namespace: "ns", ownerReferences } });
+  const f = new FakeCache(m)
+    .with(job("mine", owner("CronJob", "batch.tutorial.kubebuilder.io/v1", true)))
+    .with(job("other-group", owner("CronJob", "batch/v1", true)))
+    .with(job("not-controller", owner("CronJob", "batch.tutorial.kubebuilder.io/v1", false)))
+    .with(job("other-kind", owner("Deployment", "apps/v1", true)));
+  assert.deepEqual(
+    f.enter(() => cache.byIndex(kinds.JOB, "cron", "nightly")).map((j) => j.metadata.name),
+    ["mine"],
+  );
+  assert.throws(() => new FakeCache(new Metadata("x", "0").reconciles(kinds.POD).index(kinds.POD, "p", "spec.ports[port=443")), /has no `\]`/);
+  assert.throws(() => new FakeCache(new Metadata("x", "0").reconciles(kinds.POD).index(kinds.POD, "p", "spec.ports[port=443]")), /ends the path with a filter/);
+  assert.throws(() => new FakeCache(new Metadata("x", "0").reconciles(kinds.POD).field(kinds.POD, "spec.containers[name=a].image")), /filters \(\[field=value\]\) are for indexes/);
 });

@@ -90,3 +90,28 @@ def test_status_after_writes_stays_after_every_other_action_in_the_order_given()
            .event(cron, "Normal", "Seen", "x"))
     assert [f"status {a.status['step']}" if a.type == "status" else a.type for a in out.actions] == [
         "create", "delete", "event", "status 1", "status 2"]
+
+
+def test_an_index_over_the_controller_owner_of_one_kind() -> None:
+    import pytest
+
+    from wasmloop_sdk import KindRef
+
+    cron = KindRef("batch.tutorial.kubebuilder.io/v1", "CronJob")
+    m = Metadata("cron", "0").reconciles(cron).owns(kinds.JOB).controller_index(kinds.JOB, "cron", cron)
+
+    def job(name: str, kind: str, api: str, controller: bool) -> dict:
+        return {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name, "namespace": "ns", "ownerReferences": [
+            {"apiVersion": api, "kind": kind, "name": "nightly", "uid": "u", "controller": controller}]}}
+
+    f = (FakeCache(m).with_(job("mine", "CronJob", "batch.tutorial.kubebuilder.io/v1", True))
+         .with_(job("other-group", "CronJob", "batch/v1", True))
+         .with_(job("not-controller", "CronJob", "batch.tutorial.kubebuilder.io/v1", False))
+         .with_(job("other-kind", "Deployment", "apps/v1", True)))
+    assert [j["metadata"]["name"] for j in f.enter(lambda: cache.by_index(kinds.JOB, "cron", "nightly"))] == ["mine"]
+    with pytest.raises(ValueError, match="has no `]`"):
+        FakeCache(Metadata("x", "0").reconciles(kinds.POD).index(kinds.POD, "p", "spec.ports[port=443"))
+    with pytest.raises(ValueError, match="ends the path with a filter"):
+        FakeCache(Metadata("x", "0").reconciles(kinds.POD).index(kinds.POD, "p", "spec.ports[port=443]"))
+    with pytest.raises(ValueError, match="are for indexes"):
+        FakeCache(Metadata("x", "0").reconciles(kinds.POD).field(kinds.POD, "spec.containers[name=a].image"))

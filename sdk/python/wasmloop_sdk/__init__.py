@@ -239,9 +239,17 @@ class Metadata:
         return self
 
     def index(self, kind: KindRef, name: str, path: str) -> "Metadata":
-        """Declare index ``name`` on ``kind`` over ``path`` (``labels.<key>`` or a dotted field path)."""
+        """Declare index ``name`` on ``kind`` over ``path`` (``labels.<key>`` or a dotted field path,
+        whose segments may filter: ``metadata.ownerReferences[kind=CronJob].name``)."""
         self.indexes.append(Index(kind, name, path))
         return self
+
+    def controller_index(self, kind: KindRef, name: str, owner: KindRef) -> "Metadata":
+        """Declare index ``name`` on ``kind`` over the name of each object's controller owner when it
+        is of kind ``owner`` (controller-runtime's ``.metadata.controller`` index): the path
+        ``metadata.ownerReferences[controller=true][kind=<Kind>][apiVersion=<apiVersion>].name``."""
+        path = f"metadata.ownerReferences[controller=true][kind={owner.kind}][apiVersion={owner.api_version}].name"
+        return self.index(kind, name, path)
 
     def field(self, kind: KindRef, path: str) -> "Metadata":
         """Declare a field the metadata reads return for objects of ``kind``."""

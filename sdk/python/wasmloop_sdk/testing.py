@@ -33,7 +33,7 @@ from ._host import HostCacheError, bind_host
 from .guest import failure_parts, to_wit_outcome_checked
 from .time import format as _format_secs
 from .time import parse_micros as _parse_micros
-from .paths import check_path, field_value, index_values, matches_annotation_selector, matches_selector, parse_selector
+from .paths import check_field_path, check_path, field_value, index_values, matches_annotation_selector, matches_selector, parse_selector
 
 T = TypeVar("T")
 
@@ -243,7 +243,7 @@ class FakeCache:
         for n, f in enumerate(m.fields):
             if f.kind not in readable:
                 raise ValueError(f"fields[{n}]: {f.kind} is not a kind the plugin reconciles, watches or indexes")
-            check_path(f.path)
+            check_field_path(f.path)
         self._store: dict[KindRef, dict[tuple[str, str], Object]] = {}
         self._logs: list[tuple[str, str]] = []
         self._events: list[Action] = []
