@@ -119,6 +119,14 @@ async fn runs_fire_on_schedule_history_is_pruned_and_a_refused_create_is_never_r
     let crons = cronjobs(&host, &ns.name);
     let jobs = Api::<k8s_openapi::api::batch::v1::Job>::namespaced(host.client.clone(), &ns.name);
 
+    // A Job controlled by something else named like the CronJob: the owner-kind index leaves it out.
+    let decoy: k8s_openapi::api::batch::v1::Job = serde_json::from_value(json!({
+        "metadata": {"name": "decoy", "ownerReferences": [{"apiVersion": "apps/v1", "kind": "Deployment", "name": "every",
+                                                             "uid": "d-1", "controller": true}]},
+        "spec": job_template("work")["spec"].clone(),
+    }))?;
+    jobs.create(&PostParams::default(), &decoy).await?;
+
     // Runs fire on schedule, as Jobs the CronJob controls, and the status follows them.
     let spec = json!({"schedule": "@every 3s", "jobTemplate": job_template("work"), "successfulJobsHistoryLimit": 1});
     let created = crons.create(&PostParams::default(), &cronjob("every", spec)?).await?;
@@ -135,12 +143,14 @@ async fn runs_fire_on_schedule_history_is_pruned_and_a_refused_create_is_never_r
     let at = scheduled.parse::<k8s_openapi::jiff::Timestamp>().context("scheduled-at is a timestamp")?.as_second();
     let born = created.metadata.creation_timestamp.as_ref().map(|t| t.0.as_second()).context("no creationTimestamp")?;
     ensure!(at == born + 3, "the first run is 3 s after the CronJob's creation: {scheduled}");
-    eventually("status.lastScheduleTime and status.active", WAIT, || async {
+    let cron = eventually("status.lastScheduleTime and status.active", WAIT, || async {
         let cron = crons.get("every").await?;
         let active = cron.data.pointer("/status/active").and_then(Value::as_array).map_or(0, Vec::len);
-        Ok((cron.data.pointer("/status/lastScheduleTime").is_some() && active >= 1).then_some(()))
+        Ok((cron.data.pointer("/status/lastScheduleTime").is_some() && active >= 1).then_some(cron))
     })
     .await?;
+    let active = cron.data.pointer("/status/active").and_then(Value::as_array).cloned().unwrap_or_default();
+    ensure!(active.iter().all(|r| r["name"] != "decoy"), "the decoy is not the CronJob's: {active:?}");
     // A second run comes 3 s later (the first is still active: the policy is Allow).
     eventually("a second run", WAIT, || async {
         let list = jobs.list(&Default::default()).await?;

@@ -16,7 +16,9 @@
 //!   comes back), so a failing delete never holds back a scheduled run.
 //! - `Degraded` is removed once nothing is failing (the Go leaves it set for ever).
 //! - The Jobs are found through the index `owner-cronjob`: the name of a Job's controller owner
-//!   when that owner is a CronJob, the tutorial's `.metadata.controller` index.
+//!   when that owner is a CronJob of this group and version, the tutorial's `.metadata.controller`
+//!   index, declared with `Metadata::controller_index` (a filtered index path:
+//!   `metadata.ownerReferences[controller=true][kind=CronJob][apiVersion=…].name`).
 //! - The clock is the host's (`wasmloop_sdk::time`): in tests, the FakeCache's settable clock, as
 //!   the tutorial's `Clock` interface.
 
@@ -36,8 +38,6 @@ pub const CRON_JOB: KindRef = KindRef::from_static("batch.tutorial.kubebuilder.i
 pub const SCHEDULED_AT: &str = "batch.tutorial.kubebuilder.io/scheduled-at";
 /// The index of Jobs by the name of their controlling CronJob (the tutorial's `jobOwnerKey`).
 pub const OWNER_INDEX: &str = "owner-cronjob";
-/// What [`OWNER_INDEX`] indexes: the names of a Job's owners (checked for a CronJob controller).
-const OWNER_PATH: &str = "metadata.ownerReferences.name";
 /// More missed runs than this without a `startingDeadlineSeconds` is an error, as in the Go.
 const TOO_MANY_MISSED: usize = 100;
 
@@ -45,7 +45,11 @@ pub struct CronJobs;
 
 impl Reconciler for CronJobs {
     fn metadata() -> Metadata {
-        Metadata::new("cronjob", env!("CARGO_PKG_VERSION")).reconciles(CRON_JOB).owns(kinds::JOB).index(kinds::JOB, OWNER_INDEX, OWNER_PATH)
+        Metadata::new("cronjob", env!("CARGO_PKG_VERSION")).reconciles(CRON_JOB).owns(kinds::JOB).controller_index(
+            kinds::JOB,
+            OWNER_INDEX,
+            &CRON_JOB,
+        )
     }
 
     fn reconcile(req: Request) -> Result<Outcome, Error> {
@@ -132,14 +136,8 @@ impl Jobs {
         let ns = object::namespace(cron);
         let children: Vec<Value> = cache::by_index(&kinds::JOB, OWNER_INDEX, name).context("listing the CronJob's Jobs")?;
         let mut jobs = Jobs { active: Vec::new(), successful: Vec::new(), failed: Vec::new(), most_recent: None };
-        let controlled = |j: &Value| {
-            let owner =
-                j.pointer("/metadata/ownerReferences").and_then(Value::as_array).and_then(|r| r.iter().find(|r| r["controller"] == true));
-            owner.is_some_and(|o| {
-                o["apiVersion"] == CRON_JOB.api_version.as_ref() && o["kind"] == CRON_JOB.kind.as_ref() && o["name"] == name
-            })
-        };
-        for job in children.into_iter().filter(|j| object::namespace(j) == ns && controlled(j)) {
+        // The index holds only Jobs a CronJob of this group controls; the name is per namespace.
+        for job in children.into_iter().filter(|j| object::namespace(j) == ns) {
             let scheduled = job.pointer(&format!("/metadata/annotations/{}", SCHEDULED_AT.replace('/', "~1")));
             match scheduled.and_then(Value::as_str).map(|t| (t, time::parse(t))) {
                 Some((_, Some(t))) => jobs.most_recent = jobs.most_recent.max(Some(t)),

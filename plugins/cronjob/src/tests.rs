@@ -101,6 +101,11 @@ fn an_active_job_it_controls_is_in_status_active() {
     let mut not_controlled = job("not-controlled", None, "2026-03-01T10:00:00Z");
     not_controlled["metadata"]["ownerReferences"][0]["controller"] = json!(false);
     fake.add(not_controlled);
+    // Controlled by something else of the same name: the index is over CronJob owners only.
+    let mut other_kind = job("other-kind", None, "2026-03-01T10:00:00Z");
+    other_kind["metadata"]["ownerReferences"][0]["kind"] = json!("Deployment");
+    other_kind["metadata"]["ownerReferences"][0]["apiVersion"] = json!("apps/v1");
+    fake.add(other_kind);
     fake.converge::<CronJobs>(&key(), 3).unwrap();
     let active = status(&fake)["active"].clone();
     assert_eq!(active.as_array().map(Vec::len), Some(1), "{active}");
