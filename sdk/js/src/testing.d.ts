@@ -33,6 +33,14 @@ export class FakeCache {
   advance(ms: number): this;
   nowMicros(): number;
   nowRfc3339(): string;
+  /** Make the actions `fails` gives a reason for fail as the API server would: `execute` stops there, the key's next request carries `lastError`. */
+  failWhen(fails: (action: Action) => string | undefined): this;
+  /** Make every create of a `kind` object fail with `why`. */
+  failCreates(kind: KindRef, why: string): this;
+  /** Let every write succeed again. */
+  clearFailures(): this;
+  /** Why `key`'s last reconcile failed (its error, or its first failing action), while it keeps failing. */
+  lastError(key: ObjectKey): string | undefined;
   logs(): [string, string][];
   events(): Omit<Extract<Action, { type: "event" }>, "type">[];
 }

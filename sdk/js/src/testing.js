@@ -224,6 +224,41 @@ export class FakeCache {
     this.nextUid = 1;
     /** Now, in microseconds since the epoch: what the SDK's `time` reads. */
     this._clock = Date.now() * 1000;
+    /** Functions (action → why, or undefined) that make writes fail (`failWhen`). */
+    this._failures = [];
+    /** keyString → why the key's previous reconcile failed, while it keeps failing (the host's `lastError`). */
+    this._lastErrors = new Map();
+    /** The key last reconciled, whose `lastError` a failing action sets. */
+    this._current = undefined;
+  }
+
+  // ---- failing writes
+
+  /**
+   * Make the actions `fails` says why about (a string; undefined to let it through) fail, as the
+   * API server refusing them would (a 403, a 422, a quota): `execute` stops the outcome at the
+   * first such action (the ones before it are done, the rest are not), and the next reconcile of
+   * the key carries `<verb> <object>: <why>` as `request.lastError`, as the host's does.
+   */
+  failWhen(fails) {
+    this._failures.push(fails);
+    return this;
+  }
+
+  /** Make every create of a `kindRef` object fail with `why` (see `failWhen`). */
+  failCreates(kindRef, why) {
+    return this.failWhen((a) => (a.type === "create" && sameKind(a.object, kindRef) ? why : undefined));
+  }
+
+  /** Let every write succeed again. */
+  clearFailures() {
+    this._failures = [];
+    return this;
+  }
+
+  /** Why `key`'s last reconcile failed (its error, or its first failing action), while it keeps failing. */
+  lastError(key) {
+    return this._lastErrors.get(keyString(key));
   }
 
   // ---- the clock
@@ -480,19 +515,30 @@ export class FakeCache {
     if (!reconciler) throw new Error("FakeCache: no reconciler (build the fake with forReconciler, or pass one)");
     const reconciled = this.metadata.spec.reconciles;
     if (!sameKind(req.key, reconciled)) throw new Error(`FakeCache: the host only reconciles keys of the reconciled kind ${kindId(reconciled)}`);
-    return this.enter(() => {
-      let out;
-      try {
-        out = reconciler.reconcile(req);
-      } catch (e) {
-        if (e instanceof ReconcileError) toWitFailure(e); // what the component would send: its actions convert (or are dropped)
-        throw e;
-      }
-      if (!(out instanceof Outcome)) throw permanent("reconcile must return an Outcome");
-      out.intoResult();
-      toWitOutcome(out); // what the component would send: every action converts
-      return out;
-    });
+    const id = keyString(req.key);
+    if (req.lastError === undefined) req = { ...req, lastError: this._lastErrors.get(id) };
+    this._current = id;
+    let result;
+    try {
+      result = this.enter(() => {
+        let out;
+        try {
+          out = reconciler.reconcile(req);
+        } catch (e) {
+          if (e instanceof ReconcileError) toWitFailure(e); // what the component would send: its actions convert (or are dropped)
+          throw e;
+        }
+        if (!(out instanceof Outcome)) throw permanent("reconcile must return an Outcome");
+        out.intoResult();
+        toWitOutcome(out); // what the component would send: every action converts
+        return out;
+      });
+    } catch (e) {
+      if (e instanceof ReconcileError) this._lastErrors.set(id, e.message);
+      throw e;
+    }
+    this._lastErrors.delete(id); // cleared now; a failing action of this outcome sets it again
+    return result;
   }
 
   /**
@@ -566,6 +612,12 @@ export class FakeCache {
       outcome = actions;
     }
     for (const a of outcome.actions) {
+      const why = this._failures.map((fails) => fails(a)).find((w) => w !== undefined);
+      if (why !== undefined) {
+        // As the host: nothing more of this outcome is sent, and the key's next request says why.
+        if (this._current !== undefined) this._lastErrors.set(this._current, `${describe(a)}: ${why}`);
+        return;
+      }
       switch (a.type) {
         case "create": {
           const obj = clone(a.object);
@@ -688,6 +740,8 @@ export class FakeCache {
       }
       if (out.actions.length === 0) return [done, out.requeueAfterMs];
       this.execute(out);
+      const failed = this.lastError(key);
+      if (failed !== undefined) throw new Error(`an action of the reconcile of ${keyString(key)} failed: ${failed} (the host retries it with backoff)`);
       done.push(out);
     }
     throw new Error(`${keyString(key)} did not converge in ${maxRounds} reconciles; last outcome: ${JSON.stringify(done[done.length - 1]?.actions)}`);
@@ -701,5 +755,28 @@ export class FakeCache {
   /** Events recorded by `execute`. */
   events() {
     return this._events.map(clone);
+  }
+}
+
+/** An action as the host names it in `lastError`: `<verb> <object>` (a generateName as `prefix*`). */
+function describe(a) {
+  const target = (obj) => {
+    const m = obj?.metadata ?? {};
+    return keyString({ apiVersion: obj?.apiVersion, kind: obj?.kind, namespace: m.namespace, name: m.name || `${m.generateName ?? ""}*` });
+  };
+  switch (a.type) {
+    case "create":
+    case "apply":
+      return `${a.type} ${target(a.object)}`;
+    case "delete":
+      return `delete ${keyString(a.key)}`;
+    case "status":
+      return `update-status ${keyString(a.key)}`;
+    case "patch":
+      return `${a.status ? "update-status" : "patch"} ${keyString(a.key)}`;
+    case "event":
+      return `event ${keyString(a.regarding)}`;
+    default:
+      return a.type;
   }
 }

@@ -101,3 +101,37 @@ test("an index over the controller owner of one kind (a filtered index path)", (
   assert.throws(() => new FakeCache(new Metadata("x", "0").reconciles(kinds.POD).index(kinds.POD, "p", "spec.ports[port=443]")), /ends the path with a filter/);
   assert.throws(() => new FakeCache(new Metadata("x", "0").reconciles(kinds.POD).field(kinds.POD, "spec.containers[name=a].image")), /filters \(\[field=value\]\) are for indexes/);
 });
+
+// A run reported only once its create succeeded; a failure reported from the next request.
+const RUNNER = kind("example.com/v1", "Runner");
+const runner = defineReconciler({
+  metadata: () => new Metadata("runner", "0").reconciles(RUNNER).owns(kinds.CONFIG_MAP),
+  reconcile(req) {
+    const obj = cache.getKey(req.key);
+    if (!obj || cache.get(kinds.CONFIG_MAP, "ns", "run-1")) return new Outcome();
+    const out = new Outcome();
+    if (req.lastError && obj.status?.failed !== req.lastError) out.status(obj, { failed: req.lastError });
+    const cm = { apiVersion: "v1", kind: "ConfigMap", metadata: { name: "run-1", namespace: "ns" } };
+    return out.createOwned(obj, cm).statusAfterWrites(obj, { created: "run-1" });
+  },
+});
+
+test("a failing create stops the outcome: its statusAfterWrites is not written, the next request says why", () => {
+  const runnerKey = keyOf(RUNNER, "ns", "r");
+  const f = FakeCache.forReconciler(runner)
+    .with({ apiVersion: "example.com/v1", kind: "Runner", metadata: { name: "r", namespace: "ns", uid: "r-1" } })
+    .failCreates(kinds.CONFIG_MAP, "exceeded quota");
+  const why = "create v1/ConfigMap/ns/run-1: exceeded quota";
+  assert.throws(() => f.converge(runnerKey, 3), (e) => e.message.includes(`failed: ${why}`));
+  assert.equal(f.lastError(runnerKey), why);
+  assert.equal(f.get(runnerKey).status, undefined, "nothing reported");
+  assert.equal(f.get(keyOf(kinds.CONFIG_MAP, "ns", "run-1")), undefined);
+  // The retry reports the failure (a status before the create), the create fails again.
+  f.execute(f.reconcile(runnerKey));
+  assert.deepEqual(f.get(runnerKey).status, { failed: why });
+  f.clearFailures();
+  f.converge(runnerKey, 3);
+  assert.deepEqual(f.get(runnerKey).status, { failed: why, created: "run-1" });
+  assert.ok(f.get(keyOf(kinds.CONFIG_MAP, "ns", "run-1")));
+  assert.equal(f.lastError(runnerKey), undefined);
+});

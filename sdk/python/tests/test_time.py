@@ -3,7 +3,7 @@ FakeCache's clock, as the Rust and JavaScript SDKs' tests do it."""
 
 from __future__ import annotations
 
-from wasmloop_sdk import Metadata, Outcome, Request, cache, kinds, time
+from wasmloop_sdk import KindRef, Metadata, Outcome, Request, cache, kinds, time
 from wasmloop_sdk.testing import FakeCache
 
 
@@ -95,8 +95,6 @@ def test_status_after_writes_stays_after_every_other_action_in_the_order_given()
 def test_an_index_over_the_controller_owner_of_one_kind() -> None:
     import pytest
 
-    from wasmloop_sdk import KindRef
-
     cron = KindRef("batch.tutorial.kubebuilder.io/v1", "CronJob")
     m = Metadata("cron", "0").reconciles(cron).owns(kinds.JOB).controller_index(kinds.JOB, "cron", cron)
 
@@ -115,3 +113,46 @@ def test_an_index_over_the_controller_owner_of_one_kind() -> None:
         FakeCache(Metadata("x", "0").reconciles(kinds.POD).index(kinds.POD, "p", "spec.ports[port=443]"))
     with pytest.raises(ValueError, match="are for indexes"):
         FakeCache(Metadata("x", "0").reconciles(kinds.POD).field(kinds.POD, "spec.containers[name=a].image"))
+
+
+class Runner:
+    """A run reported only once its create succeeded; a failure reported from the next request."""
+
+    KIND = KindRef("example.com/v1", "Runner")
+
+    def metadata(self) -> Metadata:
+        return Metadata("runner", "0").reconciles(self.KIND).owns(kinds.CONFIG_MAP)
+
+    def reconcile(self, req: Request) -> Outcome:
+        obj = cache.get_key(req.key)
+        if obj is None or cache.get(kinds.CONFIG_MAP, "ns", "run-1") is not None:
+            return Outcome()
+        out = Outcome()
+        if req.last_error and (obj.get("status") or {}).get("failed") != req.last_error:
+            out.status(obj, {"failed": req.last_error})
+        cm = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "run-1", "namespace": "ns"}}
+        return out.create_owned(obj, cm).status_after_writes(obj, {"created": "run-1"})
+
+
+def test_a_failing_create_stops_the_outcome_its_status_after_writes_is_not_written_the_next_request_says_why() -> None:
+    import pytest
+
+    key = Runner.KIND.key("ns", "r")
+    run = kinds.CONFIG_MAP.key("ns", "run-1")
+    f = (FakeCache.for_reconciler(Runner())
+         .with_({"apiVersion": "example.com/v1", "kind": "Runner", "metadata": {"name": "r", "namespace": "ns", "uid": "r-1"}})
+         .fail_creates(kinds.CONFIG_MAP, "exceeded quota"))
+    why = "create v1/ConfigMap/ns/run-1: exceeded quota"
+    with pytest.raises(AssertionError, match=f"failed: {why}"):
+        f.converge(key, 3)
+    assert f.last_error(key) == why
+    assert f.get(key).get("status") is None, "nothing reported"
+    assert f.get(run) is None
+    # The retry reports the failure (a status before the create), the create fails again.
+    f.execute(f.reconcile(key))
+    assert f.get(key)["status"] == {"failed": why}
+    f.clear_failures()
+    f.converge(key, 3)
+    assert f.get(key)["status"] == {"failed": why, "created": "run-1"}
+    assert f.get(run) is not None
+    assert f.last_error(key) is None

@@ -21,6 +21,7 @@ YAML fixtures need PyYAML (``pip install wasmloop-sdk[testing]``); objects and J
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import os
 import sys
@@ -250,6 +251,35 @@ class FakeCache:
         self._next_uid = 1
         self._clock = _system.time_ns() // 1000
         """Now, in microseconds since the epoch: what :mod:`wasmloop_sdk.time` reads."""
+        self._failures: list[Callable[[Action], Optional[str]]] = []
+        self._last_errors: dict[ObjectKey, str] = {}
+        """Why each key's previous reconcile failed, while it keeps failing (the host's ``last_error``)."""
+        self._current: Optional[ObjectKey] = None
+        """The key last reconciled, whose ``last_error`` a failing action sets."""
+
+    # ---- failing writes
+
+    def fail_when(self, fails: Callable[[Action], Optional[str]]) -> "FakeCache":
+        """Make the actions ``fails`` gives a reason for (``None`` lets one through) fail, as the
+        API server refusing them would (a 403, a 422, a quota): :meth:`execute` stops the outcome
+        at the first such action (the ones before it are done, the rest are not), and the next
+        reconcile of the key carries ``<verb> <object>: <why>`` as ``Request.last_error``, as the
+        host's does."""
+        self._failures.append(fails)
+        return self
+
+    def fail_creates(self, kind: KindRef, why: str) -> "FakeCache":
+        """Make every create of a ``kind`` object fail with ``why`` (see :meth:`fail_when`)."""
+        return self.fail_when(lambda a: why if a.type == "create" and a.object is not None and object_key(a.object).kind_ref == kind else None)
+
+    def clear_failures(self) -> "FakeCache":
+        """Let every write succeed again."""
+        self._failures.clear()
+        return self
+
+    def last_error(self, key: ObjectKey) -> Optional[str]:
+        """Why ``key``'s last reconcile failed (its error, or its first failing action), while it keeps failing."""
+        return self._last_errors.get(key)
 
     # ---- the clock
 
@@ -478,6 +508,9 @@ class FakeCache:
             raise ValueError("FakeCache: no reconciler (build the fake with for_reconciler, or pass one)")
         if req.key.kind_ref != self.metadata.reconciled:
             raise ValueError(f"FakeCache: the host only reconciles keys of the reconciled kind {self.metadata.reconciled}")
+        if req.last_error is None and req.key in self._last_errors:
+            req = dataclasses.replace(req, last_error=self._last_errors[req.key])
+        self._current = req.key
 
         def run() -> Outcome:
             try:
@@ -491,7 +524,13 @@ class FakeCache:
             to_wit_outcome_checked(out)  # what the component would send: every action converts
             return out
 
-        return self.enter(run)
+        try:
+            result = self.enter(run)
+        except ReconcileError as e:
+            self._last_errors[req.key] = e.message
+            raise
+        self._last_errors.pop(req.key, None)  # cleared now; a failing action of this outcome sets it again
+        return result
 
     def mapped_keys(self, related: ObjectKey) -> list[ObjectKey]:
         """The keys of the reconciled kind the host would queue for an event on ``related`` (the
@@ -557,6 +596,12 @@ class FakeCache:
         carries (``with_actions``), as the host does with a failure's: none if they are unusable."""
         actions = failure_parts(outcome)[1] if isinstance(outcome, ReconcileError) else outcome.actions
         for a in actions:
+            why = next((w for w in (fails(a) for fails in self._failures) if w is not None), None)
+            if why is not None:
+                # As the host: nothing more of this outcome is sent, and the key's next request says why.
+                if self._current is not None:
+                    self._last_errors[self._current] = f"{_describe(a)}: {why}"
+                return
             if a.type == "create" and a.object is not None:
                 obj = copy.deepcopy(a.object)
                 if not obj["metadata"].get("name"):
@@ -666,6 +711,9 @@ class FakeCache:
             if out.is_empty():
                 return done, out.requeue_after_ms
             self.execute(out)
+            failed = self.last_error(key)
+            if failed is not None:
+                raise AssertionError(f"an action of the reconcile of {key} failed: {failed} (the host retries it with backoff)")
             done.append(out)
         raise AssertionError(f"{key} did not converge in {max_rounds} reconciles; last outcome: {done[-1] if done else None!r}")
 
@@ -676,3 +724,14 @@ class FakeCache:
     def events(self) -> list[Action]:
         """Events recorded by :meth:`execute`."""
         return list(self._events)
+
+
+def _describe(a: Action) -> str:
+    """An action as the host names it in ``last_error``: ``<verb> <object>`` (a generateName as ``prefix*``)."""
+    if a.type in ("create", "apply") and a.object is not None:
+        m = a.object.get("metadata") or {}
+        name = m.get("name") or f"{m.get('generateName') or ''}*"
+        parts = (a.object.get("apiVersion"), a.object.get("kind"), m.get("namespace"), name)
+        return f"{a.type} " + "/".join(p for p in parts if p)
+    verb = {"status": "update-status", "patch": "update-status" if a.status_subresource else "patch"}.get(a.type, a.type)
+    return f"{verb} {a.key}"
