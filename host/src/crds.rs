@@ -38,7 +38,7 @@ pub fn explain_refusal(message: &str, server: Option<&str>) -> Option<String> {
         )
     } else {
         format!(
-            "{server} requires every key of an `x-kubernetes-list-type: map` list to have a default \
+            "{server} says every key of an `x-kubernetes-list-type: map` list must have a default \
              or be required; once the empty-string defaults are gone, some keys have neither."
         )
     };
