@@ -56,8 +56,10 @@ pub struct DevArgs {
     /// project, as `wasmloop new --lang` makes them.
     #[arg(default_value = ".")]
     dir: PathBuf,
-    /// Kubeconfig to use (default: KUBECONFIG, then ~/.kube/config).
-    #[arg(long, env = "KUBECONFIG")]
+    /// Kubeconfig to use (default: KUBECONFIG, then ~/.kube/config). Not read from KUBECONFIG
+    /// by the argument parser, so `--local` works in a shell that sets it (the client reads it
+    /// when neither is given).
+    #[arg(long)]
     kubeconfig: Option<PathBuf>,
     /// Start the project's local control plane (scripts/control-plane.sh) and use it; it is
     /// stopped when `wasmloop dev` exits.
