@@ -8,7 +8,7 @@
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
-ALL=(echo spin-loop memory-bomb panic bad-action read-outside-grant write-outside-grant wrong-version sandbox-probe hostile contract-v0-1 widget greedy)
+ALL=(echo spin-loop memory-bomb panic bad-action read-outside-grant write-outside-grant wrong-version sandbox-probe hostile contract-v0-1 widget greedy role-binder)
 PLUGINS=("${@:-${ALL[@]}}")
 
 if ! rustup target list --installed 2>/dev/null | grep -qx wasm32-wasip2; then

@@ -114,6 +114,11 @@ pub(crate) fn log(level: Level, message: &str) {
     wit_log::log(level, message);
 }
 
+/// The wall clock (WASI's, which the host records and replays), in microseconds since the epoch.
+pub(crate) fn now_micros() -> i64 {
+    crate::time::system_micros()
+}
+
 fn wit_key(key: ObjectKey) -> wit::ObjectKey {
     wit::ObjectKey {
         api_version: key.kind.api_version.into_owned(),

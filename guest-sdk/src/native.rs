@@ -60,6 +60,11 @@ pub trait Backend {
     }
     /// A message the reconciler logged ([`crate::log`]).
     fn log(&self, level: Level, message: &str);
+    /// Now, for [`crate::time`], in microseconds since the Unix epoch; `None` (the default): the
+    /// system clock. The `testing` fake answers with its settable clock.
+    fn now_micros(&self) -> Option<i64> {
+        None
+    }
 }
 
 thread_local! {
@@ -124,6 +129,11 @@ pub(crate) fn cache_list_meta_packed(kind: &KindRef, namespace: Option<&str>, se
 
 pub(crate) fn cache_by_index_meta_packed(kind: &KindRef, index: &str, value: &str) -> Result<Vec<u8>, Error> {
     current()?.by_index_meta_packed(kind, index, value)
+}
+
+/// The installed backend's clock, else the system clock, in microseconds since the epoch.
+pub(crate) fn now_micros() -> i64 {
+    current().ok().and_then(|b| b.now_micros()).unwrap_or_else(crate::time::system_micros)
 }
 
 pub(crate) fn log(level: Level, message: &str) {

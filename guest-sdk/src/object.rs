@@ -149,6 +149,11 @@ pub fn label<'a>(obj: &'a Value, key: &str) -> Option<&'a str> {
     obj.get("metadata")?.get("labels")?.get(key)?.as_str()
 }
 
+/// The value of annotation `key` of a JSON object.
+pub fn annotation<'a>(obj: &'a Value, key: &str) -> Option<&'a str> {
+    obj.get("metadata")?.get("annotations")?.get(key)?.as_str()
+}
+
 /// Whether deletion of a JSON object has started (`metadata.deletionTimestamp` is set).
 pub fn is_deleting(obj: &Value) -> bool {
     obj.get("metadata").and_then(|m| m.get("deletionTimestamp")).is_some_and(|t| !t.is_null())

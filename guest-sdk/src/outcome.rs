@@ -35,6 +35,9 @@ pub struct Outcome {
     /// Reconcile this key again after this long (the host's resync and events still apply).
     pub requeue_after: Option<Duration>,
     invalid: Option<String>,
+    /// How many actions at the end stay last ([`Outcome::status_after_writes`]): the builders
+    /// add theirs before them.
+    last: usize,
 }
 
 impl Outcome {
@@ -103,7 +106,7 @@ impl Outcome {
 
     /// Delete an object if the deletion's preconditions hold (see [`Deletion`]).
     pub fn deletion(mut self, deletion: Deletion) -> Self {
-        self.actions.push(Action::Delete(deletion));
+        self.push(Action::Delete(deletion));
         self
     }
 
@@ -121,12 +124,45 @@ impl Outcome {
     pub fn status_key(mut self, key: ObjectKey, status: impl Serialize) -> Self {
         match serde_json::to_value(status) {
             Ok(status @ Value::Object(_)) => {
-                self.actions.push(Action::UpdateStatus { key, status });
+                self.push(Action::UpdateStatus { key, status });
                 self
             }
             Ok(other) => self.invalid(format!("status of {key}: expected a JSON object, got {other}")),
             Err(e) => self.invalid(format!("status of {key}: does not serialize: {e}")),
         }
+    }
+
+    /// Write `.status` of `obj` only if every other action of this outcome succeeds: the write
+    /// is kept after all of them, whatever builders come later (it and any other
+    /// `status_after_writes` stay last, in the order given). The host runs an outcome's actions
+    /// in order and stops at the first one that fails or conflicts, so a status that reports a
+    /// create ("JobCreated", `lastScheduleTime`) is never written when the create failed; the next
+    /// reconcile gets the failure as [`Request::last_error`](crate::Request::last_error) and can
+    /// say so instead.
+    ///
+    /// ```
+    /// use serde_json::json;
+    /// use wasmloop_sdk::{Action, Outcome};
+    /// let cron = json!({"apiVersion": "batch.tutorial.kubebuilder.io/v1", "kind": "CronJob",
+    ///                   "metadata": {"name": "c", "namespace": "ns", "uid": "c-1"}});
+    /// let job = json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "c-1"}});
+    /// let out = Outcome::new()
+    ///     .status_after_writes(&cron, json!({"lastScheduleTime": "2026-01-01T00:00:00Z"}))
+    ///     .create_owned(&cron, job);
+    /// assert!(matches!(out.actions[0], Action::Create(_)));
+    /// assert!(matches!(out.actions[1], Action::UpdateStatus { .. }), "the status comes last");
+    /// ```
+    pub fn status_after_writes(self, obj: &impl Serialize, status: impl Serialize) -> Self {
+        let before = self.actions.len();
+        let mut out = self.status(obj, status);
+        if out.actions.len() > before {
+            // The status just added (before the pinned ones) joins them at the very end.
+            let at = out.actions.len() - out.last - 1;
+            let action = out.actions.remove(at);
+            out.actions.push(action);
+            out.last += 1;
+        }
+        out
     }
 
     /// Record an Event about `obj`.
@@ -144,7 +180,7 @@ impl Outcome {
         if reason.is_empty() {
             return self.invalid("event: empty reason");
         }
-        self.actions.push(Action::Event(Event { regarding, event_type, reason, message: message.into() }));
+        self.push(Action::Event(Event { regarding, event_type, reason, message: message.into() }));
         self
     }
 
@@ -154,9 +190,11 @@ impl Outcome {
         self
     }
 
-    /// Append an action built by hand.
+    /// Append an action built by hand (before the [`Outcome::status_after_writes`] ones, which
+    /// stay last).
     pub fn push(&mut self, action: Action) {
-        self.actions.push(action);
+        let at = self.actions.len() - self.last.min(self.actions.len());
+        self.actions.insert(at, action);
     }
 
     /// Whether the reconcile changes nothing (no actions; a requeue may still be asked for).
@@ -228,7 +266,7 @@ impl Outcome {
         match action {
             Ok(a) => {
                 let mut s = self;
-                s.actions.push(a);
+                s.push(a);
                 s
             }
             Err(e) => self.invalid(format!("{what}: {e}")),
@@ -355,6 +393,37 @@ mod tests {
         assert!(e.message().contains("neither metadata.name nor metadata.generateName"));
         let e = Outcome::new().status_key(kinds::POD.key(None, "p"), 3).into_result().unwrap_err();
         assert!(e.message().contains("expected a JSON object, got 3"));
+    }
+
+    #[test]
+    fn statuses_after_writes_stay_last_in_the_order_given() {
+        let pod = |n: &str| json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": n, "namespace": "prod"}});
+        let mut out = Outcome::new()
+            .status_after_writes(&owner(), json!({"step": 1}))
+            .create(&pod("a"))
+            .status_after_writes(&owner(), json!({"step": 2}))
+            .delete(&pod("b"))
+            .status(&owner(), json!({"plain": true}))
+            .event(&owner(), EventType::Normal, "Seen", "x");
+        out.push(Action::Delete(Deletion::new(kinds::POD.key(Some("prod"), "c"))));
+        let kinds: Vec<String> = out
+            .actions
+            .iter()
+            .map(|a| match a {
+                Action::Create(_) => "create".to_string(),
+                Action::Delete(d) => format!("delete {}", d.key.name),
+                Action::UpdateStatus { status, .. } => format!("status {status}"),
+                Action::Event(_) => "event".to_string(),
+                other => format!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(
+            kinds,
+            ["create", "delete b", r#"status {"plain":true}"#, "event", "delete c", r#"status {"step":1}"#, r#"status {"step":2}"#]
+        );
+        // An unusable status adds nothing and fails the reconcile, as `status` does.
+        let e = Outcome::new().status_after_writes(&json!({"kind": "X"}), json!({})).into_result().unwrap_err();
+        assert!(e.message().contains("status:"), "{e}");
     }
 
     #[test]

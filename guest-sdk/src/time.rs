@@ -1,8 +1,13 @@
 //! Kubernetes timestamps: RFC 3339 as the API server writes them (`2026-01-02T03:04:05Z`: UTC,
-//! whole seconds, `Z`), as seconds since the Unix epoch, and the current time.
+//! whole seconds, `Z`: `metav1.Time`), with microseconds (`2026-01-02T03:04:05.123456Z`:
+//! `metav1.MicroTime`, as Events, Leases and managed fields carry them), as seconds or
+//! microseconds since the Unix epoch, and the current time.
 //!
-//! In the component the current time is WASI's wall clock (`std::time::SystemTime` works in
-//! `wasm32-wasip2`); natively it is the system clock.
+//! The current time is the host's: in the component, WASI's wall clock (`std::time::SystemTime`
+//! works in `wasm32-wasip2`), which the host records with a reconcile and `wasmloop replay`
+//! serves back, nanoseconds and all; natively, the installed backend's clock — the `testing`
+//! fake's settable one ([`FakeCache::set_time`](crate::testing::FakeCache::set_time),
+//! `converge` moves it to the next requeue) — else the system clock.
 //!
 //! ```
 //! use wasmloop_sdk::time;
@@ -10,11 +15,24 @@
 //! assert_eq!(time::format(t + 60), "2026-12-01T00:29:39Z");
 //! // Fractions and offsets are read (metav1.MicroTime, other writers), UTC is written.
 //! assert_eq!(time::parse("2026-12-01T01:28:39.5+01:00"), Some(t));
+//! // Microseconds, kept.
+//! let us = time::parse_micros("2026-12-01T00:28:39.000250Z").unwrap();
+//! assert_eq!(us, t * 1_000_000 + 250);
+//! assert_eq!(time::format_micros(us + 1_000_000), "2026-12-01T00:28:40.000250Z");
 //! ```
+
+/// Microseconds in a second.
+const MICROS: i64 = 1_000_000;
 
 /// Seconds since the epoch of an RFC 3339 timestamp (`YYYY-MM-DDTHH:MM:SS[.frac](Z|±HH:MM)`,
 /// the fraction dropped); `None` if it is malformed.
 pub fn parse(ts: &str) -> Option<i64> {
+    parse_micros(ts).map(|us| us.div_euclid(MICROS))
+}
+
+/// Microseconds since the epoch of an RFC 3339 timestamp, the fraction kept to the microsecond
+/// (digits past the sixth dropped); `None` if it is malformed.
+pub fn parse_micros(ts: &str) -> Option<i64> {
     let b = ts.as_bytes();
     if b.len() < 20 || b[4] != b'-' || b[7] != b'-' || !matches!(b[10], b'T' | b't') || b[13] != b':' || b[16] != b':' {
         return None;
@@ -25,11 +43,14 @@ pub fn parse(ts: &str) -> Option<i64> {
         return None;
     }
     let mut rest = &ts[19..];
+    let mut micros = 0;
     if let Some(frac) = rest.strip_prefix('.') {
         let after = frac.trim_start_matches(|c: char| c.is_ascii_digit());
-        if after.len() == frac.len() {
+        let digits = &frac[..frac.len() - after.len()];
+        if digits.is_empty() {
             return None; // a dot without digits
         }
+        micros = digits.bytes().chain(std::iter::repeat(b'0')).take(6).fold(0, |n, d| n * 10 + i64::from(d - b'0'));
         rest = after;
     }
     let offset = match rest.as_bytes() {
@@ -44,7 +65,7 @@ pub fn parse(ts: &str) -> Option<i64> {
         }
         _ => return None,
     };
-    Some(days_from_civil(y, mo, d) * 86_400 + h * 3600 + mi * 60 + s - offset)
+    Some((days_from_civil(y, mo, d) * 86_400 + h * 3600 + mi * 60 + s - offset) * MICROS + micros)
 }
 
 /// A timestamp as the API server writes it: UTC, whole seconds, `Z`.
@@ -54,14 +75,35 @@ pub fn format(secs: i64) -> String {
     format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z", rem / 3600, rem % 3600 / 60, rem % 60)
 }
 
-/// Now, in seconds since the epoch (0 if the clock is before it).
-pub fn now() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
+/// A `metav1.MicroTime`: UTC, six fractional digits, `Z`.
+pub fn format_micros(micros: i64) -> String {
+    let secs = format(micros.div_euclid(MICROS));
+    format!("{}.{:06}Z", &secs[..secs.len() - 1], micros.rem_euclid(MICROS))
 }
 
-/// Now, formatted as the API server writes timestamps.
+/// Now, in seconds since the epoch (see the module docs for whose clock).
+pub fn now() -> i64 {
+    now_micros().div_euclid(MICROS)
+}
+
+/// Now, in microseconds since the epoch.
+pub fn now_micros() -> i64 {
+    crate::sys::now_micros()
+}
+
+/// Now, formatted as the API server writes timestamps (`metav1.Time`).
 pub fn now_rfc3339() -> String {
     format(now())
+}
+
+/// Now as a `metav1.MicroTime` (`2026-01-02T03:04:05.123456Z`).
+pub fn now_micros_rfc3339() -> String {
+    format_micros(now_micros())
+}
+
+/// The system's wall clock in microseconds since the epoch (0 before it).
+pub(crate) fn system_micros() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX))
 }
 
 /// The ASCII decimal digits at `range` of `s`.
@@ -154,5 +196,20 @@ mod tests {
     fn now_is_after_2024() {
         assert!(now() > 1_704_067_200);
         assert!(parse(&now_rfc3339()).is_some());
+        assert!(parse_micros(&now_micros_rfc3339()).is_some());
+    }
+
+    #[test]
+    fn micro_time_keeps_microseconds() {
+        assert_eq!(parse_micros("2026-12-01T00:28:39.123456Z"), Some(1_796_084_919_123_456));
+        assert_eq!(parse_micros("2026-12-01T00:28:39.5Z"), Some(1_796_084_919_500_000));
+        assert_eq!(parse_micros("2026-12-01T00:28:39.123456789Z"), Some(1_796_084_919_123_456), "nanoseconds cut");
+        assert_eq!(parse_micros("2026-12-01T01:28:39.000001+01:00"), Some(1_796_084_919_000_001));
+        assert_eq!(format_micros(1_796_084_919_000_001), "2026-12-01T00:28:39.000001Z");
+        assert_eq!(format_micros(-1), "1969-12-31T23:59:59.999999Z");
+        assert_eq!(parse("1969-12-31T23:59:59.999999Z"), Some(-1), "seconds round down");
+        for us in [0, 1, 999_999, 1_796_084_919_123_456, -1_000_001] {
+            assert_eq!(parse_micros(&format_micros(us)), Some(us), "{us}");
+        }
     }
 }

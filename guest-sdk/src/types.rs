@@ -166,8 +166,26 @@ impl Metadata {
         self
     }
 
-    /// Declare index `name` on `kind` over `path` (`labels.<key>` or a dotted field path).
-    /// Declaring an index also makes `kind` readable.
+    /// Declare index `name` on `kind` over the name of each object's controller owner when that
+    /// owner is of kind `owner` (controller-runtime's `.metadata.controller` field index, as the
+    /// Kubebuilder tutorial declares it): the path
+    /// `metadata.ownerReferences[controller=true][kind=<Kind>][apiVersion=<apiVersion>].name`.
+    /// Look the children of an owner up with `by_index(kind, name, owner_name)`, in its namespace.
+    ///
+    /// ```
+    /// use wasmloop_sdk::{KindRef, Metadata, kinds};
+    /// const CRON_JOB: KindRef = KindRef::from_static("batch.tutorial.kubebuilder.io/v1", "CronJob");
+    /// let m = Metadata::new("cronjob", "0.1.0").reconciles(CRON_JOB).owns(kinds::JOB).controller_index(kinds::JOB, "owner", &CRON_JOB);
+    /// assert_eq!(m.indexes[0].path, "metadata.ownerReferences[controller=true][kind=CronJob][apiVersion=batch.tutorial.kubebuilder.io/v1].name");
+    /// ```
+    pub fn controller_index(self, kind: KindRef, name: impl Into<String>, owner: &KindRef) -> Self {
+        let path = format!("metadata.ownerReferences[controller=true][kind={}][apiVersion={}].name", owner.kind, owner.api_version);
+        self.index(kind, name, path)
+    }
+
+    /// Declare index `name` on `kind` over `path` (`labels.<key>` or a dotted field path, whose
+    /// segments may filter: `metadata.ownerReferences[kind=CronJob].name`; see
+    /// `wasmloop_model::index_path`). Declaring an index also makes `kind` readable.
     pub fn index(mut self, kind: KindRef, name: impl Into<String>, path: impl Into<String>) -> Self {
         self.indexes.push(Index { kind, name: name.into(), path: path.into() });
         self

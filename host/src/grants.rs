@@ -11,6 +11,21 @@
 //!
 //! A namespace-restricted grant never covers cluster-scoped objects (namespace `None`), nor reads
 //! across all namespaces: such reads are filtered by the plugin runtime to the granted namespaces.
+//!
+//! Two more verbs are not actions but rights the API server checks when a plugin writes RBAC:
+//! `bind` (make RoleBindings and ClusterRoleBindings to a role whose permissions its account does
+//! not hold) and `escalate` (write a role with such permissions). They are given only on named
+//! roles and only by a grant of their own:
+//!
+//! ```yaml
+//!   - kinds: ["rbac.authorization.k8s.io/v1/ClusterRole"]
+//!     verbs: [bind]
+//!     names: ["secret-reader"]                      # the roles' resourceNames
+//! ```
+//!
+//! The host never sends them (no action needs them; `*` does not include them): `wasmloop pack
+//! --rbac` turns them into RBAC rules with those `resourceNames` on the plugin's account, and
+//! admission's identity rules still refuse any binding of an identity of the host's namespaces.
 
 use std::fmt;
 use std::str::FromStr;
@@ -20,6 +35,9 @@ use wasmloop_model::Target;
 
 use crate::kinds::KindRef;
 use crate::reconciler::ReconcilerSpec;
+
+/// The RBAC API group, whose Roles and ClusterRoles `bind` and `escalate` are on.
+const RBAC_GROUP: &str = "rbac.authorization.k8s.io";
 
 /// Errors parsing grants or checking something against them.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -54,8 +72,11 @@ pub enum Error {
     #[error("invalid kind {0:?} in grants: expected \"<apiVersion>/<Kind>\" (e.g. \"v1/Pod\", \"apps/v1/ReplicaSet\") or \"*\"")]
     InvalidKind(String),
     /// A grant's verb is not one of the grant verbs.
-    #[error("invalid verb {0:?} in grants: expected one of read, create, apply, patch, delete, update-status, event, *")]
+    #[error("invalid verb {0:?} in grants: expected one of read, create, apply, patch, delete, update-status, event, *, bind, escalate")]
     InvalidVerb(String),
+    /// A grant that gives `bind` or `escalate` other than on named roles, alone.
+    #[error("invalid grant ({0}): {1}")]
+    InvalidRoleGrant(String, &'static str),
     /// The manifest's `grants:` does not parse.
     #[error("invalid grants YAML: {0}")]
     Yaml(String),
@@ -66,13 +87,35 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 pub use wasmloop_model::Verb;
 
-/// The verbs of one grant: one [`Verb`], or `*` for every verb.
+/// A right on roles that no action uses: the API server checks it when the plugin's account
+/// writes RBAC (its escalation prevention), so only `wasmloop pack --rbac` turns it into a rule.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum RoleVerb {
+    /// Bind the named roles (RoleBindings, ClusterRoleBindings) without holding their rights.
+    Bind,
+    /// Write the named roles with rights the account does not hold.
+    Escalate,
+}
+
+impl RoleVerb {
+    /// The verb as written in `plugin.yaml` and in RBAC rules.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RoleVerb::Bind => "bind",
+            RoleVerb::Escalate => "escalate",
+        }
+    }
+}
+
+/// The verbs of one grant: one [`Verb`], `*` for every one of them, or a [`RoleVerb`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum VerbPattern {
-    /// `*`: every verb.
+    /// `*`: every [`Verb`] (not `bind` or `escalate`, which are given only by name).
     Any,
     /// One verb.
     Exact(Verb),
+    /// `bind` or `escalate`, on the grant's named roles.
+    Role(RoleVerb),
 }
 
 impl VerbPattern {
@@ -80,6 +123,7 @@ impl VerbPattern {
         match self {
             VerbPattern::Any => true,
             VerbPattern::Exact(v) => v == wanted,
+            VerbPattern::Role(_) => false,
         }
     }
 }
@@ -89,6 +133,7 @@ impl fmt::Display for VerbPattern {
         match self {
             VerbPattern::Any => f.write_str("*"),
             VerbPattern::Exact(v) => v.fmt(f),
+            VerbPattern::Role(v) => f.write_str(v.as_str()),
         }
     }
 }
@@ -98,6 +143,8 @@ impl FromStr for VerbPattern {
     fn from_str(s: &str) -> Result<Self> {
         match s.trim() {
             "*" => Ok(VerbPattern::Any),
+            "bind" => Ok(VerbPattern::Role(RoleVerb::Bind)),
+            "escalate" => Ok(VerbPattern::Role(RoleVerb::Escalate)),
             other => other.parse().map(VerbPattern::Exact).map_err(|_| Error::InvalidVerb(other.to_owned())),
         }
     }
@@ -173,9 +220,10 @@ impl<'de> Deserialize<'de> for KindPattern {
     }
 }
 
-/// One rule: these verbs on these kinds, optionally only in these namespaces.
+/// One rule: these verbs on these kinds, optionally only in these namespaces (and, for `bind` and
+/// `escalate`, only on these names).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, try_from = "RawGrant")]
 pub struct Grant {
     /// The kinds the rule covers.
     pub kinds: Vec<KindPattern>,
@@ -184,9 +232,75 @@ pub struct Grant {
     /// `None` = every namespace and cluster-scoped objects.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub namespaces: Option<Vec<String>>,
+    /// The roles (`resourceNames`) a `bind` or `escalate` grant is on; required there, refused
+    /// on any other grant.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub names: Option<Vec<String>>,
+}
+
+/// A grant as written, before [`Grant::check`].
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct RawGrant {
+    kinds: Vec<KindPattern>,
+    verbs: Vec<VerbPattern>,
+    #[serde(default)]
+    namespaces: Option<Vec<String>>,
+    #[serde(default)]
+    names: Option<Vec<String>>,
+}
+
+impl TryFrom<RawGrant> for Grant {
+    type Error = Error;
+    fn try_from(raw: RawGrant) -> Result<Self> {
+        let grant = Grant { kinds: raw.kinds, verbs: raw.verbs, namespaces: raw.namespaces, names: raw.names };
+        grant.check()?;
+        Ok(grant)
+    }
 }
 
 impl Grant {
+    /// `bind` and `escalate` only on named Roles or ClusterRoles, in a grant of their own (so
+    /// `names` never narrows, or seems to narrow, an action verb).
+    fn check(&self) -> Result<()> {
+        let role_verbs = self.verbs.iter().filter(|v| matches!(v, VerbPattern::Role(_))).count();
+        let what = || self.verbs.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ");
+        if role_verbs == 0 {
+            if self.names.is_some() {
+                return Err(Error::InvalidRoleGrant(what(), "`names` is only for `bind` and `escalate`"));
+            }
+            return Ok(());
+        }
+        if role_verbs != self.verbs.len() {
+            return Err(Error::InvalidRoleGrant(
+                what(),
+                "`bind` and `escalate` take a grant of their own, on named roles: no other verb beside them",
+            ));
+        }
+        if self.names.as_ref().is_none_or(|n| n.is_empty() || n.iter().any(String::is_empty)) {
+            return Err(Error::InvalidRoleGrant(what(), "`bind` and `escalate` need `names`: the roles they are on (resourceNames)"));
+        }
+        let roles = |k: &KindPattern| match k {
+            KindPattern::Exact(k) => k.group() == RBAC_GROUP && matches!(&*k.kind, "Role" | "ClusterRole"),
+            KindPattern::Any => false,
+        };
+        if self.kinds.is_empty() || !self.kinds.iter().all(roles) {
+            return Err(Error::InvalidRoleGrant(
+                what(),
+                "`bind` and `escalate` are on kinds rbac.authorization.k8s.io/v1/Role or .../ClusterRole only",
+            ));
+        }
+        Ok(())
+    }
+
+    /// The `bind` and `escalate` this grant gives (on [`Grant::names`]).
+    pub fn role_verbs(&self) -> impl Iterator<Item = RoleVerb> + '_ {
+        self.verbs.iter().filter_map(|v| match v {
+            VerbPattern::Role(r) => Some(*r),
+            _ => None,
+        })
+    }
+
     fn covers_kind_verb(&self, kind: &KindRef, verb: Verb) -> bool {
         self.kinds.iter().any(|k| k.matches(kind)) && self.verbs.iter().any(|v| v.covers(verb))
     }
@@ -241,7 +355,7 @@ impl Grants {
 
     /// Everything on every kind (native reconcilers, tests).
     pub fn all() -> Self {
-        Self::new("*", vec![Grant { kinds: vec![KindPattern::Any], verbs: vec![VerbPattern::Any], namespaces: None }])
+        Self::new("*", vec![Grant { kinds: vec![KindPattern::Any], verbs: vec![VerbPattern::Any], namespaces: None, names: None }])
     }
 
     /// Nothing at all.
@@ -502,6 +616,51 @@ grants:
         assert!(err.contains(r#"{kinds: ["v1/ConfigMap"], verbs: [read]}"#), "{err}");
     }
 
+    const BIND: &str = r#"
+grants:
+  - kinds: ["rbac.authorization.k8s.io/v1/ClusterRole"]
+    verbs: [bind, escalate]
+    names: ["secret-reader"]
+  - kinds: ["rbac.authorization.k8s.io/v1/RoleBinding"]
+    verbs: [read, create]
+"#;
+
+    #[test]
+    fn bind_and_escalate_are_given_on_named_roles_and_authorize_no_action() {
+        let g = Grants::from_yaml("binder", BIND).unwrap();
+        let roles = KindRef::new("rbac.authorization.k8s.io/v1", "ClusterRole");
+        assert_eq!(g.rules()[0].role_verbs().collect::<Vec<_>>(), [RoleVerb::Bind, RoleVerb::Escalate]);
+        assert_eq!(g.rules()[0].names, Some(vec!["secret-reader".to_string()]));
+        // No action verb comes with them: the host sends no bind or escalate, and writes nothing
+        // to the role because of them.
+        for verb in Verb::ALL {
+            assert!(!g.allows(verb, &roles, None), "{verb}");
+        }
+        let err = g.check_target(Verb::Patch, &target(&roles, None, "secret-reader")).unwrap_err().to_string();
+        assert!(err.contains("no grant for verb patch"), "{err}");
+        // `*` covers the action verbs only.
+        assert!(Grants::all().rules()[0].role_verbs().next().is_none());
+    }
+
+    #[test]
+    fn bind_and_escalate_grants_that_say_too_much_or_too_little_are_refused() {
+        let rule = |kinds: &str, verbs: &str, names: &str| format!("grants:\n  - kinds: [{kinds}]\n    verbs: [{verbs}]\n{names}");
+        let cluster_role = "\"rbac.authorization.k8s.io/v1/ClusterRole\"";
+        for (yaml, expect) in [
+            (rule(cluster_role, "bind", ""), "need `names`"),
+            (rule(cluster_role, "bind", "    names: []\n"), "need `names`"),
+            (rule(cluster_role, "bind, create", "    names: [a]\n"), "a grant of their own"),
+            (rule("\"v1/Secret\"", "escalate", "    names: [a]\n"), "Role or .../ClusterRole only"),
+            (rule("\"*\"", "bind", "    names: [a]\n"), "Role or .../ClusterRole only"),
+            (rule("\"v1/Pod\"", "delete", "    names: [web]\n"), "`names` is only for `bind` and `escalate`"),
+        ] {
+            let err = Grants::from_yaml("x", &yaml).unwrap_err().to_string();
+            assert!(err.contains(expect), "{yaml}: {err}");
+        }
+        let role = rule("\"rbac.authorization.k8s.io/v1/Role\"", "escalate", "    names: [a]\n    namespaces: [team]\n");
+        assert!(Grants::from_yaml("x", &role).is_ok());
+    }
+
     #[test]
     fn round_trips_through_serde() {
         let g = grants();
@@ -509,5 +668,9 @@ grants:
         assert!(json.contains(r#""verbs":["read","update-status","event"]"#), "{json}");
         let back: Grants = serde_json::from_str(&json).unwrap();
         assert_eq!(back.rules(), g.rules());
+        let bind = Grants::from_yaml("binder", BIND).unwrap();
+        let json = serde_json::to_string(&bind).unwrap();
+        assert!(json.contains(r#""verbs":["bind","escalate"],"names":["secret-reader"]"#), "{json}");
+        assert_eq!(serde_json::from_str::<Grants>(&json).unwrap().rules(), bind.rules());
     }
 }

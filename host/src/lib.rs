@@ -27,6 +27,7 @@ pub mod bounded;
 pub mod cache;
 pub mod client;
 pub mod controller;
+pub mod crds;
 pub mod duration;
 pub mod executor;
 pub mod fence;

@@ -371,3 +371,63 @@ pub async fn admit_and_execute(
     let admitted = admission.admit(ctx, vec![planned]).await.unwrap_or_else(|e| panic!("admission refused a test action: {e}"));
     executor.execute(manager, &admitted.actions()[0], &wasmloop::fence::Fence::open()).await
 }
+
+/// An in-process plugin manager of plugins in `namespace` (`None`: all, with `home` as the host's
+/// own), writing as each plugin's own account (impersonation, as `wasmloop run` does by default);
+/// the host's account is `host_account` (ns, name). Retries of waiting plugins are fast.
+pub async fn plugin_manager(
+    host: &Host,
+    namespace: Option<&str>,
+    home: Option<&str>,
+    host_account: (&str, &str),
+) -> Result<wasmloop::hotload::PluginManager> {
+    use wasmloop::hotload::{PluginManager, PluginManagerConfig, PluginMetrics};
+    let hosts = wasmloop::admission::HostObjects {
+        plugin_namespaces: namespace.map(|n| vec![n.to_string()]).unwrap_or_default(),
+        lease_namespace: None,
+        service_account: Some((host_account.0.to_string(), host_account.1.to_string())),
+    };
+    let shared = host.shared_with(wasmloop::admission::Protected::new(hosts, host.registry.clone()));
+    let engine = tokio::task::spawn_blocking(wasmloop::plugin::PluginEngine::new).await??;
+    let config = PluginManagerConfig {
+        shutdown_grace: Duration::from_secs(5),
+        plugin_identity: wasmloop::identity::PluginIdentity::Own,
+        home_namespace: home.map(str::to_string),
+        wait: wasmloop::hotload::WaitPolicy {
+            first_retry: Duration::from_millis(200),
+            max_retry: Duration::from_secs(1),
+            settle: Duration::from_millis(200),
+        },
+        ..PluginManagerConfig::new(namespace.map(str::to_string))
+    };
+    Ok(PluginManager::start(engine, shared, host.executor.clone(), PluginMetrics::unregistered(), config).await?)
+}
+
+/// The next load event (loaded, waiting, rejected, removed) of plugin ConfigMap `configmap`,
+/// within 60 s.
+pub async fn next_load(
+    events: &mut tokio::sync::broadcast::Receiver<wasmloop::hotload::LoadEvent>,
+    configmap: &str,
+) -> Result<wasmloop::hotload::LoadEvent> {
+    use tokio::sync::broadcast::error::RecvError;
+    use wasmloop::hotload::LoadEvent;
+    tokio::time::timeout(Duration::from_secs(60), async {
+        loop {
+            match events.recv().await {
+                Ok(e) => {
+                    let (LoadEvent::Loaded { configmap: cm, .. }
+                    | LoadEvent::Rejected { configmap: cm, .. }
+                    | LoadEvent::Waiting { configmap: cm, .. }
+                    | LoadEvent::Removed { configmap: cm, .. }) = &e;
+                    if cm == configmap {
+                        return Ok(e);
+                    }
+                }
+                Err(RecvError::Lagged(_)) => continue,
+                Err(e) => bail!("load events closed: {e}"),
+            }
+        }
+    })
+    .await
+    .with_context(|| format!("waiting for a load event of {configmap}"))?
+}

@@ -47,7 +47,7 @@ struct Dev {
 }
 
 impl Dev {
-    fn start(krate: &Path, log: PathBuf) -> Result<Self> {
+    fn start(krate: &Path, log: PathBuf, args: &[&std::ffi::OsStr]) -> Result<Self> {
         let mut cmd = Command::new(host_binary()?);
         // What a developer's shell has: none of the test runner's cargo or wasmloop variables.
         for (k, _) in std::env::vars_os() {
@@ -61,6 +61,7 @@ impl Dev {
         }
         let child = cmd
             .arg("dev")
+            .args(args)
             .current_dir(krate)
             .env("KUBECONFIG", kubeconfig()?)
             .env("CARGO_TARGET_DIR", workspace_root().join("target/new-plugin"))
@@ -198,7 +199,7 @@ async fn every_save_reaches_the_cluster_and_a_bad_one_never_replaces_a_good_one(
     // Labelled before the host starts: it comes from the informer's initial list, whose items
     // the API server sends without apiVersion and kind (the cache must fill them in).
     let before = labelled_namespace(&client, "dev-before").await?;
-    let mut dev = Dev::start(&krate, tmp.path().join("dev.log"))?;
+    let mut dev = Dev::start(&krate, tmp.path().join("dev.log"), &[])?;
     let result = run(&client, &krate, &lib, &manifest, &before, &mut dev).await;
     result.map_err(|e| anyhow::anyhow!("{e:#}\n---- wasmloop dev's log (last 60 lines) ----\n{}", dev.tail(60)))
 }
@@ -277,7 +278,11 @@ async fn run(client: &Client, krate: &Path, lib: &str, manifest: &str, before: &
     );
     ensure!(plugin_state(client).await?["state"] == "Loaded", "version 3 is not reported Loaded");
 
-    // SIGTERM: a clean stop.
+    stop(dev).await
+}
+
+/// SIGTERM: a clean stop, with exit status 0, within 30 s.
+async fn stop(dev: &mut Dev) -> Result<()> {
     let st = Command::new("kill").arg("-TERM").arg(dev.child.id().to_string()).status()?;
     ensure!(st.success(), "kill -TERM failed");
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -291,6 +296,40 @@ async fn run(client: &Client, krate: &Path, lib: &str, manifest: &str, before: &
     ensure!(status.success(), "wasmloop dev exited with {status} on SIGTERM");
     dev.wait_for("stopping", Duration::from_secs(1)).await?;
     Ok(())
+}
+
+/// `--crd` with a current controller-gen CRD (the Kubebuilder tutorial's CronJob): the test
+/// control plane (v1.20.2) refuses it as written, and `wasmloop dev` says why and what to do;
+/// with `--local` the CRD is applied adapted to the local v1.20 server (what changed is logged)
+/// and the plugin loads. Fails without the explanation (an unexplained apply error) or the
+/// adaptation (the same refusal on the local server).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crd_the_old_api_server_refuses_is_explained_and_applied_adapted_with_local() -> Result<()> {
+    init_tracing();
+    let tmp = tempfile::tempdir()?;
+    let krate = guide_crate(tmp.path())?;
+    let crd = workspace_root().join("plugins/cronjob/config/crd.yaml");
+    let mut dev = Dev::start(&krate, tmp.path().join("dev.log"), &["--crd".as_ref(), crd.as_os_str()])?;
+    let refused = dev.wait_for("the API server refused CRD cronjobs.batch.tutorial.kubebuilder.io", COLD_BUILD).await?;
+    ensure!(refused.contains("kubernetes/kubernetes#99804") && refused.contains("wasmloop dev --local --crd"), "{refused}");
+    ensure!(refused.contains("the last good version keeps running"), "{refused}");
+    stop(&mut dev).await?;
+
+    let mut local = Dev::start(&krate, tmp.path().join("dev-local.log"), &["--local".as_ref(), "--crd".as_ref(), crd.as_os_str()])?;
+    let result = async {
+        let adapted =
+            local.wait_for("CRD cronjobs.batch.tutorial.kubebuilder.io: adapted for the local v1.20 API server", COLD_BUILD).await?;
+        eprintln!("dev --local --crd: {adapted}");
+        local.wait_for("version 1 ", WAIT).await?;
+        ensure!(!local.lines().iter().any(|l| l.contains("refused CRD")), "refused on the local server:\n{}", local.tail(40));
+        Ok(())
+    }
+    .await;
+    // Stopped cleanly either way: SIGTERM stops the local control plane it started.
+    let stopped = stop(&mut local).await;
+    result
+        .map_err(|e: anyhow::Error| anyhow::anyhow!("{e:#}\n---- wasmloop dev --local's log (last 60 lines) ----\n{}", local.tail(60)))?;
+    stopped
 }
 
 #[test]

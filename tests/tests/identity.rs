@@ -14,17 +14,17 @@ use std::process::Command;
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use anyhow::{Context, Result, bail, ensure};
+use anyhow::{Result, bail, ensure};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::json;
 use tokio::sync::broadcast;
-use wasmloop::admission::{HostObjects, Protected};
-use wasmloop::hotload::{LoadEvent, PluginManager, PluginManagerConfig, PluginMetrics};
-use wasmloop::identity::PluginIdentity;
-use wasmloop::plugin::PluginEngine;
+use wasmloop::hotload::LoadEvent;
 use wasmloop_tests::cluster::{DEPLOY_NS, DEPLOY_SA, apply_objects, converged, create_podset, grant_plugin, host_binary, pods};
-use wasmloop_tests::{Host, TestNamespace, apply_plugin, ensure_podset_crd, eventually, init_tracing, plugin_path, workspace_root};
+use wasmloop_tests::{
+    Host, TestNamespace, apply_plugin, ensure_podset_crd, eventually, init_tracing, next_load, plugin_manager as manager, plugin_path,
+    workspace_root,
+};
 
 const WAIT: Duration = Duration::from_secs(60);
 
@@ -56,28 +56,6 @@ fn kubeconfig() -> Result<PathBuf> {
     Ok(dir.clone().map_err(|e| anyhow::anyhow!("control-plane.sh start: {e}"))?.join("kubeconfig"))
 }
 
-async fn next_load(events: &mut broadcast::Receiver<LoadEvent>, configmap: &str) -> Result<LoadEvent> {
-    tokio::time::timeout(WAIT, async {
-        loop {
-            match events.recv().await {
-                Ok(e) => {
-                    let (LoadEvent::Loaded { configmap: cm, .. }
-                    | LoadEvent::Rejected { configmap: cm, .. }
-                    | LoadEvent::Waiting { configmap: cm, .. }
-                    | LoadEvent::Removed { configmap: cm, .. }) = &e;
-                    if cm == configmap {
-                        return Ok(e);
-                    }
-                }
-                Err(broadcast::error::RecvError::Lagged(_)) => continue,
-                Err(e) => bail!("load events closed: {e}"),
-            }
-        }
-    })
-    .await
-    .with_context(|| format!("waiting for a load event of {configmap}"))?
-}
-
 async fn rejected(events: &mut broadcast::Receiver<LoadEvent>, configmap: &str, expect: &str) -> Result<()> {
     match next_load(events, configmap).await? {
         LoadEvent::Rejected { error, .. } => {
@@ -95,30 +73,6 @@ async fn service_account(admin: &kube::Client, ns: &str, name: &str, labels: ser
         &[json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": name, "namespace": ns, "labels": labels}})],
     )
     .await
-}
-
-/// An in-process manager of plugins in `namespace` (`None`: all, with `home` as the host's own),
-/// writing as each plugin's own account; the host's account is `plugins/wasmloop`.
-async fn manager(host: &Host, namespace: Option<&str>, home: Option<&str>, host_account: (&str, &str)) -> Result<PluginManager> {
-    let hosts = HostObjects {
-        plugin_namespaces: namespace.map(|n| vec![n.to_string()]).unwrap_or_default(),
-        lease_namespace: None,
-        service_account: Some((host_account.0.to_string(), host_account.1.to_string())),
-    };
-    let shared = host.shared_with(Protected::new(hosts, host.registry.clone()));
-    let engine = tokio::task::spawn_blocking(PluginEngine::new).await??;
-    let config = PluginManagerConfig {
-        shutdown_grace: Duration::from_secs(5),
-        plugin_identity: PluginIdentity::Own,
-        home_namespace: home.map(str::to_string),
-        wait: wasmloop::hotload::WaitPolicy {
-            first_retry: Duration::from_millis(200),
-            max_retry: Duration::from_secs(1),
-            settle: Duration::from_millis(200),
-        },
-        ..PluginManagerConfig::new(namespace.map(str::to_string))
-    };
-    Ok(PluginManager::start(engine, shared, host.executor.clone(), PluginMetrics::unregistered(), config).await?)
 }
 
 /// The echo test plugin's manifest, run as `name`, reconciling ConfigMaps in `work`.

@@ -36,10 +36,21 @@
 //! (the controller owner's UID) and the declared `labels.<key>` / dotted-path indexes.
 //! [`FakeCache::execute`] and [`FakeCache::converge`] play the host's part of carrying out the
 //! actions, so tests can check that a reconciler converges and then writes nothing.
+//!
+//! Writes can be made to fail as the API server would refuse them ([`FakeCache::fail_when`],
+//! [`FakeCache::fail_creates`]): the fake then stops the outcome at that action, as the host
+//! does, and the next reconcile of the key carries the failure as `last_error`.
+//!
+//! The fake has a clock: [`crate::time`] reads it while the fake is installed. It starts at the
+//! system time when the fake is made and stands still until a test moves it
+//! ([`FakeCache::set_time`], [`FakeCache::advance`]), or until [`FakeCache::converge`] ends on
+//! an outcome that asks for a requeue: then it moves to that requeue, when the host would
+//! reconcile the key again. [`FakeCache::run_until`] plays a schedule out to a given time.
 
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
 use std::rc::Rc;
+use std::time::Duration;
 
 use serde::Serialize;
 use serde_json::{Map, Value};
@@ -71,7 +82,18 @@ struct Inner {
     logs: RefCell<Vec<(Level, String)>>,
     events: RefCell<Vec<Event>>,
     next_uid: Cell<u64>,
+    /// Now, in microseconds since the epoch: what [`crate::time`] reads.
+    clock: Cell<i64>,
+    /// Writes made to fail: each says why an action fails, or `None`.
+    failures: RefCell<Vec<Failure>>,
+    /// The key last reconciled, whose `last_error` a failing action sets.
+    current: RefCell<Option<ObjectKey>>,
+    /// Why each key's previous reconcile failed, while it keeps failing (the host's `last_error`).
+    last_errors: RefCell<BTreeMap<ObjectKey, String>>,
 }
+
+/// Whether an action fails, and why (the API server's message).
+type Failure = Box<dyn Fn(&Action) -> Option<String>>;
 
 impl FakeCache {
     /// A fake granting what `metadata` declares.
@@ -107,6 +129,12 @@ impl FakeCache {
             if let Err(e) = check_index_path(&f.path) {
                 panic!("fields[{i}] on {}: invalid path {:?}: {e}", f.kind, f.path);
             }
+            assert!(
+                !IndexPath::parse(&f.path).is_ok_and(|p| p.is_filtered()),
+                "fields[{i}] on {}: {:?}: a metadata field reads one value: filters ([field=value]) are for indexes",
+                f.kind,
+                f.path
+            );
         }
         Self {
             inner: Rc::new(Inner {
@@ -115,6 +143,10 @@ impl FakeCache {
                 logs: RefCell::default(),
                 events: RefCell::default(),
                 next_uid: Cell::new(1),
+                clock: Cell::new(crate::time::system_micros()),
+                failures: RefCell::default(),
+                current: RefCell::default(),
+                last_errors: RefCell::default(),
             }),
         }
     }
@@ -122,6 +154,67 @@ impl FakeCache {
     /// A fake granting what reconciler `R` declares.
     pub fn for_reconciler<R: Reconciler>() -> Self {
         Self::new(R::metadata())
+    }
+
+    /// The fake with its clock at `rfc3339` (a timestamp as the API server writes them, with or
+    /// without a fraction).
+    pub fn with_time(self, rfc3339: &str) -> Self {
+        self.set_time(rfc3339);
+        self
+    }
+
+    /// Set the clock [`crate::time`] reads to `rfc3339`. Panics on a malformed timestamp.
+    pub fn set_time(&self, rfc3339: &str) -> &Self {
+        let micros = crate::time::parse_micros(rfc3339).unwrap_or_else(|| panic!("FakeCache: not an RFC 3339 timestamp: {rfc3339:?}"));
+        self.inner.clock.set(micros);
+        self
+    }
+
+    /// Move the clock forward by `by`.
+    pub fn advance(&self, by: Duration) -> &Self {
+        let by = i64::try_from(by.as_micros()).unwrap_or(i64::MAX);
+        self.inner.clock.set(self.inner.clock.get().saturating_add(by));
+        self
+    }
+
+    /// Now, as the fake's clock says, in microseconds since the epoch.
+    pub fn now_micros(&self) -> i64 {
+        self.inner.clock.get()
+    }
+
+    /// Now, as the fake's clock says, as a `metav1.Time` (whole seconds).
+    pub fn now_rfc3339(&self) -> String {
+        crate::time::format(self.inner.clock.get().div_euclid(1_000_000))
+    }
+
+    /// Make the actions `fails` says why about fail, as the API server refusing them would
+    /// (a 403, a 422, a quota): [`Self::execute`] stops the outcome at the first such action (the
+    /// ones before it are done, the rest are not), and the next reconcile of the key carries
+    /// `<verb> <object>: <why>` as [`Request::last_error`], as the host's does.
+    pub fn fail_when(&self, fails: impl Fn(&Action) -> Option<String> + 'static) -> &Self {
+        self.inner.failures.borrow_mut().push(Box::new(fails));
+        self
+    }
+
+    /// Make every create of a `kind` object fail with `why` (see [`Self::fail_when`]).
+    pub fn fail_creates(&self, kind: &KindRef, why: &str) -> &Self {
+        let (kind, why) = (kind.clone(), why.to_owned());
+        self.fail_when(move |a| match a {
+            Action::Create(obj) if object::key(obj).is_ok_and(|k| k.kind == kind) => Some(why.clone()),
+            _ => None,
+        })
+    }
+
+    /// Let every write succeed again.
+    pub fn clear_failures(&self) -> &Self {
+        self.inner.failures.borrow_mut().clear();
+        self
+    }
+
+    /// Why the previous reconcile of `key` failed (its error, or a failed action), while it
+    /// keeps failing: what the next request carries.
+    pub fn last_error(&self, key: &ObjectKey) -> Option<String> {
+        self.inner.last_errors.borrow().get(key).cloned()
     }
 
     /// Add the objects in a YAML stream (`---`-separated documents; a `kind: List` adds its
@@ -216,11 +309,24 @@ impl FakeCache {
         self.reconcile_request::<R>(Request::new(key.clone()))
     }
 
-    /// Reconcile a request with this fake as the cache.
-    pub fn reconcile_request<R: Reconciler>(&self, request: Request) -> Result<Outcome, Error> {
+    /// Reconcile a request with this fake as the cache. A request without `last_error` gets the
+    /// key's, as the host sends it ([`Self::last_error`]).
+    pub fn reconcile_request<R: Reconciler>(&self, mut request: Request) -> Result<Outcome, Error> {
         let reconciled = self.inner.metadata.reconciled_kind();
         assert_eq!(&request.key.kind, reconciled, "FakeCache: the host only reconciles keys of the reconciled kind {reconciled}");
-        self.enter(|| R::reconcile(request)).and_then(Outcome::into_result)
+        let key = request.key.clone();
+        if request.last_error.is_none() {
+            request.last_error = self.last_error(&key);
+        }
+        *self.inner.current.borrow_mut() = Some(key.clone());
+        let result = self.enter(|| R::reconcile(request)).and_then(Outcome::into_result);
+        let mut errors = self.inner.last_errors.borrow_mut();
+        match &result {
+            // Cleared now; a failing action of this outcome sets it again.
+            Ok(_) => errors.remove(&key),
+            Err(e) => errors.insert(key, e.message().to_owned()),
+        };
+        result
     }
 
     /// Run `f` with this fake answering the SDK's cache reads and logs on this thread.
@@ -234,6 +340,14 @@ impl FakeCache {
     /// update-status merge-patches `.status`, and events are recorded (see [`Self::events`]).
     pub fn execute(&self, outcome: &Outcome) {
         for action in &outcome.actions {
+            if let Some(why) = self.inner.failures.borrow().iter().find_map(|f| f(action)) {
+                // As the host: nothing more of this outcome is sent, and the key's next request says why.
+                let failed = format!("{}: {why}", describe(action));
+                if let Some(key) = self.inner.current.borrow().clone() {
+                    self.inner.last_errors.borrow_mut().insert(key, failed);
+                }
+                return;
+            }
             match action {
                 Action::Create(obj) => {
                     // The host's rule for what an action targets (wasmloop-model), so a create
@@ -249,7 +363,7 @@ impl FakeCache {
                     };
                     let key = object::key(&obj).unwrap_or_else(|e| panic!("FakeCache: create: {e}"));
                     if self.get(&key).is_none() {
-                        self.insert(obj);
+                        self.insert(self.created(obj));
                     }
                 }
                 Action::Apply(obj) => {
@@ -260,7 +374,7 @@ impl FakeCache {
                             merge_patch(&mut current, obj);
                             current
                         }
-                        None => obj.clone(),
+                        None => self.created(obj.clone()),
                     };
                     self.insert(merged);
                 }
@@ -271,7 +385,7 @@ impl FakeCache {
                         Some(obj) if !preconditions_hold(preconditions, &obj) => {}
                         Some(mut obj) if has_finalizers(&obj) => {
                             if obj.pointer("/metadata/deletionTimestamp").is_none() {
-                                obj["metadata"]["deletionTimestamp"] = "1970-01-01T00:00:00Z".into();
+                                obj["metadata"]["deletionTimestamp"] = self.now_rfc3339().into();
                                 self.insert(obj);
                             }
                         }
@@ -293,6 +407,14 @@ impl FakeCache {
                 Action::Event(e) => self.inner.events.borrow_mut().push(e.clone()),
             }
         }
+    }
+
+    /// A new object as the API server stores it: `creationTimestamp` now (on the fake's clock).
+    fn created(&self, mut obj: Value) -> Value {
+        if let Some(meta) = obj.get_mut("metadata").and_then(Value::as_object_mut) {
+            meta.entry("creationTimestamp").or_insert_with(|| self.now_rfc3339().into());
+        }
+        obj
     }
 
     /// A patch as the API server applies it: nothing if the object is missing or a
@@ -339,8 +461,43 @@ impl FakeCache {
 
     /// Reconcile `key` and execute the outcome until a reconcile returns no actions; returns the
     /// outcomes that had actions. Fails if the reconciler errors or has not converged after
-    /// `max_rounds` reconciles.
+    /// `max_rounds` reconciles. If the last reconcile asked for a requeue, the clock moves to it:
+    /// the time the host would reconcile the key again.
     pub fn converge<R: Reconciler>(&self, key: &ObjectKey, max_rounds: usize) -> Result<Vec<Outcome>, String> {
+        let (done, requeue) = self.settle::<R>(key, max_rounds)?;
+        if let Some(after) = requeue {
+            self.advance(after);
+        }
+        Ok(done)
+    }
+
+    /// Play the host's loop for `key` until the clock reaches `until` (RFC 3339): converge, move
+    /// the clock to the requeue the converged reconcile asked for, and again, as long as that
+    /// requeue is not after `until`; then the clock is set to `until`. Returns every outcome that
+    /// had actions, in order; fails as [`Self::converge`] does, or after `max_reconciles`
+    /// reconciles in all. A schedule test: `fake.run_until::<CronJobs>(&key, "…T03:00:00Z", 100)`.
+    pub fn run_until<R: Reconciler>(&self, key: &ObjectKey, until: &str, max_reconciles: usize) -> Result<Vec<Outcome>, String> {
+        let until = crate::time::parse_micros(until).unwrap_or_else(|| panic!("FakeCache: not an RFC 3339 timestamp: {until:?}"));
+        let mut all = Vec::new();
+        let mut left = max_reconciles;
+        loop {
+            let (done, requeue) = self.settle::<R>(key, left)?;
+            left -= done.len() + 1;
+            all.extend(done);
+            let next = requeue.map(|after| self.now_micros().saturating_add(i64::try_from(after.as_micros()).unwrap_or(i64::MAX)));
+            match next {
+                Some(next) if next <= until && left > 0 => self.inner.clock.set(next),
+                Some(_) | None => {
+                    self.inner.clock.set(until.max(self.now_micros()));
+                    return Ok(all);
+                }
+            }
+        }
+    }
+
+    /// Reconcile and execute until no actions are left: the outcomes that had actions, and the
+    /// requeue the last (empty) outcome asked for.
+    fn settle<R: Reconciler>(&self, key: &ObjectKey, max_rounds: usize) -> Result<(Vec<Outcome>, Option<Duration>), String> {
         let mut done = Vec::new();
         for _ in 0..max_rounds {
             let outcome = match self.reconcile::<R>(key) {
@@ -355,9 +512,12 @@ impl FakeCache {
                 }
             };
             if outcome.is_empty() {
-                return Ok(done);
+                return Ok((done, outcome.requeue_after));
             }
             self.execute(&outcome);
+            if let Some(failed) = self.last_error(key) {
+                return Err(format!("an action of the reconcile of {key} failed: {failed} (the host retries it with backoff)"));
+            }
             done.push(outcome);
         }
         Err(format!("{key} did not converge in {max_rounds} reconciles; last outcome: {:?}", done.last()))
@@ -589,6 +749,10 @@ impl Backend for Inner {
         eprintln!("[{level:?}] {message}");
         self.logs.borrow_mut().push((level, message.to_owned()));
     }
+
+    fn now_micros(&self) -> Option<i64> {
+        Some(self.clock.get())
+    }
 }
 
 /// The values of index `index` (with declared `path`, if not built in) for one object, as the
@@ -611,6 +775,21 @@ fn index_values(index: &str, path: Option<&str>, obj: &Value) -> Vec<String> {
 /// Check a declared index path the way the host does when it loads the plugin.
 fn check_index_path(path: &str) -> Result<(), String> {
     IndexPath::parse(path).map(|_| ())
+}
+
+/// An action as the host names it in `last_error`: `<verb> <object>` (a generateName as `prefix*`).
+fn describe(action: &Action) -> String {
+    let target =
+        |obj: &Value| Target::of_object(obj, Naming::NameOrGenerate).map_or_else(|_| "(an invalid object)".to_owned(), |t| t.to_string());
+    match action {
+        Action::Create(obj) => format!("create {}", target(obj)),
+        Action::Apply(obj) => format!("apply {}", target(obj)),
+        Action::Delete(d) => format!("delete {}", d.key),
+        Action::Patch(p) if p.status => format!("update-status {}", p.key),
+        Action::Patch(p) => format!("patch {}", p.key),
+        Action::UpdateStatus { key, .. } => format!("update-status {key}"),
+        Action::Event(e) => format!("event {}", e.regarding),
+    }
 }
 
 /// JSON merge patch (RFC 7386): objects merge recursively, `null` removes, anything else replaces.

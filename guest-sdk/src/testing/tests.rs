@@ -403,3 +403,140 @@ fn an_index_on_the_reconciled_kind_keeps_its_selectors() {
         assert_eq!(names(cache::by_index(&kinds::CONFIG_MAP, "by-app", "x").unwrap()), ["yes"]);
     });
 }
+
+/// On every hour: a ConfigMap `tick-<unix time>` in the Namespace, then a requeue at the next
+/// hour — schedule logic on the fake's clock.
+struct Hourly;
+impl Reconciler for Hourly {
+    fn metadata() -> Metadata {
+        Metadata::new("hourly", "0").reconciles(kinds::NAMESPACE).owns(kinds::CONFIG_MAP)
+    }
+    fn reconcile(req: Request) -> Result<Outcome, Error> {
+        let Some(ns) = cache::get_key::<Value>(&req.key)? else { return Ok(Outcome::new()) };
+        let now = crate::time::now();
+        let hour = now - now.rem_euclid(3600);
+        let next = std::time::Duration::from_secs(u64::try_from(hour + 3600 - now).unwrap_or(0));
+        let name = format!("tick-{hour}");
+        if cache::get::<Value>(&kinds::CONFIG_MAP, Some(&req.key.name), &name)?.is_some() {
+            return Ok(Outcome::new().requeue_after(next));
+        }
+        let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": req.key.name},
+                        "data": {"at": crate::time::now_micros_rfc3339()}});
+        Ok(Outcome::new().create_owned(&ns, cm).requeue_after(next))
+    }
+}
+
+fn hourly() -> FakeCache {
+    FakeCache::for_reconciler::<Hourly>()
+        .with_time("2026-03-01T10:59:30.25Z")
+        .with_yaml("apiVersion: v1\nkind: Namespace\nmetadata: {name: ns, uid: ns-1}\n")
+}
+
+#[test]
+fn the_clock_is_the_fakes_and_converge_moves_it_to_the_requeue() {
+    let fake = hourly();
+    let key = kinds::NAMESPACE.key(None, "ns");
+    assert_eq!(fake.now_rfc3339(), "2026-03-01T10:59:30Z");
+    let done = fake.converge::<Hourly>(&key, 3).unwrap();
+    let cm = done[0].created().next().unwrap();
+    assert_eq!(cm["metadata"]["name"], format!("tick-{}", crate::time::parse("2026-03-01T10:00:00Z").unwrap()));
+    assert_eq!(cm["data"]["at"], "2026-03-01T10:59:30.250000Z", "sub-second time from the fake's clock");
+    let stored = fake.get(&kinds::CONFIG_MAP.key(Some("ns"), cm["metadata"]["name"].as_str().unwrap())).unwrap();
+    assert_eq!(stored["metadata"]["creationTimestamp"], "2026-03-01T10:59:30Z", "created at the fake's now");
+    // The converged reconcile asked for the next hour: the clock is there, and the next tick fires.
+    assert_eq!(fake.now_micros(), crate::time::parse_micros("2026-03-01T11:00:00.25Z").unwrap());
+    assert_eq!(fake.now_rfc3339(), "2026-03-01T11:00:00Z");
+    assert_eq!(fake.converge::<Hourly>(&key, 3).unwrap().len(), 1);
+}
+
+#[test]
+fn run_until_plays_a_schedule_out_and_stops_at_the_deadline() {
+    let fake = hourly();
+    let key = kinds::NAMESPACE.key(None, "ns");
+    let done = fake.run_until::<Hourly>(&key, "2026-03-01T13:30:00Z", 50).unwrap();
+    let names: Vec<&str> = done.iter().flat_map(Outcome::created).filter_map(|c| c["metadata"]["name"].as_str()).collect();
+    let tick = |t: &str| format!("tick-{}", crate::time::parse(t).unwrap());
+    assert_eq!(
+        names,
+        [tick("2026-03-01T10:00:00Z"), tick("2026-03-01T11:00:00Z"), tick("2026-03-01T12:00:00Z"), tick("2026-03-01T13:00:00Z")]
+    );
+    assert_eq!(fake.now_rfc3339(), "2026-03-01T13:30:00Z");
+    fake.advance(std::time::Duration::from_secs(1800));
+    assert_eq!(fake.converge::<Hourly>(&key, 3).unwrap().len(), 1, "14:00 fires once the clock is moved there");
+    assert_eq!(fake.now_rfc3339(), "2026-03-01T15:00:00Z", "converge moved it to the next requeue");
+    assert_eq!(fake.run_until::<Hourly>(&key, "2026-03-01T15:10:00Z", 5).unwrap().len(), 1);
+    assert!(fake.run_until::<Hourly>(&key, "2026-03-01T15:50:00Z", 5).unwrap().is_empty(), "nothing due before 16:00");
+    assert_eq!(fake.now_rfc3339(), "2026-03-01T15:50:00Z");
+}
+
+/// Creates a ConfigMap and says so in the Namespace's status, the status after the write.
+struct Reporter;
+impl Reconciler for Reporter {
+    fn metadata() -> Metadata {
+        Metadata::new("reporter", "0").reconciles(kinds::NAMESPACE).owns(kinds::CONFIG_MAP)
+    }
+    fn reconcile(req: Request) -> Result<Outcome, Error> {
+        let Some(ns) = cache::get_key::<Value>(&req.key)? else { return Ok(Outcome::new()) };
+        if let Some(failed) = &req.last_error {
+            return Ok(Outcome::new().status(&ns, json!({"failed": failed})).create_owned(&ns, report(&req)));
+        }
+        if cache::get::<Value>(&kinds::CONFIG_MAP, Some(&req.key.name), "report")?.is_some() {
+            return Ok(Outcome::new());
+        }
+        Ok(Outcome::new().status_after_writes(&ns, json!({"created": "report"})).create_owned(&ns, report(&req)))
+    }
+}
+
+fn report(req: &Request) -> Value {
+    json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "report", "namespace": req.key.name}})
+}
+
+#[test]
+fn a_failing_create_stops_the_outcome_and_its_status_after_writes_is_not_written() {
+    let fake = FakeCache::for_reconciler::<Reporter>().with_yaml("apiVersion: v1\nkind: Namespace\nmetadata: {name: ns, uid: ns-1}\n");
+    let key = kinds::NAMESPACE.key(None, "ns");
+    fake.fail_creates(&kinds::CONFIG_MAP, "configmaps \"report\" is forbidden: exceeded quota");
+    let err = fake.converge::<Reporter>(&key, 3).unwrap_err();
+    assert!(err.contains("create v1/ConfigMap/ns/report: configmaps \"report\" is forbidden"), "{err}");
+    assert_eq!(fake.get(&key).unwrap().get("status"), None, "the status after the failed create was not written");
+    assert!(fake.get(&kinds::CONFIG_MAP.key(Some("ns"), "report")).is_none());
+    // The next reconcile is told why (as the host's request), and says so.
+    assert_eq!(fake.last_error(&key).as_deref(), Some("create v1/ConfigMap/ns/report: configmaps \"report\" is forbidden: exceeded quota"));
+    let out = fake.reconcile::<Reporter>(&key).unwrap();
+    fake.execute(&out);
+    assert_eq!(
+        fake.get(&key).unwrap()["status"]["failed"],
+        "create v1/ConfigMap/ns/report: configmaps \"report\" is forbidden: exceeded quota"
+    );
+    // Once the create goes through, the status says it and the error is gone.
+    fake.clear_failures();
+    fake.converge::<Reporter>(&key, 3).unwrap();
+    assert_eq!(fake.last_error(&key), None);
+    assert!(fake.get(&kinds::CONFIG_MAP.key(Some("ns"), "report")).is_some());
+}
+
+#[test]
+fn an_index_over_the_controller_owner_of_one_kind() {
+    const CRON: crate::KindRef = crate::KindRef::from_static("batch.tutorial.kubebuilder.io/v1", "CronJob");
+    let m = Metadata::new("cron", "0").reconciles(CRON).owns(kinds::JOB).controller_index(kinds::JOB, "cron", &CRON);
+    let owner = |kind: &str, api: &str, controller: bool| json!([{"apiVersion": api, "kind": kind, "name": "nightly", "uid": "u", "controller": controller}]);
+    let job = |name: &str, owners: Value| json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name, "namespace": "ns", "ownerReferences": owners}});
+    let fake = FakeCache::new(m)
+        .with(job("mine", owner("CronJob", "batch.tutorial.kubebuilder.io/v1", true)))
+        .with(job("other-group", owner("CronJob", "batch/v1", true)))
+        .with(job("not-controller", owner("CronJob", "batch.tutorial.kubebuilder.io/v1", false)))
+        .with(job("other-kind", owner("Deployment", "apps/v1", true)));
+    let names: Vec<String> = fake
+        .enter(|| cache::by_index::<Value>(&kinds::JOB, "cron", "nightly"))
+        .unwrap()
+        .iter()
+        .filter_map(|j| object::name(j).map(str::to_owned))
+        .collect();
+    assert_eq!(names, ["mine"]);
+}
+
+#[test]
+#[should_panic(expected = "filters ([field=value]) are for indexes")]
+fn a_field_with_a_filter_is_refused_as_the_host_refuses_it() {
+    FakeCache::new(Metadata::new("x", "0").reconciles(kinds::POD).field(kinds::POD, "spec.containers[name=a].image"));
+}

@@ -259,3 +259,33 @@ fn fuzz_workload_writes_are_refused_exactly_in_the_host_namespace_or_with_a_plug
         },
     );
 }
+
+/// A plugin granted `bind` on a ClusterRole may create RoleBindings to it (the API server checks
+/// the escalation, as the plugin), but never of an identity of the host's namespaces, however it
+/// names one: the identity rules do not read the grants.
+#[test]
+fn a_bind_grant_never_lets_an_identity_be_bound() {
+    let yaml = "grants:\n  - kinds: [\"rbac.authorization.k8s.io/v1/RoleBinding\"]\n    verbs: [read, create]\n  \
+                - kinds: [\"rbac.authorization.k8s.io/v1/ClusterRole\"]\n    verbs: [bind, escalate]\n    names: [secret-reader]\n";
+    let grants = Grants::from_yaml("binder", yaml).expect("grants");
+    let admission = admission(&[]);
+    let create = |subject: Value| {
+        let object = json!({"apiVersion": format!("{GROUP}/v1"), "kind": "RoleBinding",
+            "metadata": {"name": "read-secrets", "namespace": "team-a"},
+            "roleRef": {"apiGroup": GROUP, "kind": "ClusterRole", "name": "secret-reader"}, "subjects": [subject]});
+        let cache = CacheView::new();
+        let ctx = Context { grants: &grants, cache: &cache, client: None, manager: "binder", budget: None };
+        let planned = crate::actions::Planned::new(Action::Create { object }).expect("a valid action");
+        futures::executor::block_on(admission.admit(ctx, vec![planned])).map(|_| ())
+    };
+    assert!(create(json!({"kind": "ServiceAccount", "name": "default", "namespace": "team-a"})).is_ok());
+    for subject in [
+        json!({"kind": "ServiceAccount", "name": "wasmloop-plugin-binder", "namespace": HOST_NS}),
+        json!({"kind": "ServiceAccount", "name": "wasmloop", "namespace": HOST_NS}),
+        json!({"kind": "Group", "name": format!("system:serviceaccounts:{HOST_NS}")}),
+        json!({"kind": "User", "name": format!("system:serviceaccount:{HOST_NS}:wasmloop")}),
+    ] {
+        let err = create(subject.clone()).expect_err("an identity bound").to_string();
+        assert!(err.contains("(identity-binding)"), "{subject}: {err}");
+    }
+}

@@ -15,14 +15,16 @@
 //!
 //! Grant verbs become RBAC verbs as docs/operations.md tabulates them: `read` → list, watch;
 //! `create` → create; `apply` → patch, create; `patch` → patch; `delete` → delete;
-//! `update-status` → patch on `<resource>/status`; `event` → nothing (the host records Events).
+//! `update-status` → patch on `<resource>/status`; `event` → nothing (the host records Events);
+//! `bind` and `escalate` (on named roles only) → themselves, with the grant's `names` as the
+//! rule's `resourceNames`.
 
 use std::collections::BTreeMap;
 
 use serde_json::{Value, json};
 
 use super::manifest::PluginManifest;
-use crate::grants::{Grant, KindPattern, Verb, VerbPattern};
+use crate::grants::{Grant, KindPattern, RoleVerb, Verb, VerbPattern};
 use crate::identity::{Claim, ClaimError, Identity, Role};
 use crate::kinds::{self, KindRef};
 
@@ -34,12 +36,14 @@ pub struct Placement<'a> {
     pub host: (&'a str, &'a str),
 }
 
-/// One RBAC rule: API groups, resources, verbs (sorted, deduplicated when rendered).
+/// One RBAC rule: API groups, resources, verbs (sorted, deduplicated when rendered), and the
+/// `resourceNames` it is limited to (empty: every object; only `bind` and `escalate` have some).
 #[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
 struct Rule {
     group: String,
     resource: String,
     verbs: Vec<&'static str>,
+    names: Vec<String>,
 }
 
 /// Rules by scope: `None` cluster-wide, `Some(ns)` in one namespace.
@@ -117,12 +121,26 @@ pub fn objects(manifest: &PluginManifest, reads: &[KindRef], at: &Placement<'_>)
         for (subresource, verbs) in grant_verbs(grant) {
             for pattern in &grant.kinds {
                 let rule = match pattern {
-                    KindPattern::Any => Rule { group: "*".into(), resource: format!("*{subresource}"), verbs: verbs.clone() },
+                    KindPattern::Any => {
+                        Rule { group: "*".into(), resource: format!("*{subresource}"), verbs: verbs.clone(), names: vec![] }
+                    }
                     KindPattern::Exact(kind) => rule_for(kind, subresource, &verbs, &mut guessed),
                 };
                 for scope in grant_scopes(grant) {
                     plugin.entry(scope).or_default().push(rule.clone());
                 }
+            }
+        }
+        // `bind` and `escalate`: on the grant's named roles only (grants check that they have names).
+        let role_verbs: Vec<&'static str> = grant.role_verbs().map(RoleVerb::as_str).collect();
+        for kind in grant.kinds.iter().filter_map(|k| match k {
+            KindPattern::Exact(kind) if !role_verbs.is_empty() => Some(kind),
+            _ => None,
+        }) {
+            let mut rule = rule_for(kind, "", &role_verbs, &mut guessed);
+            rule.names = grant.names.clone().unwrap_or_default();
+            for scope in grant_scopes(grant) {
+                plugin.entry(scope).or_default().push(rule.clone());
             }
         }
     }
@@ -157,7 +175,7 @@ fn rule_for(kind: &KindRef, subresource: &str, verbs: &[&'static str], guessed: 
     if is_guess {
         guessed.push(format!("{kind} → {plural}"));
     }
-    Rule { group: group.to_owned(), resource: format!("{plural}{subresource}"), verbs: verbs.to_vec() }
+    Rule { group: group.to_owned(), resource: format!("{plural}{subresource}"), verbs: verbs.to_vec(), names: Vec::new() }
 }
 
 /// The RBAC verbs a grant needs, by subresource (`""` the object, `/status` its status).
@@ -231,20 +249,28 @@ fn binding(kind: &str, name: &str, namespace: Option<&str>, role_kind: &str, sub
     })
 }
 
-/// Rules merged per (group, resource), verbs in the order list, watch, create, patch, delete.
+/// Rules merged per (group, resource, resourceNames), verbs in the order list, watch, create,
+/// patch, delete, bind, escalate.
 fn render(rules: &[Rule]) -> Value {
-    const ORDER: [&str; 5] = ["list", "watch", "create", "patch", "delete"];
-    let mut merged: BTreeMap<(String, String), Vec<&str>> = BTreeMap::new();
+    const ORDER: [&str; 7] = ["list", "watch", "create", "patch", "delete", "bind", "escalate"];
+    let mut merged: BTreeMap<(String, String, Vec<String>), Vec<&str>> = BTreeMap::new();
     for r in rules {
-        let verbs = merged.entry((r.group.clone(), r.resource.clone())).or_default();
+        let mut names = r.names.clone();
+        names.sort();
+        names.dedup();
+        let verbs = merged.entry((r.group.clone(), r.resource.clone(), names)).or_default();
         verbs.extend(r.verbs.iter().copied());
     }
     let rendered: Vec<Value> = merged
         .into_iter()
-        .map(|((group, resource), mut verbs)| {
+        .map(|((group, resource, names), mut verbs)| {
             verbs.sort_by_key(|v| ORDER.iter().position(|o| o == v));
             verbs.dedup();
-            json!({"apiGroups": [group], "resources": [resource], "verbs": verbs})
+            let mut rule = json!({"apiGroups": [group], "resources": [resource], "verbs": verbs});
+            if !names.is_empty() {
+                rule["resourceNames"] = json!(names);
+            }
+            rule
         })
         .collect();
     Value::Array(rendered)
@@ -315,6 +341,53 @@ grants:
         assert_eq!(binding["subjects"][0]["name"], "team-bot");
         let account = named(&objects, "ServiceAccount", "team-bot");
         assert_eq!(account["metadata"]["labels"]["wasmloop.dev/plugin-name"], "team", "the account is claimed for the plugin");
+    }
+
+    #[test]
+    fn bind_and_escalate_become_rules_on_the_named_roles_only() {
+        let yaml = r#"
+name: binder
+grants:
+  - kinds: ["rbac.authorization.k8s.io/v1/ClusterRole"]
+    verbs: [read]
+  - kinds: ["rbac.authorization.k8s.io/v1/ClusterRole"]
+    verbs: [bind]
+    names: ["secret-reader", "view"]
+  - kinds: ["rbac.authorization.k8s.io/v1/Role"]
+    verbs: [bind, escalate]
+    names: ["deployer"]
+    namespaces: ["team-a"]
+  - kinds: ["rbac.authorization.k8s.io/v1/RoleBinding"]
+    verbs: [read, create, delete]
+"#;
+        let m = PluginManifest::parse(yaml, "binder").unwrap();
+        let reads =
+            [KindRef::new("rbac.authorization.k8s.io/v1", "ClusterRole"), KindRef::new("rbac.authorization.k8s.io/v1", "RoleBinding")];
+        let (objects, guessed) = objects(&m, &reads, &Placement { namespace: "wasmloop", host: ("wasmloop", "wasmloop") }).unwrap();
+        assert!(guessed.is_empty(), "{guessed:?}");
+        let cluster = named(&objects, "ClusterRole", "wasmloop:plugin:wasmloop:binder");
+        assert_eq!(
+            cluster["rules"],
+            json!([
+                {"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["clusterroles"], "verbs": ["list", "watch"]},
+                {"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["clusterroles"], "verbs": ["bind"],
+                 "resourceNames": ["secret-reader", "view"]},
+                {"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["rolebindings"], "verbs": ["list", "watch", "create", "delete"]},
+            ])
+        );
+        let team = objects
+            .iter()
+            .find(|o| {
+                o["kind"] == "Role" && o["metadata"]["namespace"] == "team-a" && o["metadata"]["name"] == "wasmloop:plugin:wasmloop:binder"
+            })
+            .expect("a Role in team-a");
+        assert_eq!(
+            team["rules"],
+            json!([{"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["roles"], "verbs": ["bind", "escalate"], "resourceNames": ["deployer"]}])
+        );
+        // The host's reads carry no bind or escalate.
+        let host = named(&objects, "ClusterRole", "wasmloop:host-reads:wasmloop:binder");
+        assert!(host["rules"].as_array().unwrap().iter().all(|r| r["verbs"] == json!(["list", "watch"])), "{host}");
     }
 
     #[test]

@@ -217,6 +217,11 @@ pub(crate) fn spec_from_metadata(m: wit::PluginMetadata) -> Result<ReconcilerSpe
         if let Err(source) = IndexSpec::parse(&f.path) {
             return Err(MetadataError::FieldPath { at, source });
         }
+        // A field reads one value at its path; filters pick among many (indexes only).
+        if wasmloop_model::index_path::IndexPath::parse(&f.path).is_ok_and(|p| p.is_filtered()) {
+            let reason = "a metadata field reads one value: filters (`[field=value]`) are for indexes".into();
+            return Err(MetadataError::FieldPath { at, source: crate::cache::Error::InvalidIndexPath { path: f.path, reason } });
+        }
         spec.fields.push(FieldDecl { kind, path: f.path });
     }
     Ok(spec)
@@ -592,6 +597,12 @@ mod tests {
         assert!(matches!(&err, MetadataError::UnreadFieldKind { at, .. } if at == "fields[0]"), "{err}");
         assert!(err.to_string().contains("not a kind the plugin reconciles"), "{err}");
         assert_eq!(spec_from_sdk_metadata(sdk::Metadata::new("rs", "1.0.0")).unwrap_err(), MetadataError::NoReconciledKind);
+        // Filters are for indexes: a field reads one value.
+        let owners = "metadata.ownerReferences[kind=ReplicaSet].name";
+        let indexed = sdk::Metadata::new("rs", "1.0.0").reconciles(sdk::kinds::REPLICA_SET).index(sdk::kinds::POD, "rs", owners);
+        assert_eq!(spec_from_sdk_metadata(indexed.clone()).unwrap().indexes[0].path, owners);
+        let err = spec_from_sdk_metadata(indexed.field(sdk::kinds::POD, owners)).unwrap_err().to_string();
+        assert!(err.contains("fields[0]") && err.contains("filters (`[field=value]`) are for indexes"), "{err}");
     }
 
     #[test]

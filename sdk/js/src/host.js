@@ -13,7 +13,12 @@ export function host() {
   return bound;
 }
 
-/** Bind `next` (`{cache, log}`) and return what was bound before. */
+/** The bound host, or undefined (no error): for what has a fallback, such as the clock. */
+export function boundHost() {
+  return bound;
+}
+
+/** Bind `next` (`{cache, log}`, and in tests `clock: {nowMicros()}`) and return what was bound before. */
 export function bindHost(next) {
   const previous = bound;
   bound = next;

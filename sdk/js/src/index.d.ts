@@ -134,7 +134,10 @@ export class Metadata {
   owns(kind: KindRef): this;
   watches(kind: KindRef, mapping: MappingValue): this;
   watch(watch: Watch | WatchSpec): this;
+  /** An index over `path`; segments may filter: `metadata.ownerReferences[kind=CronJob].name`. */
   index(kind: KindRef, name: string, path: string): this;
+  /** An index over the name of the controller owner, when it is of kind `owner`. */
+  controllerIndex(kind: KindRef, name: string, owner: KindRef): this;
   field(kind: KindRef, path: string): this;
   fieldsOf(kind: KindRef): string[];
   readableKinds(): KindRef[];
@@ -199,6 +202,8 @@ export class Outcome {
   deleteKey(key: ObjectKey): this;
   status(obj: KubeObject, status: unknown): this;
   statusKey(key: ObjectKey, status: unknown): this;
+  /** `status`, written only if every other action of the outcome succeeds: it stays after all of them. */
+  statusAfterWrites(obj: KubeObject, status: unknown): this;
   event(obj: KubeObject, eventType: EventTypeValue, reason: string, message: string): this;
   eventKey(key: ObjectKey, eventType: EventTypeValue, reason: string, message: string): this;
   patch(obj: KubeObject, body: unknown, options?: { patchType?: "merge" | "json"; status?: boolean; preconditions?: Preconditions }): this;
@@ -265,3 +270,24 @@ export interface Reconciler {
 
 export function defineReconciler<R extends Reconciler>(reconciler: R): R;
 export function request(key: ObjectKey, options?: { reason?: Request["reason"]; attempt?: number; lastError?: string }): Request;
+
+/**
+ * Kubernetes timestamps and the current time (the Rust SDK's `time`): `metav1.Time` (UTC, whole
+ * seconds) and `metav1.MicroTime` (six fractional digits), as seconds or microseconds since the
+ * epoch. Now is the host's wall clock in the component (recorded and replayed by the host; QuickJS
+ * reads it in milliseconds), the bound FakeCache's clock in tests.
+ */
+export const time: {
+  /** Seconds since the epoch of an RFC 3339 timestamp (fraction dropped); undefined if malformed. */
+  parse(ts: string): number | undefined;
+  /** Microseconds since the epoch of an RFC 3339 timestamp; undefined if malformed. */
+  parseMicros(ts: string): number | undefined;
+  /** `2026-01-02T03:04:05Z` */
+  format(secs: number): string;
+  /** `2026-01-02T03:04:05.123456Z` */
+  formatMicros(micros: number): string;
+  now(): number;
+  nowMicros(): number;
+  nowRfc3339(): string;
+  nowMicrosRfc3339(): string;
+};

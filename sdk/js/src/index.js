@@ -12,6 +12,8 @@
 
 import { host } from "./host.js";
 
+export { time } from "./time.js";
+
 // ---------------------------------------------------------------------------------------------
 // Kinds and keys
 
@@ -175,6 +177,15 @@ export class Metadata {
   index(kindRef, name, path) {
     this.spec.indexes.push({ kind: kindRef, name, path });
     return this;
+  }
+
+  /**
+   * Declare index `name` on `kindRef` over the name of each object's controller owner when it is
+   * of kind `owner` (controller-runtime's `.metadata.controller` index): the path
+   * `metadata.ownerReferences[controller=true][kind=<Kind>][apiVersion=<apiVersion>].name`.
+   */
+  controllerIndex(kindRef, name, owner) {
+    return this.index(kindRef, name, `metadata.ownerReferences[controller=true][kind=${owner.kind}][apiVersion=${owner.apiVersion}].name`);
   }
 
   /** Declare a field the metadata reads return for objects of `kindRef`. */
@@ -364,6 +375,14 @@ export class Outcome {
     this.requeueAfterMs = undefined;
     /** The first problem of a builder given an unusable object (the reconcile's permanent error). */
     this.invalid = undefined;
+    /** How many actions at the end stay last (`statusAfterWrites`): builders add theirs before them. */
+    this.last = 0;
+  }
+
+  /** Add an action before the ones that stay last. */
+  _push(action) {
+    this.actions.splice(this.actions.length - this.last, 0, action);
+    return this;
   }
 
   _problem(what, e) {
@@ -373,7 +392,7 @@ export class Outcome {
 
   _with(what, f) {
     try {
-      this.actions.push(f());
+      this._push(f());
     } catch (e) {
       this._problem(what, e);
     }
@@ -425,7 +444,7 @@ export class Outcome {
 
   /** Delete the object with this key. */
   deleteKey(key) {
-    this.actions.push({ type: "delete", key: { ...key }, preconditions: {} });
+    this._push({ type: "delete", key: { ...key }, preconditions: {} });
     return this;
   }
 
@@ -445,7 +464,24 @@ export class Outcome {
     if (status === null || typeof status !== "object" || Array.isArray(status)) {
       return this._problem(`status of ${keyString(key)}`, `expected a JSON object, got ${JSON.stringify(status)}`);
     }
-    this.actions.push({ type: "status", key: { ...key }, status: clone(status) });
+    this._push({ type: "status", key: { ...key }, status: clone(status) });
+    return this;
+  }
+
+  /**
+   * Merge-patch `.status` of `obj` only if every other action of this outcome succeeds: the write
+   * stays after all of them, whatever builders come later (several stay last in the order given).
+   * The host runs an outcome's actions in order and stops at the first that fails or conflicts,
+   * so a status that reports a create is never written when the create failed.
+   */
+  statusAfterWrites(obj, status) {
+    const before = this.actions.length;
+    this.status(obj, status);
+    if (this.actions.length > before) {
+      const [action] = this.actions.splice(this.actions.length - this.last - 1, 1);
+      this.actions.push(action);
+      this.last += 1;
+    }
     return this;
   }
 
@@ -463,7 +499,7 @@ export class Outcome {
   /** Record an Event about the object with this key. */
   eventKey(key, eventType, reason, message) {
     if (!reason) return this._problem("event", "empty reason");
-    this.actions.push({ type: "event", regarding: { ...key }, eventType, reason, message: String(message) });
+    this._push({ type: "event", regarding: { ...key }, eventType, reason, message: String(message) });
     return this;
   }
 

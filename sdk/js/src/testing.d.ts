@@ -22,7 +22,25 @@ export class FakeCache {
   execute(outcome: Outcome | ReconcileError): void;
   /** The keys of the reconciled kind the host would queue for an event on `related` (contract 0.3: index mappings too). */
   mappedKeys(related: ObjectKey): ObjectKey[];
+  /** Converge; if the last reconcile asked for a requeue, the clock moves to it. */
   converge(key: ObjectKey, maxRounds?: number, reconciler?: Reconciler): Outcome[];
+  /** Play the host's loop (converge, move the clock to the requeue) until the clock reaches `until` (RFC 3339). */
+  runUntil(key: ObjectKey, until: string, maxReconciles?: number, reconciler?: Reconciler): Outcome[];
+  /** Set the clock the SDK's `time` reads (RFC 3339, with or without a fraction). */
+  withTime(rfc3339: string): this;
+  setTime(rfc3339: string): this;
+  /** Move the clock forward by `ms` milliseconds. */
+  advance(ms: number): this;
+  nowMicros(): number;
+  nowRfc3339(): string;
+  /** Make the actions `fails` gives a reason for fail as the API server would: `execute` stops there, the key's next request carries `lastError`. */
+  failWhen(fails: (action: Action) => string | undefined): this;
+  /** Make every create of a `kind` object fail with `why`. */
+  failCreates(kind: KindRef, why: string): this;
+  /** Let every write succeed again. */
+  clearFailures(): this;
+  /** Why `key`'s last reconcile failed (its error, or its first failing action), while it keeps failing. */
+  lastError(key: ObjectKey): string | undefined;
   logs(): [string, string][];
   events(): Omit<Extract<Action, { type: "event" }>, "type">[];
 }

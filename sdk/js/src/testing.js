@@ -7,6 +7,11 @@
 // to the keys the host would queue (owner, label, same name, namespace and index mappings).
 // `execute` and `converge` play the host's part of carrying out the actions (a failure's too),
 // so a test can check that a reconciler converges and then writes nothing.
+//
+// The fake has a clock, which the SDK's `time` reads while the fake is bound: it starts at the
+// wall-clock time the fake is made and stands still until a test moves it (`setTime`, `advance`)
+// or `converge` ends on an outcome that asks for a requeue (the clock moves to it); `runUntil`
+// plays a schedule out to a given time.
 
 import { readdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
@@ -14,7 +19,8 @@ import { join } from "node:path";
 import { toWitFailure, toWitOutcome } from "./guest.js";
 import { bindHost } from "./host.js";
 import { Metadata, Outcome, ReconcileError, keyString, objectKey, permanent, request as makeRequest, sameKind } from "./index.js";
-import { checkPath, fieldValue, indexValues, matchesAnnotationSelector, matchesSelector, parseSelector } from "./paths.js";
+import { checkFieldPath, checkPath, fieldValue, indexValues, matchesAnnotationSelector, matchesSelector, parseSelector } from "./paths.js";
+import { format as formatSecs, parseMicros } from "./time.js";
 import { parseYamlStream } from "./yaml.js";
 
 const kindId = (k) => `${k.apiVersion}/${k.kind}`;
@@ -209,13 +215,82 @@ export class FakeCache {
     const readable = this.metadata.readableKinds();
     m.fields.forEach((f, i) => {
       if (!readable.some((k) => sameKind(k, f.kind))) throw new Error(`fields[${i}]: ${kindId(f.kind)} is not a kind the plugin reconciles, watches or indexes`);
-      checkPath(f.path);
+      checkFieldPath(f.path);
     });
     /** kind id → Map("ns\0name" → object) */
     this.store = new Map();
     this._logs = [];
     this._events = [];
     this.nextUid = 1;
+    /** Now, in microseconds since the epoch: what the SDK's `time` reads. */
+    this._clock = Date.now() * 1000;
+    /** Functions (action → why, or undefined) that make writes fail (`failWhen`). */
+    this._failures = [];
+    /** keyString → why the key's previous reconcile failed, while it keeps failing (the host's `lastError`). */
+    this._lastErrors = new Map();
+    /** The key last reconciled, whose `lastError` a failing action sets. */
+    this._current = undefined;
+  }
+
+  // ---- failing writes
+
+  /**
+   * Make the actions `fails` says why about (a string; undefined to let it through) fail, as the
+   * API server refusing them would (a 403, a 422, a quota): `execute` stops the outcome at the
+   * first such action (the ones before it are done, the rest are not), and the next reconcile of
+   * the key carries `<verb> <object>: <why>` as `request.lastError`, as the host's does.
+   */
+  failWhen(fails) {
+    this._failures.push(fails);
+    return this;
+  }
+
+  /** Make every create of a `kindRef` object fail with `why` (see `failWhen`). */
+  failCreates(kindRef, why) {
+    return this.failWhen((a) => (a.type === "create" && sameKind(a.object, kindRef) ? why : undefined));
+  }
+
+  /** Let every write succeed again. */
+  clearFailures() {
+    this._failures = [];
+    return this;
+  }
+
+  /** Why `key`'s last reconcile failed (its error, or its first failing action), while it keeps failing. */
+  lastError(key) {
+    return this._lastErrors.get(keyString(key));
+  }
+
+  // ---- the clock
+
+  /** Set the clock to `rfc3339` and return this. */
+  withTime(rfc3339) {
+    this.setTime(rfc3339);
+    return this;
+  }
+
+  /** Set the clock to `rfc3339` (a timestamp as the API server writes them, with or without a fraction). */
+  setTime(rfc3339) {
+    const us = parseMicros(rfc3339);
+    if (us === undefined) throw new Error(`FakeCache: not an RFC 3339 timestamp: ${JSON.stringify(rfc3339)}`);
+    this._clock = us;
+    return this;
+  }
+
+  /** Move the clock forward by `ms` milliseconds. */
+  advance(ms) {
+    this._clock += Math.round(ms * 1000);
+    return this;
+  }
+
+  /** Now on the fake's clock, in microseconds since the epoch. */
+  nowMicros() {
+    return this._clock;
+  }
+
+  /** Now on the fake's clock, as a `metav1.Time` (whole seconds). */
+  nowRfc3339() {
+    return formatSecs(Math.floor(this._clock / 1_000_000));
   }
 
   /** A fake for `reconciler` (its metadata; `reconcile` uses it). */
@@ -408,6 +483,7 @@ export class FakeCache {
         listMeta: (k, ns, s) => this._list(k, ns, s).map((o) => this._meta(k, o)),
         byIndexMeta: (k, i, v) => this._byIndex(k, i, v).map((o) => this._meta(k, o)),
       },
+      clock: { nowMicros: () => this._clock },
       log: {
         log: (level, message) => {
           this._logs.push([level, message]);
@@ -439,19 +515,30 @@ export class FakeCache {
     if (!reconciler) throw new Error("FakeCache: no reconciler (build the fake with forReconciler, or pass one)");
     const reconciled = this.metadata.spec.reconciles;
     if (!sameKind(req.key, reconciled)) throw new Error(`FakeCache: the host only reconciles keys of the reconciled kind ${kindId(reconciled)}`);
-    return this.enter(() => {
-      let out;
-      try {
-        out = reconciler.reconcile(req);
-      } catch (e) {
-        if (e instanceof ReconcileError) toWitFailure(e); // what the component would send: its actions convert (or are dropped)
-        throw e;
-      }
-      if (!(out instanceof Outcome)) throw permanent("reconcile must return an Outcome");
-      out.intoResult();
-      toWitOutcome(out); // what the component would send: every action converts
-      return out;
-    });
+    const id = keyString(req.key);
+    if (req.lastError === undefined) req = { ...req, lastError: this._lastErrors.get(id) };
+    this._current = id;
+    let result;
+    try {
+      result = this.enter(() => {
+        let out;
+        try {
+          out = reconciler.reconcile(req);
+        } catch (e) {
+          if (e instanceof ReconcileError) toWitFailure(e); // what the component would send: its actions convert (or are dropped)
+          throw e;
+        }
+        if (!(out instanceof Outcome)) throw permanent("reconcile must return an Outcome");
+        out.intoResult();
+        toWitOutcome(out); // what the component would send: every action converts
+        return out;
+      });
+    } catch (e) {
+      if (e instanceof ReconcileError) this._lastErrors.set(id, e.message);
+      throw e;
+    }
+    this._lastErrors.delete(id); // cleared now; a failing action of this outcome sets it again
+    return result;
   }
 
   /**
@@ -525,23 +612,35 @@ export class FakeCache {
       outcome = actions;
     }
     for (const a of outcome.actions) {
+      const why = this._failures.map((fails) => fails(a)).find((w) => w !== undefined);
+      if (why !== undefined) {
+        // As the host: nothing more of this outcome is sent, and the key's next request says why.
+        if (this._current !== undefined) this._lastErrors.set(this._current, `${describe(a)}: ${why}`);
+        return;
+      }
       switch (a.type) {
         case "create": {
           const obj = clone(a.object);
           if (!obj.metadata.name) obj.metadata.name = `${obj.metadata.generateName}${String(this.nextUid++).padStart(5, "0")}`;
+          obj.metadata.creationTimestamp ??= this.nowRfc3339();
           if (this.get(objectKey(obj)) === undefined) this._insert(obj);
           break;
         }
         case "apply": {
           const key = objectKey(a.object);
           const current = this.get(key);
-          this._insert(current ? mergePatch(current, a.object) : clone(a.object));
+          const created = () => {
+            const obj = clone(a.object);
+            obj.metadata.creationTimestamp ??= this.nowRfc3339();
+            return obj;
+          };
+          this._insert(current ? mergePatch(current, a.object) : created());
           break;
         }
         case "delete": {
           const obj = this.get(a.key);
           if (obj && hasFinalizers(obj)) {
-            obj.metadata.deletionTimestamp ??= "1970-01-01T00:00:00Z";
+            obj.metadata.deletionTimestamp ??= this.nowRfc3339();
             this._insert(obj);
           } else this.remove(a.key);
           break;
@@ -590,9 +689,42 @@ export class FakeCache {
   /**
    * Reconcile `key` and execute the outcome until a reconcile returns no actions; returns the
    * outcomes that had actions. Throws if the reconciler fails (after executing the actions its
-   * error carries, as the host does) or has not converged after `maxRounds` reconciles.
+   * error carries, as the host does) or has not converged after `maxRounds` reconciles. If the
+   * last reconcile asked for a requeue, the clock moves to it (when the host would reconcile the
+   * key again).
    */
   converge(key, maxRounds = 10, reconciler = this.reconciler) {
+    const [done, requeueMs] = this._settle(key, maxRounds, reconciler);
+    if (requeueMs !== undefined) this.advance(requeueMs);
+    return done;
+  }
+
+  /**
+   * Play the host's loop for `key` until the clock reaches `until` (RFC 3339): converge, move the
+   * clock to the requeue the converged reconcile asked for, and again, as long as that requeue is
+   * not after `until`; then the clock is set to `until`. Returns every outcome that had actions,
+   * in order; throws as `converge` does, or after `maxReconciles` reconciles in all.
+   */
+  runUntil(key, until, maxReconciles = 100, reconciler = this.reconciler) {
+    const end = parseMicros(until);
+    if (end === undefined) throw new Error(`FakeCache: not an RFC 3339 timestamp: ${JSON.stringify(until)}`);
+    const all = [];
+    let left = maxReconciles;
+    for (;;) {
+      const [done, requeueMs] = this._settle(key, left, reconciler);
+      left -= done.length + 1;
+      all.push(...done);
+      const next = requeueMs === undefined ? undefined : this._clock + requeueMs * 1000;
+      if (next !== undefined && next <= end && left > 0) this._clock = next;
+      else {
+        this._clock = Math.max(end, this._clock);
+        return all;
+      }
+    }
+  }
+
+  /** Reconcile and execute until no actions are left: `[outcomes that had actions, the last outcome's requeue (ms)]`. */
+  _settle(key, maxRounds, reconciler) {
     const done = [];
     for (let i = 0; i < maxRounds; i++) {
       let out;
@@ -606,8 +738,10 @@ export class FakeCache {
         }
         throw e;
       }
-      if (out.actions.length === 0) return done;
+      if (out.actions.length === 0) return [done, out.requeueAfterMs];
       this.execute(out);
+      const failed = this.lastError(key);
+      if (failed !== undefined) throw new Error(`an action of the reconcile of ${keyString(key)} failed: ${failed} (the host retries it with backoff)`);
       done.push(out);
     }
     throw new Error(`${keyString(key)} did not converge in ${maxRounds} reconciles; last outcome: ${JSON.stringify(done[done.length - 1]?.actions)}`);
@@ -621,5 +755,28 @@ export class FakeCache {
   /** Events recorded by `execute`. */
   events() {
     return this._events.map(clone);
+  }
+}
+
+/** An action as the host names it in `lastError`: `<verb> <object>` (a generateName as `prefix*`). */
+function describe(a) {
+  const target = (obj) => {
+    const m = obj?.metadata ?? {};
+    return keyString({ apiVersion: obj?.apiVersion, kind: obj?.kind, namespace: m.namespace, name: m.name || `${m.generateName ?? ""}*` });
+  };
+  switch (a.type) {
+    case "create":
+    case "apply":
+      return `${a.type} ${target(a.object)}`;
+    case "delete":
+      return `delete ${keyString(a.key)}`;
+    case "status":
+      return `update-status ${keyString(a.key)}`;
+    case "patch":
+      return `${a.status ? "update-status" : "patch"} ${keyString(a.key)}`;
+    case "event":
+      return `event ${keyString(a.regarding)}`;
+    default:
+      return a.type;
   }
 }

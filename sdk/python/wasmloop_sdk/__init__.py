@@ -26,7 +26,7 @@ __all__ = [
     "transient", "permanent", "with_context", "name", "namespace", "uid", "label", "annotation", "is_deleting",
     "controller_of", "controller_uid", "is_controlled_by", "controller_ref", "has_finalizer", "object_key",
     "EventType", "Action", "Outcome", "NAMESPACE_INDEX", "OWNER_INDEX", "Meta", "cache", "log", "Request",
-    "Reconciler", "request",
+    "Reconciler", "request", "time",
 ]
 
 JSON = Any
@@ -239,9 +239,17 @@ class Metadata:
         return self
 
     def index(self, kind: KindRef, name: str, path: str) -> "Metadata":
-        """Declare index ``name`` on ``kind`` over ``path`` (``labels.<key>`` or a dotted field path)."""
+        """Declare index ``name`` on ``kind`` over ``path`` (``labels.<key>`` or a dotted field path,
+        whose segments may filter: ``metadata.ownerReferences[kind=CronJob].name``)."""
         self.indexes.append(Index(kind, name, path))
         return self
+
+    def controller_index(self, kind: KindRef, name: str, owner: KindRef) -> "Metadata":
+        """Declare index ``name`` on ``kind`` over the name of each object's controller owner when it
+        is of kind ``owner`` (controller-runtime's ``.metadata.controller`` index): the path
+        ``metadata.ownerReferences[controller=true][kind=<Kind>][apiVersion=<apiVersion>].name``."""
+        path = f"metadata.ownerReferences[controller=true][kind={owner.kind}][apiVersion={owner.api_version}].name"
+        return self.index(kind, name, path)
 
     def field(self, kind: KindRef, path: str) -> "Metadata":
         """Declare a field the metadata reads return for objects of ``kind``."""
@@ -459,6 +467,13 @@ class Outcome:
         self.actions: list[Action] = []
         self.requeue_after_ms: Optional[int] = None
         self.invalid: Optional[str] = None
+        self.last = 0
+        """How many actions at the end stay last (:meth:`status_after_writes`)."""
+
+    def _push(self, action: Action) -> "Outcome":
+        """Add an action before the ones that stay last."""
+        self.actions.insert(len(self.actions) - self.last, action)
+        return self
 
     def _problem(self, what: str, e: object) -> "Outcome":
         if self.invalid is None:
@@ -467,7 +482,7 @@ class Outcome:
 
     def _with(self, what: str, make: Callable[[], Action]) -> "Outcome":
         try:
-            self.actions.append(make())
+            self._push(make())
         except (ValueError, TypeError) as e:
             self._problem(what, e)
         return self
@@ -519,7 +534,7 @@ class Outcome:
 
     def delete_key(self, key: ObjectKey) -> "Outcome":
         """Delete the object with this key."""
-        self.actions.append(Action("delete", key=key))
+        self._push(Action("delete", key=key))
         return self
 
     def status(self, obj: Object, status: dict[str, Any]) -> "Outcome":
@@ -534,7 +549,20 @@ class Outcome:
         """Merge-patch ``.status`` of the object with this key."""
         if not isinstance(status, dict):
             return self._problem(f"status of {key}", f"expected a JSON object, got {json.dumps(status)}")
-        self.actions.append(Action("status", key=key, status=copy.deepcopy(status)))
+        self._push(Action("status", key=key, status=copy.deepcopy(status)))
+        return self
+
+    def status_after_writes(self, obj: Object, status: dict[str, Any]) -> "Outcome":
+        """Merge-patch ``.status`` of ``obj`` only if every other action of this outcome succeeds:
+        the write stays after all of them, whatever builders come later (several stay last in
+        the order given). The host runs an outcome's actions in order and stops at the first
+        that fails or conflicts, so a status that reports a create is never written when the
+        create failed."""
+        before = len(self.actions)
+        self.status(obj, status)
+        if len(self.actions) > before:
+            self.actions.append(self.actions.pop(len(self.actions) - self.last - 1))
+            self.last += 1
         return self
 
     def event(self, obj: Object, event_type: str, reason: str, message: str) -> "Outcome":
@@ -549,7 +577,7 @@ class Outcome:
         """Record an Event about the object with this key."""
         if not reason:
             return self._problem("event", "empty reason")
-        self.actions.append(Action("event", key=key, event_type=event_type, reason=reason, message=str(message)))
+        self._push(Action("event", key=key, event_type=event_type, reason=reason, message=str(message)))
         return self
 
     def patch(
@@ -788,4 +816,5 @@ def request(key: ObjectKey, reason: Literal["event", "resync", "requeue", "retry
     return Request(key, reason, attempt, last_error)
 
 
-
+# Kubernetes timestamps and the host's clock (``wasmloop_sdk.time``).
+from . import time  # noqa: E402

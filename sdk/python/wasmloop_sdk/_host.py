@@ -51,6 +51,11 @@ def host() -> Host:
     return _bound
 
 
+def bound_host() -> Optional[Host]:
+    """The bound host, or ``None`` (no error): for what has a fallback, such as the clock."""
+    return _bound
+
+
 def bind_host(new: Optional[Host]) -> Optional[Host]:
     """Bind ``new`` and return what was bound before."""
     global _bound

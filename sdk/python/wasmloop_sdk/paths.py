@@ -90,6 +90,48 @@ def _label_of(path: str) -> Optional[str]:
     return None
 
 
+def _segments(fields: str) -> list[tuple[str, list[tuple[str, str]]]]:
+    """The segments of the dotted part of a field path (``.`` inside filters kept in them):
+    ``(name, [(field, value), ...])``; raises naming what is wrong (wasmloop-model's ``segments``)."""
+    out: list[tuple[str, list[tuple[str, str]]]] = []
+    rest = fields
+    while True:
+        name = re.match(r"[^.\[]*", rest).group(0)  # type: ignore[union-attr]
+        if name == "":
+            raise ValueError("empty segment (leading, trailing or doubled `.`)")
+        if not re.fullmatch(r"[A-Za-z0-9_-]+", name):
+            raise ValueError(f"segment `{name}` may contain only letters, digits, `_` and `-` (a filter is `[field=value]`)")
+        rest = rest[len(name):]
+        filters: list[tuple[str, str]] = []
+        while rest.startswith("["):
+            close = rest.find("]")
+            if close < 0:
+                raise ValueError(f"filter `{rest}` of segment `{name}` has no `]`")
+            flt = rest[1:close]
+            if flt.isdigit():
+                raise ValueError(f"segment `{name}[{flt}]`: write `{name}.{flt}` to pick a list position (a filter is `[field=value]`)")
+            if "=" not in flt:
+                raise ValueError(f"filter `[{flt}]` of segment `{name}` is not `[field=value]`")
+            field, value = flt.split("=", 1)
+            if not re.fullmatch(r"[A-Za-z0-9_-]+", field):
+                raise ValueError(f"filter `[{flt}]` of segment `{name}`: `{field}` is not a field name")
+            if value == "" or "[" in value:
+                raise ValueError(f"filter `[{flt}]` of segment `{name}`: the value is empty or holds `[`")
+            if name.isdigit():
+                raise ValueError(f"segment `{name}` picks a list position: it takes no filter")
+            filters.append((field, value))
+            rest = rest[close + 1:]
+        out.append((name, filters))
+        if rest == "" and filters:
+            raise ValueError(f"segment `{name}` ends the path with a filter: it keeps objects, which have no value to index "
+                             f"(name the field to index after it: `{name}[…].name`)")
+        if rest == "":
+            return out
+        if not rest.startswith("."):
+            raise ValueError(f"after segment `{name}`: `{rest}` (expected `.` or `[field=value]`)")
+        rest = rest[1:]
+
+
 def check_path(path: str) -> None:
     """Check a declared index or field path as the host does at load; raises the reason."""
     label = _label_of(path)
@@ -100,17 +142,34 @@ def check_path(path: str) -> None:
     fields, map_key = _split_map_key(path)
     if map_key is not None:
         _check_key(map_key)
-    for seg in fields.split("."):
-        if seg == "":
-            raise ValueError("empty segment")
-        if not re.fullmatch(r"[A-Za-z0-9_-]+", seg):
-            raise ValueError(f"segment `{seg}` is not a field name")
+    _segments(fields)
 
 
-def _collect(v: Any, segs: list[str], out: list[str]) -> None:
+def check_field_path(path: str) -> None:
+    """Check a declared metadata field's path: an index path without filters (a field reads one value)."""
+    check_path(path)
+    if "[" in path:
+        raise ValueError(f"{json.dumps(path)}: a metadata field reads one value: filters ([field=value]) are for indexes")
+
+
+def _scalar(v: Any) -> Optional[str]:
+    if isinstance(v, str):
+        return v
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (int, float)):
+        return json.dumps(v)
+    return None
+
+
+def _keeps(filters: list[tuple[str, str]], v: Any) -> bool:
+    return all(isinstance(v, dict) and _scalar(v.get(field)) == want for field, want in filters)
+
+
+def _collect(v: Any, segs: list[tuple[str, list[tuple[str, str]]]], out: list[str]) -> None:
     if isinstance(v, list):
-        if segs and segs[0].isdigit():
-            i = int(segs[0])
+        if segs and segs[0][0].isdigit():
+            i = int(segs[0][0])
             if i < len(v):
                 _collect(v[i], segs[1:], out)
         else:
@@ -118,15 +177,20 @@ def _collect(v: Any, segs: list[str], out: list[str]) -> None:
                 _collect(item, segs, out)
         return
     if segs:
-        if isinstance(v, dict) and segs[0] in v:
-            _collect(v[segs[0]], segs[1:], out)
+        (name, filters), rest = segs[0], segs[1:]
+        if not (isinstance(v, dict) and name in v):
+            return
+        child = v[name]
+        if filters and isinstance(child, list):
+            for item in child:
+                if _keeps(filters, item):
+                    _collect(item, rest, out)
+        elif _keeps(filters, child):
+            _collect(child, rest, out)
         return
-    if isinstance(v, str):
-        out.append(v)
-    elif isinstance(v, bool):
-        out.append("true" if v else "false")
-    elif isinstance(v, (int, float)):
-        out.append(json.dumps(v))
+    text = _scalar(v)
+    if text is not None:
+        out.append(text)
 
 
 def index_values(path: str, obj: dict[str, Any]) -> list[str]:
@@ -136,7 +200,10 @@ def index_values(path: str, obj: dict[str, Any]) -> list[str]:
         v = ((obj.get("metadata") or {}).get("labels") or {}).get(label)
         return [v] if isinstance(v, str) else []
     fields, map_key = _split_map_key(path)
-    segs = fields.split(".") + ([map_key] if map_key is not None else [])
+    try:
+        segs = _segments(fields) + ([(map_key, [])] if map_key is not None else [])
+    except ValueError:
+        return []
     out: list[str] = []
     _collect(obj, segs, out)
     return sorted(set(out))

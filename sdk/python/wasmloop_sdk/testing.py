@@ -10,22 +10,31 @@ declared ``labels.<key>`` / dotted-path indexes, and metadata reads return the d
 :meth:`FakeCache.converge` play the host's part of carrying out the actions (a failure's too), so
 a test can check that a reconciler converges and then writes nothing.
 
+The fake has a clock, which :mod:`wasmloop_sdk.time` reads while the fake is bound: it starts at
+the wall-clock time the fake is made and stands still until a test moves it (:meth:`FakeCache.set_time`,
+:meth:`FakeCache.advance`) or :meth:`FakeCache.converge` ends on an outcome that asks for a requeue
+(the clock moves to it); :meth:`FakeCache.run_until` plays a schedule out to a given time.
+
 YAML fixtures need PyYAML (``pip install wasmloop-sdk[testing]``); objects and JSON need nothing.
 """
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import os
 import sys
+import time as _system
 from typing import Any, Callable, Optional, TypeVar, Union
 
 from . import Action, IndexValueValue, KindRef, Metadata, Object, ObjectKey, Outcome, ReconcileError, Reconciler, Request, object_key, permanent
 from . import request as make_request
 from ._host import HostCacheError, bind_host
 from .guest import failure_parts, to_wit_outcome_checked
-from .paths import check_path, field_value, index_values, matches_annotation_selector, matches_selector, parse_selector
+from .time import format as _format_secs
+from .time import parse_micros as _parse_micros
+from .paths import check_field_path, check_path, field_value, index_values, matches_annotation_selector, matches_selector, parse_selector
 
 T = TypeVar("T")
 
@@ -170,10 +179,19 @@ class _FakeLog:
             print(f"[{level}] {message}", file=sys.stderr)
 
 
+class _FakeClock:
+    def __init__(self, fake: "FakeCache") -> None:
+        self.fake = fake
+
+    def now_micros(self) -> int:
+        return self.fake._clock
+
+
 class _Host:
     def __init__(self, fake: "FakeCache") -> None:
         self.cache = _FakeCacheHost(fake)
         self.log = _FakeLog(fake)
+        self.clock = _FakeClock(fake)
 
 
 class FakeCache:
@@ -226,11 +244,69 @@ class FakeCache:
         for n, f in enumerate(m.fields):
             if f.kind not in readable:
                 raise ValueError(f"fields[{n}]: {f.kind} is not a kind the plugin reconciles, watches or indexes")
-            check_path(f.path)
+            check_field_path(f.path)
         self._store: dict[KindRef, dict[tuple[str, str], Object]] = {}
         self._logs: list[tuple[str, str]] = []
         self._events: list[Action] = []
         self._next_uid = 1
+        self._clock = _system.time_ns() // 1000
+        """Now, in microseconds since the epoch: what :mod:`wasmloop_sdk.time` reads."""
+        self._failures: list[Callable[[Action], Optional[str]]] = []
+        self._last_errors: dict[ObjectKey, str] = {}
+        """Why each key's previous reconcile failed, while it keeps failing (the host's ``last_error``)."""
+        self._current: Optional[ObjectKey] = None
+        """The key last reconciled, whose ``last_error`` a failing action sets."""
+
+    # ---- failing writes
+
+    def fail_when(self, fails: Callable[[Action], Optional[str]]) -> "FakeCache":
+        """Make the actions ``fails`` gives a reason for (``None`` lets one through) fail, as the
+        API server refusing them would (a 403, a 422, a quota): :meth:`execute` stops the outcome
+        at the first such action (the ones before it are done, the rest are not), and the next
+        reconcile of the key carries ``<verb> <object>: <why>`` as ``Request.last_error``, as the
+        host's does."""
+        self._failures.append(fails)
+        return self
+
+    def fail_creates(self, kind: KindRef, why: str) -> "FakeCache":
+        """Make every create of a ``kind`` object fail with ``why`` (see :meth:`fail_when`)."""
+        return self.fail_when(lambda a: why if a.type == "create" and a.object is not None and object_key(a.object).kind_ref == kind else None)
+
+    def clear_failures(self) -> "FakeCache":
+        """Let every write succeed again."""
+        self._failures.clear()
+        return self
+
+    def last_error(self, key: ObjectKey) -> Optional[str]:
+        """Why ``key``'s last reconcile failed (its error, or its first failing action), while it keeps failing."""
+        return self._last_errors.get(key)
+
+    # ---- the clock
+
+    def with_time(self, rfc3339: str) -> "FakeCache":
+        """Set the clock to ``rfc3339`` and return the fake."""
+        return self.set_time(rfc3339)
+
+    def set_time(self, rfc3339: str) -> "FakeCache":
+        """Set the clock :mod:`wasmloop_sdk.time` reads (RFC 3339, with or without a fraction)."""
+        us = _parse_micros(rfc3339)
+        if us is None:
+            raise ValueError(f"FakeCache: not an RFC 3339 timestamp: {rfc3339!r}")
+        self._clock = us
+        return self
+
+    def advance(self, seconds: float) -> "FakeCache":
+        """Move the clock forward by ``seconds``."""
+        self._clock += round(seconds * 1_000_000)
+        return self
+
+    def now_micros(self) -> int:
+        """Now on the fake's clock, in microseconds since the epoch."""
+        return self._clock
+
+    def now_rfc3339(self) -> str:
+        """Now on the fake's clock, as a ``metav1.Time`` (whole seconds)."""
+        return _format_secs(self._clock // 1_000_000)
 
     @classmethod
     def for_reconciler(cls, reconciler: Reconciler) -> "FakeCache":
@@ -432,6 +508,9 @@ class FakeCache:
             raise ValueError("FakeCache: no reconciler (build the fake with for_reconciler, or pass one)")
         if req.key.kind_ref != self.metadata.reconciled:
             raise ValueError(f"FakeCache: the host only reconciles keys of the reconciled kind {self.metadata.reconciled}")
+        if req.last_error is None and req.key in self._last_errors:
+            req = dataclasses.replace(req, last_error=self._last_errors[req.key])
+        self._current = req.key
 
         def run() -> Outcome:
             try:
@@ -445,7 +524,13 @@ class FakeCache:
             to_wit_outcome_checked(out)  # what the component would send: every action converts
             return out
 
-        return self.enter(run)
+        try:
+            result = self.enter(run)
+        except ReconcileError as e:
+            self._last_errors[req.key] = e.message
+            raise
+        self._last_errors.pop(req.key, None)  # cleared now; a failing action of this outcome sets it again
+        return result
 
     def mapped_keys(self, related: ObjectKey) -> list[ObjectKey]:
         """The keys of the reconciled kind the host would queue for an event on ``related`` (the
@@ -511,20 +596,32 @@ class FakeCache:
         carries (``with_actions``), as the host does with a failure's: none if they are unusable."""
         actions = failure_parts(outcome)[1] if isinstance(outcome, ReconcileError) else outcome.actions
         for a in actions:
+            why = next((w for w in (fails(a) for fails in self._failures) if w is not None), None)
+            if why is not None:
+                # As the host: nothing more of this outcome is sent, and the key's next request says why.
+                if self._current is not None:
+                    self._last_errors[self._current] = f"{_describe(a)}: {why}"
+                return
             if a.type == "create" and a.object is not None:
                 obj = copy.deepcopy(a.object)
                 if not obj["metadata"].get("name"):
                     obj["metadata"]["name"] = f"{obj['metadata']['generateName']}{self._next_uid:05d}"
                     self._next_uid += 1
+                obj["metadata"].setdefault("creationTimestamp", self.now_rfc3339())
                 if self.get(object_key(obj)) is None:
                     self._insert(obj)
             elif a.type == "apply" and a.object is not None:
                 current = self.get(object_key(a.object))
-                self._insert(_merge_patch(current, a.object) if current else copy.deepcopy(a.object))
+                if current:
+                    self._insert(_merge_patch(current, a.object))
+                else:
+                    created = copy.deepcopy(a.object)
+                    created["metadata"].setdefault("creationTimestamp", self.now_rfc3339())
+                    self._insert(created)
             elif a.type == "delete" and a.key is not None:
                 obj = self.get(a.key)
                 if obj and _has_finalizers(obj):
-                    obj["metadata"].setdefault("deletionTimestamp", "1970-01-01T00:00:00Z")
+                    obj["metadata"].setdefault("deletionTimestamp", self.now_rfc3339())
                     self._insert(obj)
                 else:
                     self.remove(a.key)
@@ -572,7 +669,38 @@ class FakeCache:
     def converge(self, key: ObjectKey, max_rounds: int = 10, reconciler: Optional[Reconciler] = None) -> list[Outcome]:
         """Reconcile ``key`` and execute the outcome until a reconcile returns no actions; returns
         the outcomes that had actions. Raises if the reconciler fails (after executing the actions
-        its error carries, as the host does) or has not converged."""
+        its error carries, as the host does) or has not converged. If the last reconcile asked for
+        a requeue, the clock moves to it (when the host would reconcile the key again)."""
+        done, requeue_ms = self._settle(key, max_rounds, reconciler)
+        if requeue_ms is not None:
+            self._clock += requeue_ms * 1000
+        return done
+
+    def run_until(self, key: ObjectKey, until: str, max_reconciles: int = 100, reconciler: Optional[Reconciler] = None) -> list[Outcome]:
+        """Play the host's loop for ``key`` until the clock reaches ``until`` (RFC 3339):
+        converge, move the clock to the requeue the converged reconcile asked for, and again, as
+        long as that requeue is not after ``until``; then the clock is set to ``until``. Returns
+        every outcome that had actions, in order; raises as :meth:`converge` does, or after
+        ``max_reconciles`` reconciles in all."""
+        end = _parse_micros(until)
+        if end is None:
+            raise ValueError(f"FakeCache: not an RFC 3339 timestamp: {until!r}")
+        every: list[Outcome] = []
+        left = max_reconciles
+        while True:
+            done, requeue_ms = self._settle(key, left, reconciler)
+            left -= len(done) + 1
+            every.extend(done)
+            nxt = None if requeue_ms is None else self._clock + requeue_ms * 1000
+            if nxt is not None and nxt <= end and left > 0:
+                self._clock = nxt
+            else:
+                self._clock = max(end, self._clock)
+                return every
+
+    def _settle(self, key: ObjectKey, max_rounds: int, reconciler: Optional[Reconciler]) -> tuple[list[Outcome], Optional[int]]:
+        """Reconcile and execute until no actions are left: the outcomes that had actions, and the
+        last outcome's requeue (ms)."""
         done: list[Outcome] = []
         for _ in range(max_rounds):
             try:
@@ -581,8 +709,11 @@ class FakeCache:
                 self.execute(e)
                 raise AssertionError(f"reconcile of {key} failed: {failure_parts(e)[0]}") from e
             if out.is_empty():
-                return done
+                return done, out.requeue_after_ms
             self.execute(out)
+            failed = self.last_error(key)
+            if failed is not None:
+                raise AssertionError(f"an action of the reconcile of {key} failed: {failed} (the host retries it with backoff)")
             done.append(out)
         raise AssertionError(f"{key} did not converge in {max_rounds} reconciles; last outcome: {done[-1] if done else None!r}")
 
@@ -593,3 +724,14 @@ class FakeCache:
     def events(self) -> list[Action]:
         """Events recorded by :meth:`execute`."""
         return list(self._events)
+
+
+def _describe(a: Action) -> str:
+    """An action as the host names it in ``last_error``: ``<verb> <object>`` (a generateName as ``prefix*``)."""
+    if a.type in ("create", "apply") and a.object is not None:
+        m = a.object.get("metadata") or {}
+        name = m.get("name") or f"{m.get('generateName') or ''}*"
+        parts = (a.object.get("apiVersion"), a.object.get("kind"), m.get("namespace"), name)
+        return f"{a.type} " + "/".join(p for p in parts if p)
+    verb = {"status": "update-status", "patch": "update-status" if a.status_subresource else "patch"}.get(a.type, a.type)
+    return f"{verb} {a.key}"

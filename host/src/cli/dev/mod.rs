@@ -56,8 +56,10 @@ pub struct DevArgs {
     /// project, as `wasmloop new --lang` makes them.
     #[arg(default_value = ".")]
     dir: PathBuf,
-    /// Kubeconfig to use (default: KUBECONFIG, then ~/.kube/config).
-    #[arg(long, env = "KUBECONFIG")]
+    /// Kubeconfig to use (default: KUBECONFIG, then ~/.kube/config). Not read from KUBECONFIG
+    /// by the argument parser, so `--local` works in a shell that sets it (the client reads it
+    /// when neither is given).
+    #[arg(long)]
     kubeconfig: Option<PathBuf>,
     /// Start the project's local control plane (scripts/control-plane.sh) and use it; it is
     /// stopped when `wasmloop dev` exits.
@@ -77,6 +79,12 @@ pub struct DevArgs {
     /// Without a manifest: a write to grant, `KIND=VERB[,VERB]` (as `wasmloop pack --allow`).
     #[arg(long = "allow", value_name = "KIND=VERBS")]
     allow: Vec<String>,
+    /// A file of CustomResourceDefinitions (YAML; repeatable) to server-side apply before each
+    /// version is loaded. With `--local` they are applied adapted to its v1.20 API server
+    /// (empty-string defaults removed, list-map keys left without a default made required: what
+    /// it says and why is logged); elsewhere as written, and a refusal says why and how to fix it.
+    #[arg(long = "crd", value_name = "FILE")]
+    crds: Vec<PathBuf>,
     /// The cargo profile to build with (Rust plugins).
     #[arg(long, default_value = "release")]
     profile: String,
@@ -232,6 +240,7 @@ impl<'a> Session<'a> {
     /// task of its own, so the next save is not held up).
     async fn deploy(&mut self, built: Built, trigger: Trigger) -> anyhow::Result<()> {
         info!(target: DEV_LOG, "built {} in {:.1} s ({} KB)", self.krate.wasm_path().display(), built.took.as_secs_f64(), built.wasm.len() / 1024);
+        self.apply_crds().await?;
         let (manifest, source) = self.manifest(&built.wasm).await?;
         // A manifest that does not parse is named here, before anything is applied.
         let name = PluginManifest::parse(&manifest, &self.krate.package).with_context(|| format!("in {source}"))?.name;
@@ -288,6 +297,39 @@ impl<'a> Session<'a> {
         );
         let version = self.versions;
         tokio::spawn(report_first_reconcile(reconciles, digest, version, trigger, loaded_at, steps));
+        Ok(())
+    }
+
+    /// Server-side apply the `--crd` files' CustomResourceDefinitions (adapted with `--local`);
+    /// a refusal says why and what to do.
+    async fn apply_crds(&self) -> anyhow::Result<()> {
+        use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+        for file in &self.args.crds {
+            let text = std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
+            let docs: Vec<serde_json::Value> =
+                serde_saphyr::from_multiple(&text).with_context(|| format!("{}: not YAML", file.display()))?;
+            for doc in docs.into_iter().filter(|d| d["kind"] == "CustomResourceDefinition") {
+                let name = doc.pointer("/metadata/name").and_then(serde_json::Value::as_str).unwrap_or_default().to_owned();
+                let doc = if self.args.local {
+                    let (adapted, changes) = wasmloop::crds::adapt_for_old_servers(&doc);
+                    if !changes.is_empty() {
+                        info!(target: DEV_LOG, "CRD {name}: adapted for the local v1.20 API server ({})", wasmloop::crds::summary(&changes));
+                    }
+                    adapted
+                } else {
+                    doc
+                };
+                let api: Api<CustomResourceDefinition> = Api::all(self.client.clone());
+                if let Err(e) = api.patch(&name, &PatchParams::apply("wasmloop-dev").force(), &Patch::Apply(&doc)).await {
+                    let version = self.client.apiserver_version().await.ok().map(|v| v.git_version);
+                    let why = wasmloop::crds::explain_refusal(&e.to_string(), version.as_deref());
+                    match why {
+                        Some(why) => bail!("the API server refused CRD {name} from {}:\n{why}", file.display()),
+                        None => return Err(e).with_context(|| format!("applying CRD {name} from {}", file.display())),
+                    }
+                }
+            }
+        }
         Ok(())
     }
 
