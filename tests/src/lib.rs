@@ -21,6 +21,7 @@ use kube::api::{Api, DeleteParams, PostParams};
 pub mod cluster;
 pub mod fault_proxy;
 pub mod hostile;
+pub mod kubelet;
 
 pub fn workspace_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("tests/ has a parent").to_path_buf()
