@@ -27,7 +27,7 @@ use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::watcher::{self, Event};
 use parking_lot::Mutex;
 use serde_json::json;
-use tokio::sync::{Notify, Semaphore};
+use tokio::sync::Semaphore;
 use tokio::task::JoinHandle;
 
 /// Label or annotation (value `"true"`) of a Pod that runs but never becomes ready.
@@ -191,8 +191,6 @@ struct Inner {
     node: Mutex<Node>,
     calls: Semaphore,
     errors: Mutex<Vec<String>>,
-    /// Notified after every command carried out (tests wait on quiet periods).
-    progress: Notify,
 }
 
 impl Kubelet {
@@ -209,7 +207,6 @@ impl Kubelet {
             node: Mutex::new(Node::new(&config)),
             calls: Semaphore::new(config.concurrency.max(1)),
             errors: Mutex::new(Vec::new()),
-            progress: Notify::new(),
         });
         let mut wc = watcher::Config::default();
         if let Some(s) = &config.selector {
@@ -255,11 +252,6 @@ impl Kubelet {
         self.inner.node.lock().pending()
     }
 
-    /// Wait until a command was carried out, or `timeout` passed.
-    pub async fn progressed(&self, timeout: Duration) {
-        let _ = tokio::time::timeout(timeout, self.inner.progress.notified()).await;
-    }
-
     /// Stop, and fail with the errors it met (a Pod gone meanwhile is not an error).
     pub async fn shutdown(self) -> Result<()> {
         self.watch.abort();
@@ -276,11 +268,16 @@ impl Drop for Kubelet {
 }
 
 impl Inner {
+    /// Carry out what the node decided about `pod`, in order (a Pod is reported Running before
+    /// it is reported Ready, whatever the delay), off the watch loop.
     fn handle(self: &Arc<Self>, pod: &Seen) {
         let commands = self.node.lock().observe(pod);
-        for c in commands {
-            let me = self.clone();
-            tokio::spawn(async move {
+        if commands.is_empty() {
+            return;
+        }
+        let me = self.clone();
+        tokio::spawn(async move {
+            for c in commands {
                 let what = format!("{c:?}");
                 let result = match c {
                     Command::Bind(name) => me.bind(&name).await,
@@ -297,9 +294,8 @@ impl Inner {
                 if let Err(e) = result {
                     me.errors.lock().push(format!("{what}: {e:#}"));
                 }
-                me.progress.notify_waiters();
-            });
-        }
+            }
+        });
     }
 
     /// Run one API call within the concurrency limit; a Pod gone meanwhile is not an error.

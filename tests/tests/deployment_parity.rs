@@ -38,10 +38,10 @@ use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::watcher::{self, Event};
 use parking_lot::Mutex;
 use serde_json::{Value, json};
-use wasmloop_tests::driver::PluginDriver;
+use wasmloop_tests::driver::{self, PluginDriver};
 use wasmloop_tests::kcm::Kcm;
 use wasmloop_tests::kubelet::{Kubelet, KubeletConfig, NEVER_READY};
-use wasmloop_tests::{Host, TestNamespace, eventually, init_tracing, workspace_root};
+use wasmloop_tests::{Host, eventually, init_tracing, workspace_root};
 
 /// How long a scenario may take to settle; past it, the last state seen is its outcome.
 const SETTLE_TIMEOUT: Duration = Duration::from_secs(90);
@@ -913,26 +913,14 @@ fn show(o: &Result<Outcome>) -> String {
 // The two contestants.
 // ---------------------------------------------------------------------------------------------
 
-/// Run every scenario at once, each in a fresh namespace (`<tag>-<scenario>-<random>`); with
-/// `plugins`, their controllers for each namespace meanwhile.
+/// Every scenario at once, each in a namespace of its own, with `plugins` or with KCM
+/// ([`driver::run_phase`]).
 async fn run_phase(client: &Client, tag: &str, scenarios: &[Scenario], plugins: Option<(&Host, &[PluginDriver])>) -> Vec<Result<Outcome>> {
-    let runs = scenarios.iter().map(|sc| async move {
-        let ns = TestNamespace::create(client, &format!("{tag}-{}", sc.name)).await?;
-        let mut controllers = Vec::new();
-        if let Some((host, drivers)) = plugins {
-            for p in drivers {
-                controllers.push(p.start(host, &ns.name).await?);
-            }
-        }
-        let outcome = (sc.run)(&Cx { client: client.clone(), ns: ns.name.clone() }).await;
-        for c in controllers {
-            c.shutdown(Duration::from_secs(5)).await;
-        }
-        let outcome = outcome.with_context(|| format!("scenario {} in namespace {}", sc.name, ns.name));
-        ns.cleanup().await?;
-        outcome
-    });
-    futures::future::join_all(runs).await
+    let play = |sc: &Scenario, ns| {
+        let run = sc.run;
+        async move { run(&Cx { client: client.clone(), ns }).await }
+    };
+    driver::run_phase(client, tag, scenarios, |s| s.name, plugins, play).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -34,9 +34,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::Client;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
-use wasmloop_tests::driver::PluginDriver;
+use wasmloop_tests::driver::{self, PluginDriver};
 use wasmloop_tests::kcm::Kcm;
-use wasmloop_tests::{Host, TestNamespace, eventually, init_tracing};
+use wasmloop_tests::{Host, eventually, init_tracing};
 
 /// How long a scenario may take to settle; past it, the last state seen is its outcome.
 const SETTLE_TIMEOUT: Duration = Duration::from_secs(60);
@@ -609,24 +609,15 @@ fn show(outcome: &Result<Summary>) -> String {
 // The two controllers.
 // ---------------------------------------------------------------------------------------------
 
-/// Run every scenario at once, each in a fresh namespace (`<tag>-<scenario>-<random>`); with
-/// `plugin`, a plugin controller for each namespace meanwhile. Namespaces are deleted after.
+/// Every scenario at once, each in a namespace of its own, with `plugin` or with KCM
+/// ([`driver::run_phase`]).
 async fn run_phase(client: &Client, tag: &str, scenarios: &[Scenario], plugin: Option<(&Host, &PluginDriver)>) -> Vec<Result<Summary>> {
-    let runs = scenarios.iter().map(|sc| async move {
-        let ns = TestNamespace::create(client, &format!("{tag}-{}", sc.name)).await?;
-        let ctl = match plugin {
-            Some((host, p)) => Some(p.start(host, &ns.name).await?),
-            None => None,
-        };
-        let outcome = (sc.run)(&Cx { client: client.clone(), ns: ns.name.clone() }).await;
-        if let Some(ctl) = ctl {
-            ctl.shutdown(Duration::from_secs(5)).await;
-        }
-        let outcome = outcome.with_context(|| format!("scenario {} in namespace {}", sc.name, ns.name));
-        ns.cleanup().await?;
-        outcome
-    });
-    futures::future::join_all(runs).await
+    let plugins = plugin.map(|(h, p)| (h, std::slice::from_ref(p)));
+    let play = |sc: &Scenario, ns| {
+        let run = sc.run;
+        async move { run(&Cx { client: client.clone(), ns }).await }
+    };
+    driver::run_phase(client, tag, scenarios, |s| s.name, plugins, play).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
