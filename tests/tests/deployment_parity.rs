@@ -98,6 +98,7 @@ fn scenarios() -> Vec<Scenario> {
         Scenario { name: "min-ready", run: |cx| Box::pin(min_ready(cx)), expected: expect_min_ready },
         Scenario { name: "adopt", run: |cx| Box::pin(adopt(cx)), expected: expect_adopt },
         Scenario { name: "orphan-readopt", run: |cx| Box::pin(orphan_readopt(cx)), expected: expect_orphan_readopt },
+        Scenario { name: "release-collide", run: |cx| Box::pin(release_collide(cx)), expected: expect_release_collide },
     ]
 }
 
@@ -266,6 +267,20 @@ async fn orphan_readopt(cx: &Cx) -> Result<Outcome> {
     Ok(o)
 }
 
+/// 2 replicas; their ReplicaSet relabelled out of the selector: released (its owner reference
+/// removed, its Pods kept). The ReplicaSet the Deployment then needs has the released one's
+/// name: a hash collision, so collisionCount becomes 1 and the next one is named from it.
+async fn release_collide(cx: &Cx) -> Result<Outcome> {
+    let _k = cx.kubelet(KubeletConfig::ready_after(Duration::from_millis(200))).await?;
+    cx.create(deployment("v1", 2)).await?;
+    let mut o = cx.outcome("first").await?;
+    let name = o.snapshot("first")?.sets.first().context("no ReplicaSet")?.name.clone();
+    let relabel = json!({"metadata": {"labels": {"app": "released"}}});
+    cx.sets().patch(&name, &PatchParams::default(), &Patch::Merge(relabel)).await?;
+    o.snapshots.extend(cx.outcome("released").await?.snapshots);
+    Ok(o)
+}
+
 // ---------------------------------------------------------------------------------------------
 // KCM's expected outcomes (pkg/controller/deployment v1.20, worked out by hand).
 // ---------------------------------------------------------------------------------------------
@@ -393,6 +408,20 @@ fn expect_orphan_readopt(o: &Outcome) -> Result<()> {
     check(o, "readopted", "1", [2, 2, 2, 2, 0], &[AVAILABLE, COMPLETE], &[("v1", 2, "1")])?;
     let (a, b) = (&o.snapshot("first")?.sets[0], &o.snapshot("readopted")?.sets[0]);
     ensure!(a.name == b.name && b.owner == "Deployment/web", "readopted: {a:?} then {b:?}");
+    Ok(())
+}
+
+fn expect_release_collide(o: &Outcome) -> Result<()> {
+    check(o, "first", "1", [2, 2, 2, 2, 0], &[AVAILABLE, COMPLETE], &[("v1", 2, "1")])?;
+    // The released one keeps its Pods; the new one starts again at revision 1 (no old ones).
+    check(o, "released", "1", [2, 2, 2, 2, 0], &[AVAILABLE, COMPLETE], &[("v1", 2, "1"), ("v1", 2, "1")])?;
+    let s = o.snapshot("released")?;
+    let d = s.deployment.as_ref().context("no Deployment")?;
+    ensure!(d.collision_count == Some(1), "collisionCount {:?} (expected 1)", d.collision_count);
+    let (released, new) = (&s.sets[0], &s.sets[1]);
+    ensure!(released.name == o.snapshot("first")?.sets[0].name && released.owner == "none", "released: {released:?}");
+    // Not the released one's name (collisionCount none): named from a count the collision set.
+    ensure!(new.owner == "Deployment/web" && new.hash_is_ours && new.name != released.name, "the new ReplicaSet: {new:?}");
     Ok(())
 }
 
@@ -725,7 +754,8 @@ struct SetRow {
     /// [replicas, readyReplicas, availableReplicas].
     status: [i64; 3],
     /// Whether its name is `<deployment>-<pod-template-hash label>` and that label is the plugin's
-    /// `deployment::hash` of its template (without the label) and the Deployment's collisionCount.
+    /// `deployment::hash` of its template (without the label) and a collisionCount the
+    /// Deployment had (none, or one up to its current count).
     hash_is_ours: bool,
 }
 
@@ -790,10 +820,13 @@ impl Summary {
                 observed &= status.observed_generation.is_some() && status.observed_generation == rs.metadata.generation;
                 let template = serde_json::to_value(&spec.template).unwrap_or(Value::Null);
                 let label = template.pointer("/metadata/labels/pod-template-hash").and_then(Value::as_str).unwrap_or_default().to_owned();
-                let computed = deployment::hash::compute(&deployment::template::without_hash(&template), collision).value;
+                // Named with the collisionCount of its creation: none, or one up to today's.
+                let bare = deployment::template::without_hash(&template);
+                let counts = std::iter::once(None).chain((0..=collision.unwrap_or(-1)).map(Some));
+                let hashed = counts.map(|c| deployment::hash::compute(&bare, c).value).any(|h| h == label);
                 let name = rs.metadata.name.clone().unwrap_or_default();
                 SetRow {
-                    hash_is_ours: name == format!("web-{label}") && label == computed,
+                    hash_is_ours: name == format!("web-{label}") && hashed,
                     owner: owner_of(&rs.metadata.owner_references),
                     image: image_of(spec.template.as_ref()).rsplit(':').next().unwrap_or_default().to_owned(),
                     replicas: i64::from(spec.replicas.unwrap_or(1)),
