@@ -195,6 +195,14 @@ impl Kcm {
     }
 }
 
+/// The flags kube-controller-manager runs with in the races: only `controllers` (comma-separated),
+/// the client budget the plugins' manifests give them (`api: {qps: 1000, burst: 1000}`), no
+/// leader election.
+pub fn kcm_race_flags(controllers: &str) -> Vec<String> {
+    [format!("--controllers={controllers}"), "--kube-api-qps=1000".into(), "--kube-api-burst=1000".into(), "--leader-elect=false".into()]
+        .into()
+}
+
 /// Run `measure(pid)` against kube-controller-manager started in `peer`'s control plane with
 /// `flags` (a second after its caches synced), then stop it, keeping its log as `keep_log`.
 /// Returns its start → ready seconds and the measurement; an error if it exited meanwhile.

@@ -23,7 +23,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use tokio::sync::Semaphore;
 
-use crate::controllers::{HostArgs, HostUnderTest, PeerControlPlane, control_plane_pids, with_host, with_kcm};
+use crate::controllers::{HostArgs, HostUnderTest, PeerControlPlane, control_plane_pids, kcm_race_flags, with_host, with_kcm};
 use crate::fixtures;
 use crate::kube_util::{self, apply_plugin, delete_workload, ensure_namespace};
 use crate::procfs;
@@ -59,10 +59,7 @@ pub struct Args {
 
 /// The flags kube-controller-manager runs with (the issue's).
 pub fn kcm_flags() -> Vec<String> {
-    ["--controllers=replicaset", "--kube-api-qps=1000", "--kube-api-burst=1000", "--leader-elect=false"]
-        .iter()
-        .map(std::string::ToString::to_string)
-        .collect()
+    kcm_race_flags("replicaset")
 }
 
 /// The contestants, in the order they run within a round.

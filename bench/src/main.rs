@@ -8,7 +8,8 @@ use anyhow::Context;
 use clap::{Parser, Subcommand};
 use serde::Serialize;
 use wasmloop_bench::{
-    alloc, cache_memory, cache_scale, call_cost, convergence, devloop, latency, memory, polyglot, queue, reload, report, scaleout, shadow,
+    alloc, cache_memory, cache_scale, call_cost, convergence, devloop, latency, memory, polyglot, queue, reload, report, rollout_race,
+    scaleout, shadow,
 };
 
 #[global_allocator]
@@ -38,6 +39,8 @@ enum Command {
     CallCost(call_cost::Args),
     /// Section 1: ReplicaSet convergence, kube-controller-manager vs the wasmloop host.
     Convergence(convergence::Args),
+    /// Section 10: the rollout race, Deployments created then all images changed, KCM vs the host.
+    RolloutRace(rollout_race::Args),
     /// Section 3: host RSS idle and with N plugins loaded.
     Memory(memory::Args),
     /// Section 4: work queue throughput and deduplication.
@@ -101,6 +104,10 @@ fn main() -> anyhow::Result<()> {
         Command::Convergence(args) => {
             let out = args.out.clone();
             write_json(&out, &rt()?.block_on(convergence::run(args))?)?;
+        }
+        Command::RolloutRace(args) => {
+            let out = args.out.clone();
+            write_json(&out, &rt()?.block_on(rollout_race::run(args))?)?;
         }
         Command::CacheScale(args) => {
             let out = args.out.clone();
