@@ -10,7 +10,7 @@
 # The generated files are gitignored; no wasm is committed. Payloads of older builds stay in the
 # cluster until deleted: kubectl -n wasmloop get cm -l wasmloop.dev/plugin-payload=true
 #
-#   scripts/pack-plugins.sh [PLUGIN...]     default: podset replicaset namespace-config webapp
+#   scripts/pack-plugins.sh [PLUGIN...]     default: podset replicaset deployment namespace-config webapp
 #
 # Builds what is missing: the plugins with scripts/build-plugins.sh, the host with
 # `cargo build -p wasmloop`. Environment:
@@ -22,7 +22,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 plugins=("$@")
-[ ${#plugins[@]} -gt 0 ] || plugins=(podset replicaset namespace-config webapp)
+[ ${#plugins[@]} -gt 0 ] || plugins=(podset replicaset deployment namespace-config webapp)
 namespace=${WASMLOOP_NAMESPACE:-wasmloop}
 
 target_dir=${CARGO_TARGET_DIR:-}

@@ -6,7 +6,7 @@
 # manifest in deploy/plugins/. Builds the plugins and the host if they are missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-plugins=(podset replicaset namespace-config webapp)
+plugins=(podset replicaset deployment namespace-config webapp)
 target_dir=${CARGO_TARGET_DIR:-$(cargo metadata --format-version 1 --no-deps | sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')}
 plugin_dir=${WASMLOOP_PLUGIN_DIR:-$target_dir/wasm32-wasip2/plugin}
 bin=${WASMLOOP_BIN:-$target_dir/debug/wasmloop}

@@ -195,6 +195,58 @@ impl Kcm {
     }
 }
 
+/// The flags kube-controller-manager runs with in the races: only `controllers` (comma-separated),
+/// the client budget the plugins' manifests give them (`api: {qps: 1000, burst: 1000}`), no
+/// leader election.
+pub fn kcm_race_flags(controllers: &str) -> Vec<String> {
+    [format!("--controllers={controllers}"), "--kube-api-qps=1000".into(), "--kube-api-burst=1000".into(), "--leader-elect=false".into()]
+        .into()
+}
+
+/// Run `measure(pid)` against kube-controller-manager started in `peer`'s control plane with
+/// `flags` (a second after its caches synced), then stop it, keeping its log as `keep_log`.
+/// Returns its start → ready seconds and the measurement; an error if it exited meanwhile.
+pub async fn with_kcm<T>(
+    peer: &PeerControlPlane,
+    flags: &[String],
+    keep_log: &Path,
+    measure: impl AsyncFnOnce(u32) -> Result<T>,
+) -> Result<(f64, T)> {
+    let started = Instant::now();
+    let kcm = Kcm::start(&peer.control_plane_script, &peer.control_plane_dir, flags, Duration::from_secs(60)).await?;
+    let ready_s = started.elapsed().as_secs_f64();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let measured = measure(kcm.pid()).await;
+    let alive = kcm.check_running();
+    kcm.stop(keep_log)?;
+    alive?;
+    Ok((ready_s, measured?))
+}
+
+/// Run `measure(pid, metrics port)` against the host started with `args` (a second after it is
+/// ready), then stop it. Returns its start → ready seconds and the measurement; an error if it
+/// exited meanwhile.
+pub async fn with_host<T>(args: HostArgs<'_>, measure: impl AsyncFnOnce(u32, u16) -> Result<T>) -> Result<(f64, T)> {
+    let started = Instant::now();
+    let mut host = HostProcess::start(args, Duration::from_secs(120)).await?;
+    let ready_s = started.elapsed().as_secs_f64();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let measured = measure(host.pid(), host.port).await;
+    let alive = host.check_running();
+    host.stop().await?;
+    alive?;
+    Ok((ready_s, measured?))
+}
+
+/// The API server's and etcd's process ids in control-plane directory `dir`.
+pub fn control_plane_pids(dir: &Path) -> Result<[u32; 2]> {
+    let pid_of = |f: &str| -> Result<u32> {
+        let path = dir.join(f);
+        Ok(std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?.trim().parse()?)
+    };
+    Ok([pid_of("apiserver.pid")?, pid_of("etcd.pid")?])
+}
+
 /// The last `n` lines of a file (for error messages).
 pub fn tail(path: &Path, n: usize) -> String {
     let text = std::fs::read_to_string(path).unwrap_or_default();

@@ -23,7 +23,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use tokio::sync::Semaphore;
 
-use crate::controllers::{HostArgs, HostProcess, HostUnderTest, Kcm, PeerControlPlane};
+use crate::controllers::{HostArgs, HostUnderTest, PeerControlPlane, control_plane_pids, kcm_race_flags, with_host, with_kcm};
 use crate::fixtures;
 use crate::kube_util::{self, apply_plugin, delete_workload, ensure_namespace};
 use crate::procfs;
@@ -59,10 +59,7 @@ pub struct Args {
 
 /// The flags kube-controller-manager runs with (the issue's).
 pub fn kcm_flags() -> Vec<String> {
-    ["--controllers=replicaset", "--kube-api-qps=1000", "--kube-api-burst=1000", "--leader-elect=false"]
-        .iter()
-        .map(std::string::ToString::to_string)
-        .collect()
+    kcm_race_flags("replicaset")
 }
 
 /// The contestants, in the order they run within a round.
@@ -189,29 +186,17 @@ pub async fn run(args: Args) -> Result<Results> {
     apply_plugin(&client, PLUGIN_NAMESPACE, "replicaset", &wasm, &manifest).await?;
     let precompiled = args.host.work_dir.join("precompiled");
     let tag = std::process::id();
-    let pid_of = |f: &str| -> Result<u32> {
-        let path = args.peer.control_plane_dir.join(f);
-        Ok(std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?.trim().parse()?)
-    };
-    let cp_pids = [pid_of("apiserver.pid")?, pid_of("etcd.pid")?];
+    let cp_pids = control_plane_pids(&args.peer.control_plane_dir)?;
     let mut runs = Vec::new();
     for i in 0..args.runs {
         for controller in CONTROLLERS {
             let ns = format!("bench-conv-{tag}-{i}-{controller}");
             ensure_namespace(&client, &ns).await?;
-            let started = Instant::now();
             let result = match controller {
                 "kcm" => {
-                    let kcm =
-                        Kcm::start(&args.peer.control_plane_script, &args.peer.control_plane_dir, &kcm_flags(), Duration::from_secs(60))
-                            .await?;
-                    let ready_s = started.elapsed().as_secs_f64();
-                    tokio::time::sleep(Duration::from_secs(1)).await;
-                    let r = drive(&client, &ns, &args, Driver::Watch, kcm.pid(), &cp_pids, None).await;
-                    let alive = kcm.check_running();
-                    kcm.stop(&args.host.work_dir.join(format!("kcm-{i}.log")))?;
-                    alive?;
-                    r.map(|r| Run { ready_s, ..r })
+                    let log = args.host.work_dir.join(format!("kcm-{i}.log"));
+                    let measure = async |pid| drive(&client, &ns, &args, Driver::Watch, pid, &cp_pids, None).await;
+                    with_kcm(&args.peer, &kcm_flags(), &log, measure).await.map(|(ready_s, r)| Run { ready_s, ..r })
                 }
                 FLOOR => {
                     let r = drive(&client, &ns, &args, Driver::Floor, std::process::id(), &cp_pids, None).await;
@@ -226,14 +211,8 @@ pub async fn run(args: Args) -> Result<Results> {
                         log: args.host.work_dir.join(format!("wasmloop-{i}.log")),
                         extra: &[],
                     };
-                    let mut host = HostProcess::start(host_args, Duration::from_secs(120)).await?;
-                    let ready_s = started.elapsed().as_secs_f64();
-                    tokio::time::sleep(Duration::from_secs(1)).await;
-                    let r = drive(&client, &ns, &args, Driver::Watch, host.pid(), &cp_pids, Some(host.port)).await;
-                    let alive = host.check_running();
-                    host.stop().await?;
-                    alive?;
-                    r.map(|r| Run { ready_s, ..r })
+                    let measure = async |pid, port| drive(&client, &ns, &args, Driver::Watch, pid, &cp_pids, Some(port)).await;
+                    with_host(host_args, measure).await.map(|(ready_s, r)| Run { ready_s, ..r })
                 }
             };
             let result = result.with_context(|| format!("run {i} with {controller} in namespace {ns}"))?;

@@ -23,6 +23,7 @@ pub mod procfs;
 pub mod queue;
 pub mod reload;
 pub mod report;
+pub mod rollout_race;
 pub mod scaleout;
 pub mod shadow;
 pub mod stats;

@@ -9,7 +9,7 @@ use clap::{Parser, Subcommand};
 use serde::Serialize;
 use wasmloop_bench::{
     alloc, cache_memory, cache_scale, call_cost, convergence, devloop, index_memory, latency, memory, polyglot, queue, reload, report,
-    scaleout, shadow,
+    rollout_race, scaleout, shadow,
 };
 
 #[global_allocator]
@@ -41,6 +41,8 @@ enum Command {
     CallCost(call_cost::Args),
     /// Section 1: ReplicaSet convergence, kube-controller-manager vs the wasmloop host.
     Convergence(convergence::Args),
+    /// Section 10: the rollout race, Deployments created then all images changed, KCM vs the host.
+    RolloutRace(rollout_race::Args),
     /// Section 3: host RSS idle and with N plugins loaded.
     Memory(memory::Args),
     /// Section 4: work queue throughput and deduplication.
@@ -117,6 +119,10 @@ fn main() -> anyhow::Result<()> {
         Command::Convergence(args) => {
             let out = args.out.clone();
             write_json(&out, &rt()?.block_on(convergence::run(args))?)?;
+        }
+        Command::RolloutRace(args) => {
+            let out = args.out.clone();
+            write_json(&out, &rt()?.block_on(rollout_race::run(args))?)?;
         }
         Command::CacheScale(args) => {
             let out = args.out.clone();

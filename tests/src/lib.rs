@@ -19,8 +19,11 @@ use kube::api::{Api, DeleteParams, PostParams};
 
 /// The workspace root (where `scripts/` lives).
 pub mod cluster;
+pub mod driver;
 pub mod fault_proxy;
 pub mod hostile;
+pub mod kcm;
+pub mod kubelet;
 
 pub fn workspace_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("tests/ has a parent").to_path_buf()

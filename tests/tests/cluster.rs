@@ -74,6 +74,8 @@ async fn kubectl_apply_k_deploy_creates_valid_objects() -> Result<()> {
         "clusterrolebinding.rbac.authorization.k8s.io/wasmloop:plugin:wasmloop:podset",
         "clusterrole.rbac.authorization.k8s.io/wasmloop:plugin:wasmloop:replicaset",
         "clusterrolebinding.rbac.authorization.k8s.io/wasmloop:plugin:wasmloop:replicaset",
+        "clusterrole.rbac.authorization.k8s.io/wasmloop:plugin:wasmloop:deployment",
+        "clusterrolebinding.rbac.authorization.k8s.io/wasmloop:plugin:wasmloop:deployment",
         "clusterrole.rbac.authorization.k8s.io/wasmloop:plugin:wasmloop:namespace-config",
         "clusterrolebinding.rbac.authorization.k8s.io/wasmloop:plugin:wasmloop:namespace-config",
         "clusterrole.rbac.authorization.k8s.io/wasmloop:plugin:wasmloop:webapp",
@@ -82,6 +84,7 @@ async fn kubectl_apply_k_deploy_creates_valid_objects() -> Result<()> {
         "service/wasmloop-metrics",
         "configmap/podset",
         "configmap/replicaset",
+        "configmap/deployment",
         "configmap/namespace-config",
         "configmap/webapp",
     ] {
@@ -91,7 +94,7 @@ async fn kubectl_apply_k_deploy_creates_valid_objects() -> Result<()> {
     // The plugins' RBAC is exactly what `wasmloop pack --rbac-only` prints for their manifests.
     let committed = std::fs::read_to_string(workspace_root().join("deploy/rbac/plugins.yaml"))?;
     let mut generated = String::new();
-    for p in ["podset", "replicaset", "namespace-config", "webapp"] {
+    for p in ["podset", "replicaset", "deployment", "namespace-config", "webapp"] {
         let out = Command::new(host_binary()?)
             .arg("pack")
             .arg(plugin_path(p)?)
@@ -106,7 +109,7 @@ async fn kubectl_apply_k_deploy_creates_valid_objects() -> Result<()> {
 
     // The plugin ConfigMaps are `wasmloop pack` output: labelled, decodable, manifests intact.
     let cms = Api::<ConfigMap>::namespaced(admin.clone(), DEPLOY_NS);
-    for name in ["podset", "replicaset", "namespace-config", "webapp"] {
+    for name in ["podset", "replicaset", "deployment", "namespace-config", "webapp"] {
         let cm = cms.get(name).await?;
         assert_eq!(cm.metadata.labels.as_ref().and_then(|l| l.get("wasmloop.dev/plugin")).map(String::as_str), Some("true"), "{name}");
         let mut payloads = Vec::new();

@@ -24,23 +24,19 @@ use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::future::Future;
-use std::path::{Path, PathBuf};
 use std::pin::Pin;
-use std::process::{Command, Stdio};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, bail, ensure};
+use anyhow::{Context, Result, bail};
 use k8s_openapi::api::apps::v1::{ReplicaSet, ReplicaSetStatus};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, ResourceQuota};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::Client;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
-use wasmloop::controller::Controller;
-use wasmloop::hotload::PluginManifest;
-use wasmloop::plugin::{PluginEngine, WasmPlugin};
-use wasmloop_tests::{Host, TestNamespace, eventually, init_tracing, plugin_path, workspace_root};
+use wasmloop_tests::driver::{self, PluginDriver};
+use wasmloop_tests::kcm::Kcm;
+use wasmloop_tests::{Host, eventually, init_tracing};
 
 /// How long a scenario may take to settle; past it, the last state seen is its outcome.
 const SETTLE_TIMEOUT: Duration = Duration::from_secs(60);
@@ -613,121 +609,15 @@ fn show(outcome: &Result<Summary>) -> String {
 // The two controllers.
 // ---------------------------------------------------------------------------------------------
 
-/// kube-controller-manager with only its ReplicaSet controller, started through
-/// `control-plane.sh kcm DIR` in the test control plane's directory; stopped with
-/// `control-plane.sh stop-kcm DIR` when dropped, also when the test fails.
-struct Kcm {
-    script: PathBuf,
-    dir: PathBuf,
-    pid: u32,
-}
-
-impl Kcm {
-    /// Start it and wait until its ReplicaSet controller's caches have synced.
-    async fn start(dir: &Path) -> Result<Self> {
-        ensure!(
-            dir.join("env").exists(),
-            "{} is not a directory of scripts/control-plane.sh: point WASMLOOP_TEST_KUBECONFIG at <dir>/kubeconfig of one (or leave it unset)",
-            dir.display()
-        );
-        let script = workspace_root().join("scripts/control-plane.sh");
-        let st = Command::new(&script).arg("kcm").arg(dir).args(KCM_FLAGS).stdout(Stdio::null()).status()?;
-        ensure!(st.success(), "{} kcm {} failed", script.display(), dir.display());
-        let pid: u32 = std::fs::read_to_string(dir.join("kcm.pid")).context("reading kcm.pid")?.trim().parse()?;
-        let kcm = Self { script, dir: dir.to_path_buf(), pid };
-        let log = kcm.log();
-        let synced = eventually("kube-controller-manager's ReplicaSet caches to sync", Duration::from_secs(60), || {
-            let (log, alive) = (log.clone(), kcm.alive());
-            async move {
-                if !alive {
-                    return Ok(Some(false));
-                }
-                Ok(std::fs::read_to_string(&log).unwrap_or_default().contains("Caches are synced for ReplicaSet").then_some(true))
-            }
-        })
-        .await
-        .with_context(|| format!("log {}:\n{}", log.display(), tail(&log, 20)))?;
-        ensure!(synced, "kube-controller-manager exited during start; log {}:\n{}", log.display(), tail(&log, 20));
-        Ok(kcm)
-    }
-
-    fn log(&self) -> PathBuf {
-        self.dir.join("kcm.log")
-    }
-
-    fn alive(&self) -> bool {
-        Path::new(&format!("/proc/{}", self.pid)).exists()
-    }
-
-    /// Stop it; an error if it had exited on its own.
-    fn stop(self) -> Result<()> {
-        ensure!(
-            self.alive(),
-            "kube-controller-manager exited during the scenarios; log {}:\n{}",
-            self.log().display(),
-            tail(&self.log(), 20)
-        );
-        Ok(()) // stopped by drop
-    }
-}
-
-impl Drop for Kcm {
-    fn drop(&mut self) {
-        let _ = Command::new(&self.script).arg("stop-kcm").arg(&self.dir).stdout(Stdio::null()).status();
-    }
-}
-
-fn tail(path: &Path, n: usize) -> String {
-    let text = std::fs::read_to_string(path).unwrap_or_default();
-    let lines: Vec<&str> = text.lines().collect();
-    lines[lines.len().saturating_sub(n)..].join("\n")
-}
-
-/// The `replicaset` plugin, loaded once, and a controller per scenario namespace started from
-/// that namespace's manifest, as the hot-loader would (see `start_plugin` in `plugins.rs`).
-struct PluginDriver {
-    host: Host,
-    wasm: Arc<WasmPlugin>,
-}
-
-impl PluginDriver {
-    async fn load(host: Host) -> Result<Self> {
-        let m = PluginManifest::parse(&plugin_manifest("default"), "replicaset")?;
-        let bytes = std::fs::read(plugin_path("replicaset")?)?;
-        let (limits, grants) = (m.limits.clone(), m.grants.clone());
-        let wasm = tokio::task::spawn_blocking(move || -> Result<WasmPlugin> {
-            let engine = PluginEngine::new()?;
-            Ok(WasmPlugin::load(&engine, &bytes, limits, grants)?)
-        })
-        .await??;
-        Ok(Self { host, wasm: Arc::new(wasm) })
-    }
-
-    async fn start(&self, ns: &str) -> Result<Controller> {
-        let m = PluginManifest::parse(&plugin_manifest(ns), "replicaset")?;
-        let h = &self.host;
-        Ok(Controller::start(self.wasm.clone(), m.controller.clone(), self.wasm.grants().clone(), h.shared(), h.executor.clone()).await?)
-    }
-}
-
-/// Run every scenario at once, each in a fresh namespace (`<tag>-<scenario>-<random>`); with
-/// `plugin`, a plugin controller for each namespace meanwhile. Namespaces are deleted after.
-async fn run_phase(client: &Client, tag: &str, scenarios: &[Scenario], plugin: Option<&PluginDriver>) -> Vec<Result<Summary>> {
-    let runs = scenarios.iter().map(|sc| async move {
-        let ns = TestNamespace::create(client, &format!("{tag}-{}", sc.name)).await?;
-        let ctl = match plugin {
-            Some(p) => Some(p.start(&ns.name).await?),
-            None => None,
-        };
-        let outcome = (sc.run)(&Cx { client: client.clone(), ns: ns.name.clone() }).await;
-        if let Some(ctl) = ctl {
-            ctl.shutdown(Duration::from_secs(5)).await;
-        }
-        let outcome = outcome.with_context(|| format!("scenario {} in namespace {}", sc.name, ns.name));
-        ns.cleanup().await?;
-        outcome
-    });
-    futures::future::join_all(runs).await
+/// Every scenario at once, each in a namespace of its own, with `plugin` or with KCM
+/// ([`driver::run_phase`]).
+async fn run_phase(client: &Client, tag: &str, scenarios: &[Scenario], plugin: Option<(&Host, &PluginDriver)>) -> Vec<Result<Summary>> {
+    let plugins = plugin.map(|(h, p)| (h, std::slice::from_ref(p)));
+    let play = |sc: &Scenario, ns| {
+        let run = sc.run;
+        async move { run(&Cx { client: client.clone(), ns }).await }
+    };
+    driver::run_phase(client, tag, scenarios, |s| s.name, plugins, play).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -741,16 +631,16 @@ async fn replicaset_plugin_matches_kube_controller_manager() -> Result<()> {
 
     // Phase 1: kube-controller-manager, the reference.
     let t = Instant::now();
-    let kcm = Kcm::start(dir).await?;
+    let kcm = Kcm::start(dir, &KCM_FLAGS, &["ReplicaSet"]).await?;
     let by_kcm = run_phase(&client, "kcm", &scenarios, None).await;
     let kcm_exited = kcm.stop().err();
     eprintln!("kcm_parity: KCM phase: {:?}", t.elapsed());
 
     // Phase 2: the plugin, KCM stopped.
     let t = Instant::now();
-    let by_plugin = match PluginDriver::load(host).await {
+    let by_plugin = match PluginDriver::load("replicaset", plugin_manifest).await {
         Ok(plugin) => {
-            let outcomes = run_phase(&client, "wasm", &scenarios, Some(&plugin)).await;
+            let outcomes = run_phase(&client, "wasm", &scenarios, Some((&host, &plugin))).await;
             eprintln!("kcm_parity: plugin phase: {:?}; plugin {:?}", t.elapsed(), plugin.wasm.stats());
             outcomes
         }

@@ -22,12 +22,14 @@ mod devloop;
 mod polyglot;
 mod race;
 mod rollout;
+mod rollout_race;
 mod scaleout;
 use cache_scale::CacheScale;
 use devloop::DevLoop;
 use polyglot::Polyglot;
 use race::Race;
 use rollout::Rollout;
+use rollout_race::RolloutRace;
 use scaleout::ScaleOut;
 
 #[derive(clap::Args, Debug, Clone)]
@@ -38,9 +40,10 @@ pub struct Args {
     #[arg(long)]
     pub out: PathBuf,
     /// Only this section, from its own result (`dev-loop`: dev_loop.json, with
-    /// dev_loop_ts.json and dev_loop_python.json if there; `polyglot`: polyglot.json): its rows of the targets table, then the section, for a section measured
-    /// apart from a full run.
-    #[arg(long, value_parser = ["dev-loop", "polyglot"])]
+    /// dev_loop_ts.json and dev_loop_python.json if there; `polyglot`: polyglot.json;
+    /// `rollout-race`: rollout_race.json and criterion/deployment): its rows of the targets
+    /// table, then the section, for a section measured apart from a full run.
+    #[arg(long, value_parser = ["dev-loop", "polyglot", "rollout-race"])]
     pub section: Option<String>,
 }
 
@@ -75,7 +78,12 @@ struct Crit {
 }
 
 fn criterion(dir: &Path, id: &str) -> Result<Crit> {
-    let base = dir.join("criterion/reconcile").join(id).join("new");
+    criterion_in(dir, "reconcile", id)
+}
+
+/// One criterion benchmark of `group`.
+fn criterion_in(dir: &Path, group: &str, id: &str) -> Result<Crit> {
+    let base = dir.join("criterion").join(group).join(id).join("new");
     let est: Value = read(&base, "estimates.json")?;
     let sample: Value = read(&base, "sample.json")?;
     let num = |v: &Value| v.as_f64().context("not a number");
@@ -118,7 +126,13 @@ pub fn run(args: Args) -> Result<()> {
     let dir = &args.results;
     if let Some(section) = &args.section {
         let mut md = String::new();
-        if section == "polyglot" {
+        if section == "rollout-race" {
+            let results: crate::rollout_race::Results = read(dir, "rollout_race.json")?;
+            let race = RolloutRace::new(&results, dir)?;
+            race.target_rows(&mut md)?;
+            writeln!(md)?;
+            race.section(&mut md)?;
+        } else if section == "polyglot" {
             let results: crate::polyglot::Results = read(dir, "polyglot.json")?;
             let polyglot = Polyglot::new(&results)?;
             polyglot.target_rows(&mut md)?;
@@ -155,6 +169,8 @@ pub fn run(args: Args) -> Result<()> {
     let polyglot = Polyglot::new(&polyglot_results)?;
     let shadow_results: Vec<crate::shadow::ScenarioResult> = read(dir, "shadow.json")?;
     let rollout = Rollout::new(&shadow_results)?;
+    let rollout_race_results: crate::rollout_race::Results = read(dir, "rollout_race.json")?;
+    let rollout_race = RolloutRace::new(&rollout_race_results, dir)?;
 
     // ---- Section 1 figures.
     let conv_large: convergence::Results = read(dir, "convergence_large.json")?;
@@ -302,6 +318,7 @@ pub fn run(args: Args) -> Result<()> {
     dev_loop.target_rows(w)?;
     polyglot.target_rows(w)?;
     rollout.target_rows(w)?;
+    rollout_race.target_rows(w)?;
     writeln!(w)?;
 
     // ---- 1.
@@ -745,6 +762,7 @@ pub fn run(args: Args) -> Result<()> {
     writeln!(w)?;
     polyglot.section(w)?;
     rollout.section(w)?;
+    rollout_race.section(w)?;
 
     writeln!(w, "## How to reproduce\n")?;
     writeln!(
