@@ -245,8 +245,10 @@ pub async fn converged(client: &Client, ns: &str, want: &BTreeMap<String, usize>
 // The host as a child process
 // ---------------------------------------------------------------------------------------------
 
+/// The `wasmloop` binary the tests run: `target/debug/wasmloop`, or `WASMLOOP_TEST_HOST_BIN`
+/// (e.g. an older build, to check that a test fails without a fix).
 pub fn host_binary() -> Result<PathBuf> {
-    let bin = workspace_root().join("target/debug/wasmloop");
+    let bin = std::env::var_os("WASMLOOP_TEST_HOST_BIN").map_or_else(|| workspace_root().join("target/debug/wasmloop"), PathBuf::from);
     ensure!(bin.exists(), "{} is missing: run `cargo build -p wasmloop` first", bin.display());
     Ok(bin)
 }

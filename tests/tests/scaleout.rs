@@ -150,7 +150,8 @@ async fn split_by_weight(
 }
 
 /// When each host owned each shard, from its log: from "took over the shard" to the next
-/// "no longer assigned" / "not ours; fenced", or to `end` (its death, or the end of the test).
+/// "no longer assigned" / "not ours; fenced" / "fence closed" (its renewals' window ran out), or
+/// to `end` (its death, or the end of the test).
 fn ownership_intervals(host: &HostProcess, end: Timestamp) -> BTreeMap<String, Vec<(Timestamp, Timestamp)>> {
     let mut open: BTreeMap<String, Timestamp> = BTreeMap::new();
     let mut out: BTreeMap<String, Vec<(Timestamp, Timestamp)>> = BTreeMap::new();
@@ -161,7 +162,9 @@ fn ownership_intervals(host: &HostProcess, end: Timestamp) -> BTreeMap<String, V
         let Ok(ts) = ts.parse::<Timestamp>() else { continue };
         if msg == "sharding: took over the shard" {
             open.entry(shard.to_string()).or_insert(ts);
-        } else if (msg.starts_with("sharding: no longer assigned") || msg.starts_with("sharding: the shard's Lease is not ours"))
+        } else if (msg.starts_with("sharding: no longer assigned")
+            || msg.starts_with("sharding: the shard's Lease is not ours")
+            || msg.starts_with("sharding: the shard's fence closed"))
             && let Some(from) = open.remove(shard)
         {
             out.entry(shard.to_string()).or_default().push((from, ts));
