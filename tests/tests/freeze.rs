@@ -285,7 +285,11 @@ async fn a_sharded_replica_frozen_during_a_renewal_writes_nothing_for_the_shards
 
     // Everything converges exactly.
     for (ns, n) in &want {
-        converged(&admin, ns, &BTreeMap::from([("web".to_string(), *n)])).await?;
+        let shard = shard_name("podset", shard_of_scope(ns, SHARDS), SHARDS);
+        converged(&admin, ns, &BTreeMap::from([("web".to_string(), *n)])).await.with_context(|| {
+            let logs: Vec<String> = hosts().map(|h| format!("---- {} (last 60 lines)\n{}", h.name, h.log_tail(60))).collect();
+            format!("{ns} (shard {shard}) did not converge:\n{}", logs.join("\n"))
+        })?;
         ensure!(pods(&admin, ns).await?.len() == *n, "{ns}: not exactly {n} Pods");
     }
 
