@@ -45,26 +45,6 @@ const TRICKLE: Duration = Duration::from_secs(1);
 /// One scenario at a time: five hosts on two cores would stretch the lease timings.
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-/// The podset manifest, granted in `namespaces`, in `shards` key-space shards, with a slow API
-/// budget (an outcome of 8 creates takes ~4 s: the replica is mid-outcome when it freezes).
-fn manifest(namespaces: &[String], shards: usize) -> String {
-    let list = namespaces.iter().map(|n| format!("\"{n}\"")).collect::<Vec<_>>().join(", ");
-    format!(
-        "name: podset\n\
-         grants:\n\
-         \x20 - kinds: [\"wasmloop.dev/v1alpha1/PodSet\"]\n\
-         \x20   verbs: [read, update-status, event]\n\
-         \x20   namespaces: [{list}]\n\
-         \x20 - kinds: [\"v1/Pod\"]\n\
-         \x20   verbs: [read, create, delete, patch]\n\
-         \x20   namespaces: [{list}]\n\
-         limits: {{memory: 32Mi, timeout: 1s}}\n\
-         concurrency: 2\n\
-         api: {{qps: 2, burst: 1}}\n\
-         shards: {shards}\n"
-    )
-}
-
 /// Namespaces `<prefix>-…`, exactly one in each of `shards` key-space shards.
 async fn one_namespace_per_shard(admin: &Client, prefix: &str, shards: usize) -> Result<Vec<TestNamespace>> {
     let mut by_shard: BTreeMap<usize, TestNamespace> = BTreeMap::new();
@@ -125,9 +105,12 @@ async fn freeze_during_a_renewal(proxy: &FaultProxy, victim: &HostProcess, lease
     Ok(frozen)
 }
 
-/// Resume the frozen replica; its Lease watch's held events trickle in. Returns when it was
+/// Resume the frozen replica two lease durations after it was `frozen` (`moved`: what the others
+/// did meanwhile, for the log); its Lease watch's held events trickle in. Returns when it was
 /// resumed (and the proxy's clock as wall-clock time then).
-fn resume(proxy: &FaultProxy, victim: &HostProcess) -> Result<(Instant, WallClock)> {
+async fn resume(proxy: &FaultProxy, victim: &HostProcess, frozen: Instant, moved: &str) -> Result<(Instant, WallClock)> {
+    tokio::time::sleep((2 * LEASE).saturating_sub(frozen.elapsed())).await;
+    eprintln!("{}: frozen {:.1}s ({moved}), resuming", victim.name, frozen.elapsed().as_secs_f64());
     let clock = WallClock::now();
     let resumed = Instant::now();
     proxy.set_gate(Gate::Trickle(TRICKLE));
@@ -200,7 +183,9 @@ async fn a_sharded_replica_frozen_during_a_renewal_writes_nothing_for_the_shards
     let home = TestNamespace::create(&admin, "freeze").await?;
     let data = one_namespace_per_shard(&admin, "freeze-d", SHARDS).await?;
     let names: Vec<String> = data.iter().map(|n| n.name.clone()).collect();
-    let manifest = manifest(&names, SHARDS);
+    // A slow API budget: an outcome of 8 creates takes ~4 s, so the replica is mid-outcome when
+    // it freezes.
+    let manifest = sharded_podset_manifest(&names, SHARDS, "api: {qps: 2, burst: 1}");
     grant_plugin(&admin, &home.name, "podset", &manifest, (DEPLOY_NS, DEPLOY_SA)).await?;
     apply_plugin(&admin, &home.name, "podset", &std::fs::read(plugin_path("podset")?)?, &manifest).await?;
     bind_host_role(&admin, &home.name, DEPLOY_NS, DEPLOY_SA).await?;
@@ -267,15 +252,8 @@ async fn a_sharded_replica_frozen_during_a_renewal_writes_nothing_for_the_shards
     for ns in &in_mine {
         converged(&admin, ns, &BTreeMap::from([("web".to_string(), 3)])).await?;
     }
-    let moved_after = frozen.elapsed();
-    tokio::time::sleep((2 * LEASE).saturating_sub(frozen.elapsed())).await;
-    eprintln!(
-        "{}: frozen {:.1}s (its shards moved after {:.1}s), resuming",
-        victim.name,
-        frozen.elapsed().as_secs_f64(),
-        moved_after.as_secs_f64()
-    );
-    let (resumed, clock) = resume(&proxy, &victim)?;
+    let moved = format!("its shards moved after {:.1}s", frozen.elapsed().as_secs_f64());
+    let (resumed, clock) = resume(&proxy, &victim, frozen, &moved).await?;
     // New work in the lost shards at once: up to 5.
     for ns in &in_mine {
         scale(&admin, ns, "web", 5).await?;
@@ -404,16 +382,9 @@ async fn a_leader_frozen_during_a_renewal_writes_nothing_after_it_resumes() -> R
         Ok((holder(&admin, &plugins).await?.as_deref() == Some(standby.name.as_str())).then_some(()))
     })
     .await?;
-    let took = frozen.elapsed();
+    let took = format!("the standby held the Lease after {:.1}s", frozen.elapsed().as_secs_f64());
     converged(&admin, &ns.name, &BTreeMap::from([("web".to_string(), 3)])).await?;
-    tokio::time::sleep((2 * LEASE).saturating_sub(frozen.elapsed())).await;
-    eprintln!(
-        "{}: frozen {:.1}s (the standby held the Lease after {:.1}s), resuming",
-        victim.name,
-        frozen.elapsed().as_secs_f64(),
-        took.as_secs_f64()
-    );
-    let (resumed, clock) = resume(&proxy, &victim)?;
+    let (resumed, clock) = resume(&proxy, &victim, frozen, &took).await?;
     // New work at once: up to 5.
     scale(&admin, &ns.name, "web", 5).await?;
     watch_resumed(&proxy).await;

@@ -36,24 +36,6 @@ const WAIT: Duration = Duration::from_secs(90);
 /// of the others.
 const HEAVY: usize = 60;
 
-/// The podset manifest, granted in `namespaces` only, in `SHARDS` key-space shards.
-fn sharded_manifest(namespaces: &[String]) -> String {
-    let list = namespaces.iter().map(|n| format!("\"{n}\"")).collect::<Vec<_>>().join(", ");
-    format!(
-        "name: podset\n\
-         grants:\n\
-         \x20 - kinds: [\"wasmloop.dev/v1alpha1/PodSet\"]\n\
-         \x20   verbs: [read, update-status, event]\n\
-         \x20   namespaces: [{list}]\n\
-         \x20 - kinds: [\"v1/Pod\"]\n\
-         \x20   verbs: [read, create, delete, patch]\n\
-         \x20   namespaces: [{list}]\n\
-         limits: {{memory: 32Mi, timeout: 1s}}\n\
-         concurrency: 2\n\
-         shards: {SHARDS}\n"
-    )
-}
-
 /// Shards each host says it owns (`wasmloop_shard_owned`).
 async fn owned(host: &HostProcess) -> Result<BTreeSet<String>> {
     let m = host.metrics().await?;
@@ -190,8 +172,9 @@ async fn three_replicas_share_thirty_shards_and_survive_kill_9() -> Result<()> {
         data.push(TestNamespace::create(&admin, &format!("scaleout-d{i}")).await?);
     }
     let names: Vec<String> = data.iter().map(|n| n.name.clone()).collect();
-    grant_plugin(&admin, &home.name, "podset", &sharded_manifest(&names), (DEPLOY_NS, DEPLOY_SA)).await?;
-    apply_plugin(&admin, &home.name, "podset", &std::fs::read(plugin_path("podset")?)?, &sharded_manifest(&names)).await?;
+    let manifest = sharded_podset_manifest(&names, SHARDS, "");
+    grant_plugin(&admin, &home.name, "podset", &manifest, (DEPLOY_NS, DEPLOY_SA)).await?;
+    apply_plugin(&admin, &home.name, "podset", &std::fs::read(plugin_path("podset")?)?, &manifest).await?;
     let dir = tempfile::tempdir()?;
     // As deployed: the deploy ServiceAccount's token, its RBAC bound in the host's namespace.
     bind_host_role(&admin, &home.name, DEPLOY_NS, DEPLOY_SA).await?;
