@@ -228,6 +228,21 @@ async fn three_replicas_share_thirty_shards_and_survive_kill_9() -> Result<()> {
         reconciles.push(podset_reconciles(&h.metrics().await?));
     }
     eprintln!("reconciles per host before the kill: {reconciles:?}");
+    // Every write was confirmed by a read of its shard's Lease; one read serves the writes that
+    // waited for it.
+    for h in &hosts {
+        let m = h.metrics().await?;
+        let writes = m.sum("wasmloop_actions_total", &[("controller", "podset"), ("result", "ok")]);
+        let confirmed = m.sum("wasmloop_fence_confirmations_total", &[("result", "held")]);
+        let reads = m.sum("wasmloop_fence_reads_total", &[]);
+        let read_ms = m.sum("wasmloop_fence_read_seconds_sum", &[]) * 1000.0 / reads.max(1.0);
+        eprintln!("{}: {writes} writes, {confirmed} confirmed by {reads} reads of their Lease ({read_ms:.2} ms each)", h.name);
+        ensure!(
+            confirmed >= writes && reads >= 1.0 && reads <= confirmed,
+            "{}: {writes} writes, {confirmed} confirmed, {reads} reads",
+            h.name
+        );
+    }
     ensure!(reconciles.iter().all(|r| *r > 0.0), "a host reconciled nothing: {reconciles:?}");
 
     // kill -9 one host, then more work at once: new PodSets everywhere, the "one"s scaled to 3.

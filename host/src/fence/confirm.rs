@@ -140,9 +140,15 @@ impl Confirm {
         if let Some(f) = flight.as_ref().filter(|f| f.started >= arrived && f.read.peek().is_none()) {
             return f.read.clone();
         }
-        self.metrics.read();
-        let read = self.reader.read().shared();
-        *flight = Some(Flight { started: Instant::now(), read: read.clone() });
+        let (metrics, started, read) = (self.metrics.clone(), Instant::now(), self.reader.read());
+        let read = async move {
+            let found = read.await;
+            metrics.read(started.elapsed());
+            found
+        }
+        .boxed()
+        .shared();
+        *flight = Some(Flight { started, read: read.clone() });
         read
     }
 }

@@ -11,6 +11,7 @@ use parking_lot::Mutex;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 use tokio::time::Instant;
 use tracing::{info, warn};
@@ -36,13 +37,28 @@ struct ResultLabels {
 }
 
 /// The fences' metrics: openings and closings per Lease, and the reads that confirm writes.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct FenceMetrics {
     opened: Family<LeaseLabels, Counter>,
     closed: Family<ClosedLabels, Counter>,
     stale: Family<LeaseLabels, Counter>,
     reads: Counter,
+    read_seconds: Histogram,
     confirmations: Family<ResultLabels, Counter>,
+}
+
+impl Default for FenceMetrics {
+    fn default() -> Self {
+        Self {
+            opened: Family::default(),
+            closed: Family::default(),
+            stale: Family::default(),
+            reads: Counter::default(),
+            // 0.25 ms to ~1 s.
+            read_seconds: Histogram::new(exponential_buckets(0.000_25, 2.0, 13)),
+            confirmations: Family::default(),
+        }
+    }
 }
 
 impl FenceMetrics {
@@ -70,6 +86,11 @@ impl FenceMetrics {
             m.reads.clone(),
         );
         registry.register(
+            "wasmloop_fence_read_seconds",
+            "Time a read of a Lease that confirms writes took, from its send to its answer",
+            m.read_seconds.clone(),
+        );
+        registry.register(
             "wasmloop_fence_confirmations",
             "Writes checked by a read of their Lease, by result (held, taken, unconfirmed)",
             m.confirmations.clone(),
@@ -77,8 +98,9 @@ impl FenceMetrics {
         m
     }
 
-    pub(super) fn read(&self) {
+    pub(super) fn read(&self, took: std::time::Duration) {
         self.reads.inc();
+        self.read_seconds.observe(took.as_secs_f64());
     }
 
     pub(super) fn confirmed(&self, result: &super::Result<()>) {
