@@ -10,11 +10,14 @@
 //! the server (a round trip), and another replica can take the Lease in it only after it saw no
 //! renewal for a whole lease duration.
 //!
-//! Cost: one GET of a small object per write, shared: a read serves every write that was waiting
-//! when it was sent (the actions of one slow-start batch, the concurrent reconciles of one shard),
-//! counted by `wasmloop_fence_reads_total` against `wasmloop_fence_confirmations_total`.
+//! Cost: one GET of a small object per write, shared: at most one read is in flight per Lease,
+//! and the writes that arrive while it is (sent before they were ready, it cannot serve them)
+//! wait for the next one, which goes out when it is answered and serves them all (the actions of
+//! one slow-start batch, the concurrent reconciles of one shard). So a burst of writes costs two
+//! reads, and a write waits at most two round trips. Counted by `wasmloop_fence_reads_total` and
+//! `wasmloop_fence_read_seconds` against `wasmloop_fence_confirmations_total`.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use futures::FutureExt;
 use futures::future::{BoxFuture, Shared};
@@ -92,9 +95,11 @@ impl LeaseReader for KubeLeaseReader {
     }
 }
 
-/// A read in flight, and when it was started.
+/// A read, queued or in flight.
 struct Flight {
-    started: Instant,
+    /// When it was sent; unset while it waits for the read before it (it will be sent later, so
+    /// it can serve any write that arrives meanwhile).
+    sent: Arc<OnceLock<Instant>>,
     read: Shared<BoxFuture<'static, Read>>,
 }
 
@@ -134,21 +139,33 @@ impl Confirm {
         result
     }
 
-    /// The read in flight if it was started at or after `arrived`, else a new one.
+    /// The last read if it is (or will be) sent at or after `arrived` and not answered yet; else
+    /// a new one, sent once the read in flight (sent before `arrived`) is answered.
     fn join(&self, arrived: Instant) -> Shared<BoxFuture<'static, Read>> {
         let mut flight = self.flight.lock();
-        if let Some(f) = flight.as_ref().filter(|f| f.started >= arrived && f.read.peek().is_none()) {
-            return f.read.clone();
+        let mut previous = None;
+        if let Some(f) = flight.as_ref().filter(|f| f.read.peek().is_none()) {
+            if f.sent.get().is_none_or(|sent| *sent >= arrived) {
+                return f.read.clone();
+            }
+            previous = Some(f.read.clone());
         }
-        let (metrics, started, read) = (self.metrics.clone(), Instant::now(), self.reader.read());
+        let sent = Arc::new(OnceLock::new());
+        let (reader, metrics, sent_at) = (self.reader.clone(), self.metrics.clone(), sent.clone());
         let read = async move {
-            let found = read.await;
+            if let Some(previous) = previous {
+                // Its answer is no use to the writes waiting here; one read at a time.
+                _ = previous.await;
+            }
+            let started = Instant::now();
+            _ = sent_at.set(started);
+            let found = reader.read().await;
             metrics.read(started.elapsed());
             found
         }
         .boxed()
         .shared();
-        *flight = Some(Flight { started, read: read.clone() });
+        *flight = Some(Flight { sent, read: read.clone() });
         read
     }
 }
@@ -246,6 +263,23 @@ mod tests {
         let batch = futures::future::join_all((0..8).map(|_| fence.confirm())).await;
         assert!(batch.iter().all(Result::is_ok), "{batch:?}");
         assert_eq!(lease.reads.load(Ordering::Relaxed), 1);
+        // Writes arriving one after another while a read is in flight (as the calls of a batch
+        // do on a running clock): they wait for the next read, and share it.
+        let first = fence.confirm();
+        let others = async {
+            let mut calls = Vec::new();
+            for _ in 0..7 {
+                tokio::time::advance(Duration::from_millis(1)).await;
+                calls.push(fence.confirm().boxed());
+                // Each one starts (and asks for its read) before the next arrives.
+                _ = futures::poll!(calls.last_mut().expect("just pushed"));
+            }
+            futures::future::join_all(calls).await
+        };
+        let (first, others) = tokio::join!(first, others);
+        assert_eq!(first, Ok(()));
+        assert!(others.iter().all(Result::is_ok), "{others:?}");
+        assert_eq!(lease.reads.load(Ordering::Relaxed), 3, "the 7 later writes did not share the next read");
         // A write that arrives while a read is in flight does not trust it (it was sent before
         // the write was ready): it waits for a read of its own.
         let first = fence.confirm();
@@ -257,6 +291,6 @@ mod tests {
         let (first, late) = tokio::join!(first, late);
         assert_eq!(first, Ok(()), "the first read was answered before the Lease moved");
         assert!(matches!(late, Err(Error::Taken { .. })), "the late write trusted a read sent before it: {late:?}");
-        assert_eq!(lease.reads.load(Ordering::Relaxed), 3);
+        assert_eq!(lease.reads.load(Ordering::Relaxed), 5);
     }
 }
