@@ -1,7 +1,12 @@
 #!/usr/bin/env bash
-# Soak: the host under churn for a long while, sampling its memory, file descriptors and queue.
+# Soaks: the host under churn for a long while; and the frozen-replica scenario, run repeatedly.
 #
 #   scripts/soak.sh [MINUTES]        default 30; writes target/soak/samples.csv and prints a summary
+#   scripts/soak.sh freeze [RUNS]    default 10: tests/tests/freeze.rs (a replica frozen with SIGSTOP
+#                                    during a Lease renewal, in --shard-mode plugin with 3 replicas and
+#                                    with --leader-elect with 2; issue #52) RUNS times against one
+#                                    control plane; prints how many runs passed, exits 1 if any failed
+#                                    (the failed runs' output is kept in target/soak/freeze-N.log)
 #
 # Starts its own control plane, the host (SOAK_HOST, else the release build if present, else a
 # debug build) with the podset plugin, then until the time is up: every few seconds
@@ -13,6 +18,36 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
+
+if [ "${1:-}" = freeze ]; then
+  runs=${2:-10}
+  [[ $runs =~ ^[0-9]+$ ]] && [ "$runs" -ge 1 ] || { echo "usage: $0 freeze [RUNS]" >&2; exit 2; }
+  ./scripts/setup.sh >/dev/null
+  # The plugins the tests' deploy/ packs (podset is the one they run).
+  ./scripts/build-plugins.sh podset replicaset namespace-config webapp >/dev/null
+  cargo build -p wasmloop --bin wasmloop --locked >/dev/null
+  cargo test -p wasmloop-tests --test freeze --locked --no-run >/dev/null 2>&1
+  out=${CARGO_TARGET_DIR:-$root/target}/soak
+  mkdir -p "$out"
+  cp_dir=$(./scripts/control-plane.sh start)
+  trap './scripts/control-plane.sh stop "$cp_dir" >/dev/null 2>&1 || true' EXIT
+  export WASMLOOP_TEST_KUBECONFIG=$cp_dir/kubeconfig
+  export WASMLOOP_PLUGIN_DIR=${WASMLOOP_PLUGIN_DIR:-$root/target/wasm32-wasip2/plugin}
+  passed=0
+  for i in $(seq 1 "$runs"); do
+    log=$out/freeze-$i.log
+    if cargo test -p wasmloop-tests --test freeze --locked -- --test-threads 1 --nocapture >"$log" 2>&1; then
+      passed=$((passed + 1)); rm -f "$log"
+      echo "soak freeze: run $i passed" >&2
+    else
+      echo "soak freeze: run $i FAILED (output: $log)" >&2
+    fi
+  done
+  echo "soak freeze: $passed of $runs runs passed (each: the sharded and the leader scenario)"
+  [ "$passed" = "$runs" ]
+  exit
+fi
+
 minutes=${1:-30}
 [[ $minutes =~ ^[0-9]+$ ]] && [ "$minutes" -ge 1 ] || { echo "usage: $0 [MINUTES]" >&2; exit 2; }
 

@@ -11,7 +11,8 @@
 //!   ([`identity`]);
 //! - [`plugin`]: the wasmtime sandbox that runs Wasm reconcilers; [`grants`] what each may do;
 //! - [`hotload`]: loads, swaps and removes plugins from ConfigMaps;
-//! - [`fence`] and [`shard`]: who may write: the leader, or the owner of each shard.
+//! - [`fence`] and [`shard`]: who may write: the leader, or the owner of each shard, as the
+//!   [`lease`]s they hold say.
 
 // Unsafe code needs a reason: the one block (deserialising a precompiled component, which
 // wasmtime cannot check fully) allows it where it is, with its SAFETY argument.
@@ -39,6 +40,7 @@ pub mod informer;
 pub mod kinds;
 pub(crate) mod labels;
 pub mod leader;
+pub mod lease;
 pub mod native;
 pub mod plugin;
 pub mod plugin_state;

@@ -151,6 +151,26 @@ pub async fn grant_plugin(admin: &Client, plugin_ns: &str, name: &str, manifest:
     apply_objects(admin, &objects).await
 }
 
+/// A podset manifest granted in `namespaces` only, in `shards` key-space shards, with `extra`
+/// lines (e.g. an API budget).
+pub fn sharded_podset_manifest(namespaces: &[String], shards: usize, extra: &str) -> String {
+    let list = namespaces.iter().map(|n| format!("\"{n}\"")).collect::<Vec<_>>().join(", ");
+    format!(
+        "name: podset\n\
+         grants:\n\
+         \x20 - kinds: [\"wasmloop.dev/v1alpha1/PodSet\"]\n\
+         \x20   verbs: [read, update-status, event]\n\
+         \x20   namespaces: [{list}]\n\
+         \x20 - kinds: [\"v1/Pod\"]\n\
+         \x20   verbs: [read, create, delete, patch]\n\
+         \x20   namespaces: [{list}]\n\
+         limits: {{memory: 32Mi, timeout: 1s}}\n\
+         concurrency: 2\n\
+         shards: {shards}\n\
+         {extra}\n"
+    )
+}
+
 /// The podset plugin (the deploy's manifest, scoped to the workloads' namespace `ns`) as a plugin
 /// ConfigMap in `ns`'s plugin namespace ([`plugin_namespace_for`]), with its RBAC for a host
 /// running as the deploy's ServiceAccount. Returns the plugin namespace.
@@ -245,8 +265,10 @@ pub async fn converged(client: &Client, ns: &str, want: &BTreeMap<String, usize>
 // The host as a child process
 // ---------------------------------------------------------------------------------------------
 
+/// The `wasmloop` binary the tests run: `target/debug/wasmloop`, or `WASMLOOP_TEST_HOST_BIN`
+/// (e.g. an older build, to check that a test fails without a fix).
 pub fn host_binary() -> Result<PathBuf> {
-    let bin = workspace_root().join("target/debug/wasmloop");
+    let bin = std::env::var_os("WASMLOOP_TEST_HOST_BIN").map_or_else(|| workspace_root().join("target/debug/wasmloop"), PathBuf::from);
     ensure!(bin.exists(), "{} is missing: run `cargo build -p wasmloop` first", bin.display());
     Ok(bin)
 }

@@ -12,7 +12,16 @@
 //! - **resets mid-body**: a list's response stops halfway and the connection is reset.
 //!
 //! Faults are drawn from a seeded RNG per request, only while the proxy is [armed](FaultProxy::arm),
-//! and every injected fault is counted ([`Injected`]). The proxy terminates TLS with a
+//! and every injected fault is counted ([`Injected`]).
+//!
+//! It also **records** every request it forwards ([`FaultProxy::recorded`]: method, path, status,
+//! when it arrived and when it was answered, the body of writes), and can **hold answers**: while
+//! a hold is set ([`FaultProxy::hold`]), a write whose path contains the hold's text is forwarded
+//! (the API server applies it) but its answer is kept until [`FaultProxy::release`] — a renewal
+//! "on the wire" while its sender is frozen, deterministically. And it can **gate watches**
+//! ([`FaultProxy::gate_watches`], [`FaultProxy::set_gate`]): the events of watches whose path
+//! contains a text are held while the gate is closed, then handed back one frame at a time (a
+//! watch that lags: what a replica learns after a pause, it learns late and in order). The proxy terminates TLS with a
 //! certificate of its own (made with the `openssl` CLI) and writes a kubeconfig for it with the
 //! upstream kubeconfig's credentials, which it passes through untouched.
 
@@ -104,6 +113,89 @@ impl Injected {
     }
 }
 
+/// One request the proxy forwarded (or answered itself).
+#[derive(Clone, Debug)]
+pub struct Recorded {
+    pub method: http::Method,
+    /// Path and query.
+    pub path: String,
+    /// The answer's status (502 when the upstream could not be reached).
+    pub status: u16,
+    /// When the request arrived (its headers and body read).
+    pub arrived: Instant,
+    /// When its answer was handed back (its headers; a watch's body streams on).
+    pub answered: Instant,
+    /// The request body of writes (`None` for reads).
+    pub body: Option<Bytes>,
+    /// Whether its answer was held.
+    pub held: bool,
+}
+
+impl Recorded {
+    /// Whether it is a write (POST, PUT, PATCH, DELETE).
+    pub fn is_write(&self) -> bool {
+        !matches!(self.method, http::Method::GET | http::Method::HEAD | http::Method::OPTIONS)
+    }
+
+    /// The namespace of its path (`/api/v1/namespaces/<ns>/…`, `/apis/<g>/<v>/namespaces/<ns>/…`).
+    pub fn namespace(&self) -> Option<&str> {
+        let path = self.path.split('?').next()?;
+        let mut parts = path.split('/');
+        parts.find(|p| *p == "namespaces")?;
+        parts.next().filter(|n| !n.is_empty())
+    }
+
+    /// The request body as JSON, if it is.
+    pub fn json(&self) -> Option<serde_json::Value> {
+        serde_json::from_slice(self.body.as_ref()?).ok()
+    }
+}
+
+/// Answers held back, and what is held.
+#[derive(Default)]
+struct Hold {
+    /// Writes whose path contains this have their answers held.
+    matching: Mutex<Option<String>>,
+    /// Answers being held now, and held so far.
+    holding: AtomicU64,
+    held: AtomicU64,
+    release: tokio::sync::Notify,
+}
+
+/// How the events of gated watches pass.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Gate {
+    /// As they come.
+    Open,
+    /// Held.
+    Closed,
+    /// One frame per this long.
+    Trickle(Duration),
+}
+
+/// The gate of watches whose path contains `matching`.
+struct Gating {
+    matching: Mutex<Option<String>>,
+    gate: tokio::sync::watch::Sender<Gate>,
+}
+
+impl Default for Gating {
+    fn default() -> Self {
+        Self { matching: Mutex::new(None), gate: tokio::sync::watch::Sender::new(Gate::Open) }
+    }
+}
+
+impl Gating {
+    /// Wait until the next frame may pass.
+    async fn pass(&self) {
+        let mut gate = self.gate.subscribe();
+        let Ok(now) = gate.wait_for(|g| *g != Gate::Closed).await.map(|g| *g) else { return };
+        if let Gate::Trickle(every) = now {
+            tokio::time::sleep(every).await;
+        }
+    }
+}
+
 /// A running proxy. Stops when dropped.
 pub struct FaultProxy {
     pub addr: SocketAddr,
@@ -111,6 +203,9 @@ pub struct FaultProxy {
     pub kubeconfig: PathBuf,
     pub injected: Arc<Injected>,
     armed: Arc<AtomicBool>,
+    recorded: Arc<Mutex<Vec<Recorded>>>,
+    hold: Arc<Hold>,
+    gating: Arc<Gating>,
     task: JoinHandle<()>,
 }
 
@@ -152,8 +247,12 @@ impl FaultProxy {
             injected: Arc::new(Injected::default()),
             armed: Arc::new(AtomicBool::new(false)),
             throttled_at: Mutex::new(HashMap::new()),
+            recorded: Arc::default(),
+            hold: Arc::default(),
+            gating: Arc::default(),
         });
-        let (injected, armed) = (state.injected.clone(), state.armed.clone());
+        let (injected, armed, recorded, hold, gating) =
+            (state.injected.clone(), state.armed.clone(), state.recorded.clone(), state.hold.clone(), state.gating.clone());
         let task = tokio::spawn(async move {
             loop {
                 let Ok((tcp, _)) = listener.accept().await else { continue };
@@ -168,12 +267,49 @@ impl FaultProxy {
                 });
             }
         });
-        Ok(Self { addr, kubeconfig, injected, armed, task })
+        Ok(Self { addr, kubeconfig, injected, armed, recorded, hold, gating, task })
     }
 
     /// Start or stop injecting faults (requests are forwarded either way).
     pub fn arm(&self, on: bool) {
         self.armed.store(on, Ordering::Relaxed);
+    }
+
+    /// Every request so far, in the order they were answered.
+    pub fn recorded(&self) -> Vec<Recorded> {
+        self.recorded.lock().clone()
+    }
+
+    /// Hold the answers of writes whose path contains `matching` (`None`: hold nothing more;
+    /// what is held stays held until [`FaultProxy::release`]).
+    pub fn hold(&self, matching: Option<&str>) {
+        *self.hold.matching.lock() = matching.map(str::to_owned);
+    }
+
+    /// Answers being held now.
+    pub fn holding(&self) -> u64 {
+        self.hold.holding.load(Ordering::SeqCst)
+    }
+
+    /// Answers held so far.
+    pub fn held_total(&self) -> u64 {
+        self.hold.held.load(Ordering::SeqCst)
+    }
+
+    /// Gate the watches started from now on whose path contains `matching` ([`FaultProxy::set_gate`]).
+    pub fn gate_watches(&self, matching: &str) {
+        *self.gating.matching.lock() = Some(matching.to_string());
+    }
+
+    /// How the events of gated watches pass from now on.
+    pub fn set_gate(&self, gate: Gate) {
+        self.gating.gate.send_replace(gate);
+    }
+
+    /// Stop holding, and hand back every answer held.
+    pub fn release(&self) {
+        self.hold(None);
+        self.hold.release.notify_waiters();
     }
 }
 
@@ -194,6 +330,9 @@ struct State {
     armed: Arc<AtomicBool>,
     /// Method + path + body digest of throttled requests → when.
     throttled_at: Mutex<HashMap<(String, String, u64), Instant>>,
+    recorded: Arc<Mutex<Vec<Recorded>>>,
+    hold: Arc<Hold>,
+    gating: Arc<Gating>,
 }
 
 /// What to do with one request.
@@ -208,16 +347,35 @@ enum Fault {
 
 impl State {
     async fn handle(&self, req: Request<Incoming>) -> Response<ProxyBody> {
-        match self.forward(req).await {
-            Ok(res) => res,
-            Err(e) => answer(StatusCode::BAD_GATEWAY, &format!("fault proxy: {e:#}")),
+        let method = req.method().clone();
+        let path = req.uri().path_and_query().map_or("/", |p| p.as_str()).to_string();
+        let (res, arrived, body) = match self.forward(req).await {
+            Ok(forwarded) => forwarded,
+            Err(e) => (answer(StatusCode::BAD_GATEWAY, &format!("fault proxy: {e:#}")), Instant::now(), None),
+        };
+        let write = !matches!(method, http::Method::GET | http::Method::HEAD | http::Method::OPTIONS);
+        let matching = self.hold.matching.lock().clone();
+        let held = write && matching.is_some_and(|m| path.contains(&m));
+        if held {
+            // Forwarded and applied upstream; its answer waits for the release.
+            let released = self.hold.release.notified();
+            self.hold.holding.fetch_add(1, Ordering::SeqCst);
+            self.hold.held.fetch_add(1, Ordering::SeqCst);
+            released.await;
+            self.hold.holding.fetch_sub(1, Ordering::SeqCst);
         }
+        let status = res.status().as_u16();
+        let body = body.filter(|_| write);
+        self.recorded.lock().push(Recorded { method, path, status, arrived, answered: Instant::now(), body, held });
+        res
     }
 
-    async fn forward(&self, req: Request<Incoming>) -> Result<Response<ProxyBody>> {
+    /// Forward `req`: its answer, when it arrived, its body.
+    async fn forward(&self, req: Request<Incoming>) -> Result<(Response<ProxyBody>, Instant, Option<Bytes>)> {
         self.injected.requests.fetch_add(1, Ordering::Relaxed);
         let (parts, body) = req.into_parts();
         let body = body.collect().await?.to_bytes();
+        let arrived = Instant::now();
         let path = parts.uri.path_and_query().map_or("/", |p| p.as_str()).to_string();
         let key = (parts.method.to_string(), parts.uri.path().to_string(), digest(&body));
         self.check_retry_after(&key);
@@ -227,7 +385,7 @@ impl State {
                 if code == StatusCode::TOO_MANY_REQUESTS && parts.method != http::Method::GET {
                     self.throttled_at.lock().insert(key, Instant::now());
                 }
-                return Ok(status(code, reason));
+                return Ok((status(code, reason), arrived, Some(body)));
             }
             Fault::Delay(delay) => tokio::time::sleep(delay).await,
             Fault::None | Fault::CutWatch(_) | Fault::ResetMidBody => {}
@@ -238,9 +396,10 @@ impl State {
                 upstream = upstream.header(name, value);
             }
         }
-        let res = self.client.request(upstream.body(Full::new(body))?).await?;
+        let res = self.client.request(upstream.body(Full::new(body.clone()))?).await?;
+        let sent = body;
         let (mut parts, body) = res.into_parts();
-        Ok(match fault {
+        let res = match fault {
             Fault::CutWatch(after) => {
                 let cut = CutAfter { inner: body, deadline: Box::pin(tokio::time::sleep(after)), injected: self.injected.clone() };
                 Response::from_parts(parts, cut.boxed())
@@ -254,8 +413,29 @@ impl State {
                     vec![Ok(Frame::data(half)), Err("fault proxy: connection reset mid-body".into())];
                 Response::from_parts(parts, http_body_util::StreamBody::new(futures::stream::iter(frames)).boxed())
             }
+            _ if self.gated(&path) => {
+                // Frames pass the gate one at a time, in order; the upstream body is read only as
+                // fast as they pass.
+                let gating = self.gating.clone();
+                let frames = futures::stream::unfold(body, move |mut body| {
+                    let gating = gating.clone();
+                    async move {
+                        let frame = body.frame().await?;
+                        gating.pass().await;
+                        Some((frame.map_err(|e| Box::new(e) as BoxError), body))
+                    }
+                });
+                Response::from_parts(parts, http_body_util::StreamBody::new(frames).boxed())
+            }
             _ => Response::from_parts(parts, body.map_err(|e| Box::new(e) as BoxError).boxed()),
-        })
+        };
+        Ok((res, arrived, Some(sent)))
+    }
+
+    /// Whether `path` is a watch the gate applies to.
+    fn gated(&self, path: &str) -> bool {
+        let is_watch = path.contains("watch=true") || path.contains("watch=1");
+        is_watch && self.gating.matching.lock().as_deref().is_some_and(|m| path.contains(m))
     }
 
     /// A throttled request that comes again: was its `Retry-After` (1 s) waited out?

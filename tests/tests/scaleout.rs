@@ -36,24 +36,6 @@ const WAIT: Duration = Duration::from_secs(90);
 /// of the others.
 const HEAVY: usize = 60;
 
-/// The podset manifest, granted in `namespaces` only, in `SHARDS` key-space shards.
-fn sharded_manifest(namespaces: &[String]) -> String {
-    let list = namespaces.iter().map(|n| format!("\"{n}\"")).collect::<Vec<_>>().join(", ");
-    format!(
-        "name: podset\n\
-         grants:\n\
-         \x20 - kinds: [\"wasmloop.dev/v1alpha1/PodSet\"]\n\
-         \x20   verbs: [read, update-status, event]\n\
-         \x20   namespaces: [{list}]\n\
-         \x20 - kinds: [\"v1/Pod\"]\n\
-         \x20   verbs: [read, create, delete, patch]\n\
-         \x20   namespaces: [{list}]\n\
-         limits: {{memory: 32Mi, timeout: 1s}}\n\
-         concurrency: 2\n\
-         shards: {SHARDS}\n"
-    )
-}
-
 /// Shards each host says it owns (`wasmloop_shard_owned`).
 async fn owned(host: &HostProcess) -> Result<BTreeSet<String>> {
     let m = host.metrics().await?;
@@ -150,7 +132,8 @@ async fn split_by_weight(
 }
 
 /// When each host owned each shard, from its log: from "took over the shard" to the next
-/// "no longer assigned" / "not ours; fenced", or to `end` (its death, or the end of the test).
+/// "no longer assigned" / "not ours; fenced" / "fence closed" (its renewals' window ran out), or
+/// to `end` (its death, or the end of the test).
 fn ownership_intervals(host: &HostProcess, end: Timestamp) -> BTreeMap<String, Vec<(Timestamp, Timestamp)>> {
     let mut open: BTreeMap<String, Timestamp> = BTreeMap::new();
     let mut out: BTreeMap<String, Vec<(Timestamp, Timestamp)>> = BTreeMap::new();
@@ -161,7 +144,9 @@ fn ownership_intervals(host: &HostProcess, end: Timestamp) -> BTreeMap<String, V
         let Ok(ts) = ts.parse::<Timestamp>() else { continue };
         if msg == "sharding: took over the shard" {
             open.entry(shard.to_string()).or_insert(ts);
-        } else if (msg.starts_with("sharding: no longer assigned") || msg.starts_with("sharding: the shard's Lease is not ours"))
+        } else if (msg.starts_with("sharding: no longer assigned")
+            || msg.starts_with("sharding: the shard's Lease is not ours")
+            || msg.starts_with("sharding: the shard's fence closed"))
             && let Some(from) = open.remove(shard)
         {
             out.entry(shard.to_string()).or_default().push((from, ts));
@@ -187,8 +172,9 @@ async fn three_replicas_share_thirty_shards_and_survive_kill_9() -> Result<()> {
         data.push(TestNamespace::create(&admin, &format!("scaleout-d{i}")).await?);
     }
     let names: Vec<String> = data.iter().map(|n| n.name.clone()).collect();
-    grant_plugin(&admin, &home.name, "podset", &sharded_manifest(&names), (DEPLOY_NS, DEPLOY_SA)).await?;
-    apply_plugin(&admin, &home.name, "podset", &std::fs::read(plugin_path("podset")?)?, &sharded_manifest(&names)).await?;
+    let manifest = sharded_podset_manifest(&names, SHARDS, "");
+    grant_plugin(&admin, &home.name, "podset", &manifest, (DEPLOY_NS, DEPLOY_SA)).await?;
+    apply_plugin(&admin, &home.name, "podset", &std::fs::read(plugin_path("podset")?)?, &manifest).await?;
     let dir = tempfile::tempdir()?;
     // As deployed: the deploy ServiceAccount's token, its RBAC bound in the host's namespace.
     bind_host_role(&admin, &home.name, DEPLOY_NS, DEPLOY_SA).await?;
@@ -242,6 +228,21 @@ async fn three_replicas_share_thirty_shards_and_survive_kill_9() -> Result<()> {
         reconciles.push(podset_reconciles(&h.metrics().await?));
     }
     eprintln!("reconciles per host before the kill: {reconciles:?}");
+    // Every write was confirmed by a read of its shard's Lease; one read serves the writes that
+    // waited for it.
+    for h in &hosts {
+        let m = h.metrics().await?;
+        let writes = m.sum("wasmloop_actions_total", &[("controller", "podset"), ("result", "ok")]);
+        let confirmed = m.sum("wasmloop_fence_confirmations_total", &[("result", "held")]);
+        let reads = m.sum("wasmloop_fence_reads_total", &[]);
+        let read_ms = m.sum("wasmloop_fence_read_seconds_sum", &[]) * 1000.0 / reads.max(1.0);
+        eprintln!("{}: {writes} writes, {confirmed} confirmed by {reads} reads of their Lease ({read_ms:.2} ms each)", h.name);
+        ensure!(
+            confirmed >= writes && reads >= 1.0 && reads <= confirmed,
+            "{}: {writes} writes, {confirmed} confirmed, {reads} reads",
+            h.name
+        );
+    }
     ensure!(reconciles.iter().all(|r| *r > 0.0), "a host reconciled nothing: {reconciles:?}");
 
     // kill -9 one host, then more work at once: new PodSets everywhere, the "one"s scaled to 3.

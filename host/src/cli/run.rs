@@ -247,6 +247,8 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         "1 while this replica holds the Lease and reconciles (1 without --leader-elect; 0 with --shard-mode plugin: see wasmloop_shard_owned)",
         leading.clone(),
     );
+    // The leader's fence is counted here (the shards' fences by sharding).
+    let fence_metrics = args.leader_elect.then(|| wasmloop::fence::FenceMetrics::new(&mut prom));
     let sharding = match args.shard_mode {
         ShardMode::None => None,
         ShardMode::Plugin => {
@@ -320,7 +322,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             grace: Duration::from_secs(args.lease_grace),
         };
         let described = format!("{}/{}", lease.namespace, lease.name);
-        let mut election = Election::join(client.clone(), fence.clone(), lease).await?;
+        let mut election = Election::join(client.clone(), fence.clone(), lease, fence_metrics.unwrap_or_default()).await?;
         // Leadership is followed from the moment this replica joins: the Lease may be ours (and
         // the fence open) before the plugins below are loaded, and the gauge must say so then.
         let follower = tokio::spawn({

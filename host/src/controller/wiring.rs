@@ -270,7 +270,8 @@ impl Inner {
         counts
     }
 
-    /// Queue the keys of each shard this replica takes over (they were not queued before).
+    /// Queue the keys of each shard this replica takes over (they were not queued before), its
+    /// expectations for them forgotten.
     pub(super) async fn follow_takeovers(me: std::sync::Weak<Self>, mut news: tokio::sync::broadcast::Receiver<usize>) {
         loop {
             let shard = match news.recv().await {
@@ -289,6 +290,9 @@ impl Inner {
                 let key = ObjectKey::new(kind.clone(), o.namespace(), o.name());
                 // Lagged: every owned shard (the enqueue skips the others).
                 if shard.is_none_or(|s| ownership.shard_of(&key) == s) {
+                    // What this replica expected from its writes of an earlier ownership is void:
+                    // another owner may have undone them since (a Pod it created, deleted again).
+                    inner.expectations.forget(&key);
                     inner.enqueue_with(key, Reason::Resync, crate::queue::Priority::Normal);
                     queued += 1;
                 }

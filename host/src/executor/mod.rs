@@ -21,6 +21,10 @@
 //! impersonates the plugin's ServiceAccount ([`Executor::acting_as`]), so the API server checks
 //! each plugin's writes against its own RBAC.
 //!
+//! Every write passes the fence first ([`Fence::confirm`]: the local deadline, then — with
+//! leader election or sharding — a read of the Lease showing this replica still holds it), and
+//! each retry of it passes the local deadline again.
+//!
 //! Conflicts, 429 and 5xx answers and connection failures are retried here with a short
 //! exponential backoff; what still fails is returned, naming the action and the object, and the
 //! controller retries the whole key with its rate limiter. A failed precondition is not retried
@@ -89,7 +93,8 @@ pub enum Error {
         /// The API server's message.
         message: String,
     },
-    /// Leader election is on and this replica may not write now.
+    /// This replica may not write now: it does not hold the Lease (leader election, or the
+    /// shard's) by its own deadline, or a read of the Lease shows another acquisition.
     #[error("{verb} {object}: {source}")]
     Fenced {
         /// The action's verb.
@@ -127,7 +132,7 @@ impl Error {
         matches!(self, Error::Conflict { .. })
     }
 
-    /// Whether the write was held back by the leader-election fence.
+    /// Whether the write was held back by the fence.
     pub fn is_fenced(&self) -> bool {
         matches!(self, Error::Fenced { .. })
     }
@@ -224,17 +229,18 @@ impl Executor {
     }
 
     /// Execute one admitted action on behalf of controller `manager` (its field manager and
-    /// event source), behind `fence`.
+    /// event source), behind `fence`: confirmed before it is sent ([`Fence::confirm`]), each
+    /// retry checked again.
     pub async fn execute(&self, manager: &str, admitted: &AdmittedAction, fence: &Fence) -> Result<Executed> {
         let (verb, target) = (admitted.verb(), admitted.target());
-        if let Err(source) = fence.check() {
+        if let Err(source) = fence.confirm().await {
             return Err(Error::Fenced { verb, object: target.to_string(), source });
         }
         let Write { api, object } = match admitted.action() {
             Action::Event { regarding, event_type, reason, message } => {
-                return self.record_event(manager, regarding, *event_type, reason, message).await;
+                return self.record_event_behind(manager, regarding, (*event_type, reason, message), fence).await;
             }
-            _ => self.write_to(verb, target, admitted.kind()).await?,
+            _ => self.write_to(verb, target, admitted.kind(), fence).await?,
         };
         let pre = admitted.preconditions();
         match admitted.action() {
@@ -247,8 +253,8 @@ impl Executor {
         }
     }
 
-    /// Where a write of `target` goes, with the writer's client.
-    async fn write_to(&self, verb: Verb, target: &Target, kind: Option<&ResolvedKind>) -> Result<Write> {
+    /// Where a write of `target` goes, with the writer's client; its retries go behind `fence`.
+    async fn write_to(&self, verb: Verb, target: &Target, kind: Option<&ResolvedKind>, fence: &Fence) -> Result<Write> {
         let resolved = match kind {
             Some(kind) => kind.clone(),
             None => {
@@ -273,23 +279,29 @@ impl Executor {
                 });
             }
         };
-        Ok(Write { api, object: ObjectName { verb, shown: target.to_string(), name: target.name().map(str::to_owned) } })
+        let object = ObjectName { verb, shown: target.to_string(), name: target.name().map(str::to_owned), fence: fence.clone() };
+        Ok(Write { api, object })
     }
 
-    async fn retrying<T, F, Fut>(&self, object: &ObjectName, call: F) -> Result<T>
+    /// `call`, retried on conflicts, 429, 5xx and connection failures; every attempt only while
+    /// the object's fence is open (a retry seconds later may come after the Lease was lost).
+    async fn retrying<T, F, Fut>(&self, object: &ObjectName, mut call: F) -> Result<T>
     where
         F: FnMut() -> Fut,
         Fut: Future<Output = kube::Result<T>>,
     {
-        call.retry(self.retry).when(is_retryable).sleep(tokio::time::sleep).await.map_err(|source| object.api(source))
+        let attempt = || object.behind_fence(call());
+        let retryable = |e: &Attempt| matches!(e, Attempt::Api(e) if is_retryable(e));
+        attempt.retry(self.retry).when(retryable).sleep(tokio::time::sleep).await.map_err(|e| object.failed(e))
     }
 
-    /// One call whose conflict is a precondition failing: retried only on 429/5xx in the client.
+    /// One call whose conflict is a precondition failing: retried only on 429/5xx in the client
+    /// (and only while the fence is open).
     async fn once<T>(&self, object: &ObjectName, call: impl Future<Output = kube::Result<T>>) -> Result<T> {
-        match call.await {
+        match object.behind_fence(call).await {
             Ok(v) => Ok(v),
-            Err(kube::Error::Api(s)) if s.is_conflict() && !s.is_already_exists() => Err(object.conflict(status_message(&s))),
-            Err(source) => Err(object.api(source)),
+            Err(Attempt::Api(kube::Error::Api(s))) if s.is_conflict() && !s.is_already_exists() => Err(object.conflict(status_message(&s))),
+            Err(e) => Err(object.failed(e)),
         }
     }
 
@@ -381,7 +393,7 @@ impl Executor {
     }
 
     /// Record an Event about `regarding` as controller `manager`, with the host's own identity
-    /// (the host's reports, and the Events plugins return).
+    /// (the host's reports; the caller checked its fence).
     pub async fn record_event(
         &self,
         manager: &str,
@@ -390,7 +402,19 @@ impl Executor {
         reason: &str,
         message: &str,
     ) -> Result<Executed> {
-        let object = ObjectName { verb: Verb::Event, shown: regarding.to_string(), name: Some(regarding.name.clone()) };
+        self.record_event_behind(manager, regarding, (event_type, reason, message), &Fence::open()).await
+    }
+
+    /// [`Executor::record_event`] (type, reason, message), its retries behind `fence`.
+    async fn record_event_behind(
+        &self,
+        manager: &str,
+        regarding: &ObjectKey,
+        (event_type, reason, message): (EventType, &str, &str),
+        fence: &Fence,
+    ) -> Result<Executed> {
+        let object =
+            ObjectName { verb: Verb::Event, shown: regarding.to_string(), name: Some(regarding.name.clone()), fence: fence.clone() };
         let recorder = self.recorder(manager);
         let reference = ObjectReference {
             api_version: Some(regarding.kind.api_version.to_string()),
@@ -474,13 +498,22 @@ struct Write {
     object: ObjectName,
 }
 
-/// The object of one write, for its errors.
+/// The object of one write, for its errors, and the fence its retries go behind.
 struct ObjectName {
     verb: Verb,
     /// The target in the key syntax.
     shown: String,
     /// `None` for a create by generateName.
     name: Option<String>,
+    fence: Fence,
+}
+
+/// Why one attempt of a write failed.
+enum Attempt {
+    /// The API server's (or the transport's) error.
+    Api(kube::Error),
+    /// The fence closed before a retry.
+    Fenced(crate::fence::Error),
 }
 
 impl ObjectName {
@@ -498,6 +531,25 @@ impl ObjectName {
 
     fn conflict(&self, message: String) -> Error {
         Error::Conflict { verb: self.verb, object: self.shown.clone(), message }
+    }
+
+    fn failed(&self, attempt: Attempt) -> Error {
+        match attempt {
+            Attempt::Api(source) => self.api(source),
+            Attempt::Fenced(source) => Error::Fenced { verb: self.verb, object: self.shown.clone(), source },
+        }
+    }
+
+    /// `call` while the fence is open: not started if it is closed, and given up the moment it
+    /// closes (the client's own retries of 429/503/504, which wait out `Retry-After`, included;
+    /// a request already sent may still land).
+    async fn behind_fence<T>(&self, call: impl Future<Output = kube::Result<T>>) -> std::result::Result<T, Attempt> {
+        self.fence.check().map_err(Attempt::Fenced)?;
+        tokio::select! {
+            biased;
+            () = self.fence.wait_closed() => Err(Attempt::Fenced(self.fence.check().err().unwrap_or(crate::fence::Error::NotLeader))),
+            result = call => result.map_err(Attempt::Api),
+        }
     }
 }
 

@@ -1,21 +1,29 @@
 //! [`Sharding`]: membership, assignment and the shard Leases of one replica.
 //!
-//! One task per replica watches every Lease in the host's Lease namespace and keeps a table of
-//! what it observed. From it, every half second and on every change:
+//! One task per replica watches every Lease in the host's Lease namespace and keeps a
+//! [`LeaseTable`] of what it observed. From it, every half second and on every change:
 //! - the **live members** are the holders of `wasmloop-member-*` Leases whose renewals were
 //!   observed within their duration (on this replica's clock, as client-go's leader elector
-//!   judges a leader, so clock skew between nodes does not matter); this replica always counts;
+//!   judges a leader, so clock skew between nodes does not matter); this replica always counts.
+//!   A member whose renewals *look* stopped is counted out only after a fresh read of the Leases
+//!   confirms it ([`LeaseTable::suspects`]): a replica that was paused sees every other one as
+//!   dead from its stale table, and re-reads before concluding anything or taking anything;
 //! - the **assignment** is [`rendezvous::assign_weighted`] of every registered shard over them,
 //!   each shard weighing the object count its owner published on its Lease ([`weight`]), a
 //!   shard staying with the live replica holding its Lease while that one is within the slack;
 //! - this replica's member Lease and the Leases of the shards assigned here are taken as soon
-//!   as they are free, or expired on this replica's clock, and renewed `grace` before they
-//!   expire ([`super::lease`]: optimistic concurrency, one winner; a shard's take or renewal
-//!   also publishes its object count when it moved); a shard no longer assigned here has its fence closed at once, its running reconciles are let finish (at most
-//!   `release_timeout`), then its Lease is released, so the next owner takes it on the event;
-//! - each observed renewal of a shard Lease held by this replica opens that shard's fence until
-//!   `observed + duration - grace/2`; the first one after the fence was closed is a takeover,
-//!   and the shard's controller queues the shard's keys from its cache.
+//!   as they are free, or expired on this replica's clock (confirmed by a fresh read), and
+//!   renewed `grace` before they expire ([`crate::lease::writer`]: optimistic concurrency, one
+//!   winner; a shard's take or renewal also publishes its object count when it moved); a shard
+//!   no longer assigned here has its fence closed at once, its running reconciles are let
+//!   finish (at most `release_timeout`), then its Lease is released, so the next owner takes it
+//!   on the event;
+//! - each shard's fence is kept by its [`FenceKeeper`](crate::fence::FenceKeeper) from this
+//!   replica's own takes and renewals of the shard's Lease: open until `sent + duration −
+//!   grace/2` after one succeeds (never from when an answer or a watch event was seen), closed
+//!   when the Lease is observed held by another, deleted or released. The fence opening after
+//!   being closed is a takeover, and the shard's controller queues the shard's keys from its
+//!   cache.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
@@ -23,7 +31,6 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::jiff::Timestamp;
 use kube::api::Api;
 use kube::runtime::watcher::{self, watcher};
 use parking_lot::Mutex;
@@ -36,8 +43,10 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
-use super::lease::{LeaseWriter, Stamp};
 use super::{Ownership, lease_name, rendezvous, shard_name, weight};
+use crate::fence::machine::{Change, Closed};
+use crate::fence::{FenceMetrics, KeeperConfig};
+use crate::lease::{LeaseTable, LeaseWriter, Observed, Stamp, writer};
 
 /// The prefix of the Leases that say which replicas are live.
 pub const MEMBER_LEASE_PREFIX: &str = "wasmloop-member-";
@@ -102,6 +111,8 @@ struct Inner {
     client: kube::Client,
     writer: LeaseWriter,
     config: ShardConfig,
+    /// How the shards' fences are kept (validity, metrics, confirming reads).
+    keeping: KeeperConfig,
     plugins: Mutex<BTreeMap<String, Arc<Ownership>>>,
     /// The shards assigned here in the last round.
     desired: Mutex<BTreeSet<String>>,
@@ -128,6 +139,11 @@ impl Sharding {
         }
         let owned = Family::<ShardLabels, Gauge>::default();
         let member_count = Gauge::default();
+        let keeping = KeeperConfig {
+            validity: config.duration.saturating_sub(config.grace / 2),
+            metrics: FenceMetrics::new(registry),
+            reads: Some((client.clone(), config.namespace.clone())),
+        };
         member_count.set(1); // this replica, until others are seen
         registry.register("wasmloop_shard_owned", "1 for each shard this replica owns (--shard-mode plugin)", owned.clone());
         registry.register("wasmloop_shard_members", "Live replicas this replica sees (--shard-mode plugin)", member_count.clone());
@@ -136,6 +152,7 @@ impl Sharding {
         let inner = Arc::new(Inner {
             writer: LeaseWriter::new(client.clone(), &config.namespace, &config.identity, config.duration),
             client,
+            keeping,
             members: watch::Sender::new(BTreeSet::from([config.identity.clone()])),
             by_objects: std::sync::atomic::AtomicBool::new(true),
             config,
@@ -162,7 +179,7 @@ impl Sharding {
             match plugins.get(plugin) {
                 Some(o) if o.count() == count.max(1) => o.clone(),
                 _ => {
-                    let o = Arc::new(Ownership::new(plugin, count));
+                    let o = Arc::new(Ownership::new(plugin, count, &self.inner.keeping));
                     plugins.insert(plugin.to_string(), o.clone());
                     o
                 }
@@ -214,24 +231,19 @@ pub fn member_lease_name(identity: &str) -> String {
     name
 }
 
-/// What was observed of one Lease.
-#[derive(Debug)]
-struct Seen {
-    lease: Lease,
-    holder: Option<String>,
-    renew: Option<String>,
-    /// The object count published on it (shard Leases).
-    objects: Option<u64>,
-    /// How its holder splits shards (member Leases: [`weight::SPLIT_ANNOTATION`]).
-    split: Option<String>,
-    /// Until when its holder counts as live, on this replica's clock.
-    alive_until: Instant,
+/// A shard as a Lease write sees it: its plugin's ownership, its index, its name.
+#[derive(Clone)]
+struct ShardRef {
+    ownership: Arc<Ownership>,
+    index: usize,
+    name: String,
 }
 
-/// A Lease write this replica decided on (a take or renewal with an annotation to set).
+/// A Lease write this replica decided on (a take or renewal with an annotation to set), and the
+/// shard whose fence its answer feeds (none for the member Lease).
 enum Op {
-    Acquire(String, Option<Lease>, Stamp),
-    Renew(Lease, Stamp),
+    Acquire(String, Option<Lease>, Stamp, Option<ShardRef>),
+    Renew(Lease, Stamp, Option<ShardRef>),
     Release(Lease),
 }
 
@@ -240,9 +252,11 @@ impl Inner {
         let api: Api<Lease> = Api::namespaced(self.client.clone(), &self.config.namespace);
         let mut events = watcher(api, watcher::Config::default()).boxed();
         let mut stop = self.stop.subscribe();
-        let mut table: HashMap<String, Seen> = HashMap::new();
+        let mut table = LeaseTable::new(self.config.duration);
         // Shards no longer assigned here, and since when (their reconciles are let finish).
         let mut releasing: BTreeMap<String, Instant> = BTreeMap::new();
+        // A Lease write conflicted: what this replica observed is stale, read the Leases again.
+        let mut stale = false;
         let mut synced = false;
         let mut tick = tokio::time::interval(Duration::from_millis(500));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -266,19 +280,19 @@ impl Inner {
             }
             // Nothing is decided before the first list: every Lease must be known.
             if synced {
-                self.step(&mut table, &mut releasing).await;
+                stale = self.step(&mut table, &mut releasing, stale).await;
             }
         }
         self.leave(&table).await;
     }
 
     /// Stopping: close every fence, then release every Lease this replica holds at once.
-    async fn leave(&self, table: &HashMap<String, Seen>) {
+    async fn leave(&self, table: &LeaseTable) {
         for o in self.plugins.lock().values() {
-            (0..o.count()).for_each(|i| o.fence(i).close());
+            (0..o.count()).for_each(|i| _ = o.keeper(i).lost());
         }
         let me = Some(self.config.identity.as_str());
-        let mine = table.values().filter(|s| s.holder.as_deref() == me).map(|s| self.writer.release(&s.lease));
+        let mine = table.iter().filter(|(_, o)| o.holder.as_deref() == me).map(|(_, o)| self.writer.release(&o.lease));
         match tokio::time::timeout(Duration::from_secs(5), futures::future::join_all(mine)).await {
             Ok(results) => {
                 let failed = results.iter().filter(|r| r.is_err()).count();
@@ -288,96 +302,129 @@ impl Inner {
         }
     }
 
-    /// Record a Lease (unless a newer version was already seen); a shard Lease also opens or
-    /// closes that shard's fence.
-    fn observe(&self, table: &mut HashMap<String, Seen>, lease: &Lease) {
-        let name = lease.metadata.name.clone().unwrap_or_default();
-        if table.get(&name).is_some_and(|prev| is_older(lease, &prev.lease)) {
+    /// Record a Lease (unless a newer version was already seen); a shard Lease held by another
+    /// replica closes that shard's fence here. (Observations never open a fence: only this
+    /// replica's own successful renewals do.)
+    fn observe(&self, table: &mut LeaseTable, lease: &Lease) {
+        if !table.observe(lease) {
             return;
         }
-        let spec = lease.spec.clone().unwrap_or_default();
-        let duration = spec.lease_duration_seconds.map_or(self.config.duration, |s| Duration::from_secs(s.max(0) as u64));
-        let renew = spec.renew_time.as_ref().map(|t| t.0.to_string());
-        let now = Instant::now();
-        let alive_until = match table.get(&name) {
-            // A renewal observed now: live for a lease duration from here.
-            Some(prev) if prev.renew == renew && prev.holder == spec.holder_identity => prev.alive_until,
-            Some(_) => now + duration,
-            // First sight: trust the timestamp once, so a dead replica's old Lease does not
-            // count as live for a whole duration after this replica starts.
-            None => {
-                let age = spec.renew_time.as_ref().map_or(duration, |t| {
-                    let age = Timestamp::now().duration_since(t.0);
-                    Duration::try_from(age).unwrap_or(Duration::ZERO)
-                });
-                now + duration.saturating_sub(age)
-            }
-        };
-        let renewed = table.get(&name).is_none_or(|p| p.renew != renew);
-        let annotation = |key: &str| lease.metadata.annotations.as_ref().and_then(|a| a.get(key));
-        let objects = annotation(weight::ANNOTATION).and_then(|v| weight::parse(v));
-        let split = annotation(weight::SPLIT_ANNOTATION).cloned();
-        table.insert(name.clone(), Seen { lease: lease.clone(), holder: spec.holder_identity.clone(), renew, objects, split, alive_until });
-        if !name.starts_with(SHARD_LEASE_PREFIX) {
+        let name = lease.metadata.name.as_deref().unwrap_or_default();
+        let holder = lease.spec.as_ref().and_then(|s| s.holder_identity.as_deref());
+        if !name.starts_with(SHARD_LEASE_PREFIX) || holder == Some(self.config.identity.as_str()) {
             return;
         }
-        let Some((ownership, index, shard)) = self.find_shard(&name) else { return };
-        let fence = ownership.fence(index);
-        let mine = spec.holder_identity.as_deref() == Some(self.config.identity.as_str());
-        if mine && self.desired.lock().contains(&shard) {
-            if renewed {
-                let was_open = fence.check().is_ok();
-                fence.open_until(now + duration.saturating_sub(self.config.grace / 2));
-                if !was_open {
-                    info!(%shard, "sharding: took over the shard");
-                    self.owned_gauge(&ownership, &shard).set(1);
-                    ownership.taken_over(index);
-                }
+        if let Some(shard) = self.find_shard(name) {
+            if !shard.ownership.keeper(shard.index).lost().is_empty() {
+                info!(shard = %shard.name, holder = ?holder, "sharding: the shard's Lease is not ours; fenced");
             }
-        } else {
-            if fence.check().is_ok() {
-                info!(%shard, holder = ?spec.holder_identity, "sharding: the shard's Lease is not ours; fenced");
-            }
-            fence.close();
-            self.owned_gauge(&ownership, &shard).set(0);
+            self.owned_gauge(&shard).set(0);
         }
     }
 
     /// A shard Lease was deleted: nobody may write for it until it is taken again.
     fn observe_gone(&self, name: &str) {
-        if let Some((ownership, index, shard)) = self.find_shard(name) {
-            ownership.fence(index).close();
-            self.owned_gauge(&ownership, &shard).set(0);
+        if let Some(shard) = self.find_shard(name) {
+            shard.ownership.keeper(shard.index).lost();
+            self.owned_gauge(&shard).set(0);
         }
     }
 
-    fn owned_gauge(&self, ownership: &Ownership, shard: &str) -> Gauge {
-        self.owned.get_or_create(&ShardLabels { plugin: ownership.plugin().to_string(), shard: shard.to_string() }).clone()
+    fn owned_gauge(&self, shard: &ShardRef) -> Gauge {
+        self.owned.get_or_create(&ShardLabels { plugin: shard.ownership.plugin().to_string(), shard: shard.name.clone() }).clone()
     }
 
     /// The registered shard whose Lease is `lease`.
-    fn find_shard(&self, lease: &str) -> Option<(Arc<Ownership>, usize, String)> {
-        self.plugins
-            .lock()
-            .values()
-            .find_map(|o| o.shard_names().into_iter().enumerate().find(|(_, s)| lease_name(s) == lease).map(|(i, s)| (o.clone(), i, s)))
+    fn find_shard(&self, lease: &str) -> Option<ShardRef> {
+        self.plugins.lock().values().find_map(|o| {
+            let (index, name) = o.shard_names().into_iter().enumerate().find(|(_, s)| lease_name(s) == lease)?;
+            Some(ShardRef { ownership: o.clone(), index, name })
+        })
     }
 
-    /// The live members: holders of member Leases renewed within their duration, and this replica.
-    fn live_members(&self, table: &HashMap<String, Seen>) -> BTreeSet<String> {
+    /// What a change of a shard's fence means here: a takeover (its keys are queued), or the
+    /// shard no longer owned.
+    fn fence_changed(&self, shard: &ShardRef, changes: &[Change]) {
+        for change in changes {
+            match change {
+                Change::Opened { .. } => {
+                    info!(shard = %shard.name, "sharding: took over the shard");
+                    self.owned_gauge(shard).set(1);
+                    shard.ownership.taken_over(shard.index);
+                }
+                Change::Closed(why) => {
+                    self.owned_gauge(shard).set(0);
+                    if matches!(why, Closed::Expired { .. } | Closed::Conflict) {
+                        info!(shard = %shard.name, reason = why.as_str(), "sharding: the shard's fence closed; renewing its Lease before writing again");
+                    }
+                }
+                Change::Stale { .. } => {}
+            }
+        }
+    }
+
+    /// The live members: holders of member Leases renewed within their duration (or not yet
+    /// confirmed expired by a fresh read), and this replica.
+    fn live_members(&self, table: &LeaseTable) -> BTreeSet<String> {
         let now = Instant::now();
         let mut members: BTreeSet<String> = table
             .iter()
-            .filter(|(name, seen)| name.starts_with(MEMBER_LEASE_PREFIX) && seen.alive_until > now)
-            .filter_map(|(_, seen)| seen.holder.clone())
+            .filter(|(name, _)| name.starts_with(MEMBER_LEASE_PREFIX) && table.holder_live(name, now))
+            .filter_map(|(_, o)| o.holder.clone())
             .collect();
         members.insert(self.config.identity.clone());
         members
     }
 
+    /// Leases whose holders look expired on this replica's clock are read again from the API
+    /// server before anyone is counted out or anything is taken (a paused replica's table is
+    /// stale: every other replica looks dead in it), and so are all of them after a write
+    /// conflicted (`stale`). Returns whether the table is still stale (the read failed).
+    async fn reread_if_stale(&self, table: &mut LeaseTable, stale: bool) -> bool {
+        let suspects = table.suspects(&self.config.identity, Instant::now());
+        if suspects.is_empty() && !stale {
+            return false;
+        }
+        if !suspects.is_empty() {
+            info!(suspects = ?suspects, "sharding: Leases look expired on this replica's clock; reading them again before counting anyone out");
+        }
+        match self.writer.list().await {
+            Ok(listed) => {
+                for gone in table.reread(&listed) {
+                    self.observe_gone(&gone);
+                }
+                for lease in &listed {
+                    self.observe(table, lease);
+                }
+                false
+            }
+            Err(e) => {
+                warn!(error = %e, "sharding: reading the Leases again failed; nobody is counted out meanwhile");
+                stale
+            }
+        }
+    }
+
     /// One round: recompute the assignment, keep this replica's member Lease and the shards
-    /// assigned here, release the others once their reconciles have finished.
-    async fn step(&self, table: &mut HashMap<String, Seen>, releasing: &mut BTreeMap<String, Instant>) {
+    /// assigned here, release the others once their reconciles have finished. Returns whether
+    /// the table is stale (a write conflicted): the next round reads the Leases again first.
+    async fn step(&self, table: &mut LeaseTable, releasing: &mut BTreeMap<String, Instant>, stale: bool) -> bool {
+        let plugins: Vec<Arc<Ownership>> = self.plugins.lock().values().cloned().collect();
+        let shards: BTreeMap<String, ShardRef> = plugins
+            .iter()
+            .flat_map(|o| {
+                o.shard_names()
+                    .into_iter()
+                    .enumerate()
+                    .map(|(index, name)| (lease_name(&name), ShardRef { ownership: o.clone(), index, name }))
+            })
+            .collect();
+        // Deadlines that passed (a pause of this process, renewals failing) close fences first.
+        for shard in shards.values() {
+            let changes = shard.ownership.keeper(shard.index).tick();
+            self.fence_changed(shard, &changes);
+        }
+        let mut stale = self.reread_if_stale(table, stale).await;
         let members = self.live_members(table);
         let changed = self.members.send_if_modified(|m| {
             let changed = *m != members;
@@ -390,10 +437,7 @@ impl Inner {
             info!(members = ?members, "sharding: live replicas changed");
             self.member_count.set(members.len() as i64);
         }
-        let plugins: Vec<Arc<Ownership>> = self.plugins.lock().values().cloned().collect();
-        let shards: BTreeMap<String, (Arc<Ownership>, usize)> =
-            plugins.iter().flat_map(|o| o.shard_names().into_iter().enumerate().map(|(i, s)| (lease_name(&s), (o.clone(), i)))).collect();
-        let names: BTreeSet<String> = plugins.iter().flat_map(|o| o.shard_names()).collect();
+        let names: BTreeSet<String> = shards.values().map(|s| s.name.clone()).collect();
         let me = self.config.identity.as_str();
         let (weights, holders) = self.split_inputs(table, &members, &names);
         let desired: BTreeSet<String> =
@@ -407,57 +451,80 @@ impl Inner {
         let mut ops: Vec<Op> = std::iter::once(member.clone())
             .chain(desired_leases.iter().cloned())
             .filter_map(|name| {
-                let seen = table.get(&name);
-                let stamp = |seen: Option<&Seen>| -> Stamp {
+                let shard = shards.get(&name).cloned();
+                let counted = shard.clone();
+                let stamp = |seen: Option<&Observed>| -> Stamp {
                     if name == member {
-                        let said = seen.and_then(|s| s.split.as_deref()) == Some(weight::SPLIT_BY_OBJECTS);
+                        let said = seen.and_then(|s| s.annotation(weight::SPLIT_ANNOTATION)) == Some(weight::SPLIT_BY_OBJECTS);
                         return (!said).then(|| (weight::SPLIT_ANNOTATION, weight::SPLIT_BY_OBJECTS.to_string()));
                     }
-                    let n = shards.get(&name).and_then(|(o, i)| counts.of(o, *i))?;
-                    weight::to_publish(seen.and_then(|s| s.objects), n).map(|n| (weight::ANNOTATION, n.to_string()))
+                    let n = counted.as_ref().and_then(|s| counts.of(&s.ownership, s.index))?;
+                    weight::to_publish(seen.and_then(|s| s.annotation(weight::ANNOTATION)).and_then(weight::parse), n)
+                        .map(|n| (weight::ANNOTATION, n.to_string()))
                 };
-                self.keep(&name, seen, stamp, now)
+                self.keep(table, &name, stamp, shard, now)
             })
             .collect();
         releasing.retain(|name, _| !desired_leases.contains(name));
-        for (name, seen) in table.iter() {
-            if !name.starts_with(SHARD_LEASE_PREFIX) || seen.holder.as_deref() != Some(me) || desired_leases.contains(name) {
+        for (name, observed) in table.iter() {
+            if !name.starts_with(SHARD_LEASE_PREFIX) || observed.holder.as_deref() != Some(me) || desired_leases.contains(name) {
                 continue;
             }
             let found = shards.get(name);
-            if let Some((o, i)) = found {
-                let shard = &o.shard_names()[*i];
-                if o.fence(*i).check().is_ok() {
-                    info!(%shard, "sharding: no longer assigned here; releasing after its running reconciles");
+            if let Some(shard) = found {
+                if !shard.ownership.keeper(shard.index).lost().is_empty() {
+                    info!(shard = %shard.name, "sharding: no longer assigned here; releasing after its running reconciles");
                 }
-                o.fence(*i).close();
-                self.owned_gauge(o, shard).set(0);
+                self.owned_gauge(shard).set(0);
             }
             let since = *releasing.entry(name.clone()).or_insert(now);
-            if found.is_none_or(|(o, i)| o.idle(*i)) || now.duration_since(since) >= self.config.release_timeout {
-                ops.push(Op::Release(seen.lease.clone()));
+            if found.is_none_or(|s| s.ownership.idle(s.index)) || now.duration_since(since) >= self.config.release_timeout {
+                ops.push(Op::Release(observed.lease.clone()));
             }
         }
-        releasing.retain(|name, _| table.get(name).is_some_and(|s| s.holder.as_deref() == Some(me)));
-        let results = futures::future::join_all(ops.into_iter().map(|op| async move {
-            let call = async {
-                match op {
-                    Op::Acquire(name, seen, stamp) => self.writer.acquire(&name, seen.as_ref(), stamp).await,
-                    Op::Renew(seen, stamp) => self.writer.renew(&seen, stamp).await,
-                    Op::Release(seen) => self.writer.release(&seen).await,
-                }
-            };
-            tokio::time::timeout(self.config.grace, call).await
-        }))
-        .await;
+        releasing.retain(|name, _| table.get(name).is_some_and(|o| o.holder.as_deref() == Some(me)));
+        let results = futures::future::join_all(ops.into_iter().map(|op| self.write(op))).await;
         for result in results {
             match result {
-                Ok(Ok(lease)) => self.observe(table, &lease),
-                Ok(Err(super::lease::Error::Conflict(lease))) => debug!(%lease, "sharding: another replica wrote the Lease first"),
-                Ok(Err(e)) => warn!(error = %e, "sharding: writing a Lease"),
-                Err(_) => warn!("sharding: a Lease write timed out"),
+                Ok(lease) => self.observe(table, &lease),
+                Err(writer::Error::Conflict(lease)) => {
+                    debug!(%lease, "sharding: another replica wrote the Lease first; reading the Leases again");
+                    stale = true;
+                }
+                Err(e) => warn!(error = %e, "sharding: writing a Lease"),
             }
         }
+        stale
+    }
+
+    /// Send one Lease write (within `grace`); a shard's fence learns when it was sent and how it
+    /// was answered the moment the answer is back.
+    async fn write(&self, op: Op) -> writer::Result<Lease> {
+        let (name, shard) = match &op {
+            Op::Acquire(name, _, _, shard) => (name.clone(), shard.clone()),
+            Op::Renew(seen, _, shard) => (seen.metadata.name.clone().unwrap_or_default(), shard.clone()),
+            Op::Release(seen) => (seen.metadata.name.clone().unwrap_or_default(), None),
+        };
+        let call = async {
+            match op {
+                Op::Acquire(name, seen, stamp, _) => self.writer.acquire(&name, seen.as_ref(), stamp).await,
+                Op::Renew(seen, stamp, _) => self.writer.renew(&seen, stamp).await,
+                Op::Release(seen) => self.writer.release(&seen).await,
+            }
+        };
+        let keeper = shard.as_ref().map(|s| s.ownership.keeper(s.index).clone());
+        // Read from the clock right before the request leaves: the window counts from here.
+        let renewal = keeper.as_ref().map(|k| k.sent());
+        let result = tokio::time::timeout(self.config.grace, call).await.unwrap_or(Err(writer::Error::TimedOut(name)));
+        if let (Some(keeper), Some(renewal), Some(shard)) = (keeper, renewal, shard) {
+            let changes = match &result {
+                Ok(lease) => keeper.renewed(renewal, lease),
+                Err(writer::Error::Conflict(_)) => keeper.conflicted(renewal),
+                Err(_) => keeper.failed(renewal),
+            };
+            self.fence_changed(&shard, &changes);
+        }
+        result
     }
 
     /// What the split of `names` over `members` weighs: each shard's published count and its
@@ -465,12 +532,15 @@ impl Inner {
     /// holders (the split by number every version computes alike).
     fn split_inputs(
         &self,
-        table: &HashMap<String, Seen>,
+        table: &LeaseTable,
         members: &BTreeSet<String>,
         names: &BTreeSet<String>,
     ) -> (BTreeMap<String, u64>, BTreeMap<String, String>) {
         let me = self.config.identity.as_str();
-        let others = members.iter().filter(|m| *m != me).map(|m| table.get(&member_lease_name(m)).and_then(|s| s.split.as_deref()));
+        let others = members
+            .iter()
+            .filter(|m| *m != me)
+            .map(|m| table.get(&member_lease_name(m)).and_then(|o| o.annotation(weight::SPLIT_ANNOTATION)));
         let by_objects = weight::split_by_objects(others);
         if self.by_objects.swap(by_objects, std::sync::atomic::Ordering::Relaxed) != by_objects {
             info!(by_objects, "sharding: shards split by their objects (every live replica weighs them), else by their number");
@@ -479,23 +549,33 @@ impl Inner {
             return (names.iter().map(|s| (s.clone(), 1)).collect(), BTreeMap::new());
         }
         let seen = |s: &str| table.get(&lease_name(s));
-        let weights = weight::weights(names.iter().map(|s| (s.as_str(), seen(s).and_then(|l| l.objects))));
+        let objects = |s: &str| seen(s).and_then(|o| o.annotation(weight::ANNOTATION)).and_then(weight::parse);
+        let weights = weight::weights(names.iter().map(|s| (s.as_str(), objects(s))));
         let holders = names.iter().filter_map(|s| Some((s.clone(), seen(s)?.holder.clone()?))).collect();
         (weights, holders)
     }
 
-    /// What to do to keep Lease `name` (ours, or to be taken): take it when missing, free or
-    /// expired on this replica's clock; renew it `grace` before it expires. The write sets
-    /// `stamp(seen)` (asked only when writing: a shard's count when it moved, a member's way of
-    /// splitting when its Lease does not say it yet).
-    fn keep(&self, name: &str, seen: Option<&Seen>, stamp: impl FnOnce(Option<&Seen>) -> Stamp, now: Instant) -> Option<Op> {
-        let Some(seen) = seen else { return Some(Op::Acquire(name.to_string(), None, stamp(None))) };
+    /// What to do to keep Lease `name` (ours, or to be taken): take it when missing, free, or
+    /// expired on this replica's clock and confirmed by a fresh read; renew it `grace` before it
+    /// expires, or at once when its shard's fence is closed (after a pause, a failed renewal, a
+    /// flap of the assignment: only a renewal sent now reopens it). The write sets `stamp(seen)`
+    /// (asked only when writing: a shard's count when it moved, a member's way of splitting
+    /// when its Lease does not say it yet).
+    fn keep(
+        &self,
+        table: &LeaseTable,
+        name: &str,
+        stamp: impl FnOnce(Option<&Observed>) -> Stamp,
+        shard: Option<ShardRef>,
+        now: Instant,
+    ) -> Option<Op> {
+        let Some(seen) = table.get(name) else { return Some(Op::Acquire(name.to_string(), None, stamp(None), shard)) };
         if seen.holder.as_deref() == Some(self.config.identity.as_str()) {
-            let due = seen.alive_until.saturating_duration_since(now) <= self.config.grace;
-            return due.then(|| Op::Renew(seen.lease.clone(), stamp(Some(seen))));
+            let fenced = shard.as_ref().is_some_and(|s| !s.ownership.keeper(s.index).is_open());
+            let due = fenced || seen.alive_until.saturating_duration_since(now) <= self.config.grace;
+            return due.then(|| Op::Renew(seen.lease.clone(), stamp(Some(seen)), shard));
         }
-        let free = seen.holder.is_none() || seen.alive_until <= now;
-        free.then(|| Op::Acquire(name.to_string(), Some(seen.lease.clone()), stamp(Some(seen))))
+        table.takeable(name, now).then(|| Op::Acquire(name.to_string(), Some(seen.lease.clone()), stamp(Some(seen)), shard))
     }
 }
 
@@ -509,13 +589,6 @@ impl ObjectCounts {
         let counts = self.0.entry(ownership.plugin().to_string()).or_insert_with(|| ownership.objects_per_shard());
         counts.as_ref().and_then(|c| c.get(index).copied())
     }
-}
-
-/// Whether `a` is an older version than `b` (resourceVersions compared as etcd revisions when
-/// both are numbers; otherwise not older).
-fn is_older(a: &Lease, b: &Lease) -> bool {
-    let rv = |l: &Lease| l.metadata.resource_version.as_deref().and_then(|v| v.parse::<u64>().ok());
-    matches!((rv(a), rv(b)), (Some(a), Some(b)) if a < b)
 }
 
 /// Every shard name of `plugins` (for tests and tools).
@@ -532,17 +605,6 @@ mod tests {
         assert_eq!(member_lease_name("wasmloop-7d9c-xk2"), "wasmloop-member-wasmloop-7d9c-xk2");
         assert_eq!(member_lease_name("Host_1:42"), "wasmloop-member-host-1-42");
         assert!(member_lease_name(&"x".repeat(400)).len() <= 253);
-    }
-
-    #[test]
-    fn older_versions_are_told_by_their_revision() {
-        let lease =
-            |rv: &str| Lease { metadata: kube::api::ObjectMeta { resource_version: Some(rv.into()), ..Default::default() }, spec: None };
-        assert!(is_older(&lease("9"), &lease("10")));
-        assert!(!is_older(&lease("10"), &lease("9")));
-        assert!(!is_older(&lease("10"), &lease("10")));
-        // Opaque versions are never judged older (the event is taken).
-        assert!(!is_older(&lease("a"), &lease("10")));
     }
 
     #[test]

@@ -11,17 +11,16 @@
 //!   over the live replicas, with loads bounded in objects: each shard weighs the objects its
 //!   owner counted and published on its Lease ([`rendezvous`], [`weight`]);
 //! - **ownership**: the assigned replica takes the shard's own Lease (`wasmloop-shard-…`); its
-//!   writes for that shard go out only while its renewals are observed (a [`Fence`] per shard,
-//!   as for the single leader), and a replica that is no longer assigned a shard closes its
-//!   fence, lets the shard's running reconciles finish, and only then releases the Lease. So
-//!   two replicas never write for one shard at once, and a dead replica's shards move when its
-//!   Leases expire.
+//!   writes for that shard go out only within the window its own successful renewals bought,
+//!   counted from when each was sent (a [`Fence`] per shard, kept by a [`FenceKeeper`], as for
+//!   the single leader), and a replica that is no longer assigned a shard closes its fence, lets
+//!   the shard's running reconciles finish, and only then releases the Lease. So two replicas
+//!   never write for one shard at once, and a dead replica's shards move when its Leases expire.
 //!
 //! [`Ownership`] is what a controller sees: which shard a key is in, whether this replica may
 //! write for it, and when a shard was just taken over (its keys are then queued from the cache).
 
 pub mod coordinator;
-mod lease;
 mod rendezvous;
 mod weight;
 
@@ -29,11 +28,12 @@ pub use coordinator::{ShardConfig, Sharding};
 pub use rendezvous::assign_weighted;
 pub use weight::{ANNOTATION as OBJECTS_ANNOTATION, is_current as count_is_current, parse as parse_objects, weights};
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use tokio::sync::broadcast;
 
-use crate::fence::Fence;
+use crate::fence::{Fence, FenceKeeper, KeeperConfig};
 use crate::kinds::ObjectKey;
 
 /// The shard name of shard `index` of `count` of `plugin` (`plugin` itself when unsharded).
@@ -64,11 +64,11 @@ pub fn shard_of_scope(scope: &str, count: usize) -> usize {
 /// cache; `None` while there is no controller to ask.
 pub type ObjectCounter = Box<dyn Fn() -> Option<Vec<u64>> + Send + Sync>;
 
-/// One plugin's shards as seen from this replica: a write fence per shard, the reconciles
-/// running in each, news of shards taken over, and how to count each shard's objects.
+/// One plugin's shards as seen from this replica: a write fence per shard (and its keeper), the
+/// reconciles running in each, news of shards taken over, and how to count each shard's objects.
 pub struct Ownership {
     plugin: String,
-    fences: Vec<Fence>,
+    keepers: Vec<Arc<FenceKeeper>>,
     running: Vec<AtomicUsize>,
     acquired: broadcast::Sender<usize>,
     counter: parking_lot::Mutex<Option<ObjectCounter>>,
@@ -81,12 +81,12 @@ impl std::fmt::Debug for Ownership {
 }
 
 impl Ownership {
-    /// `count` shards of `plugin`, none owned yet.
-    pub fn new(plugin: &str, count: usize) -> Self {
+    /// `count` shards of `plugin`, none owned yet; their fences are kept as `keeping` says.
+    pub fn new(plugin: &str, count: usize, keeping: &KeeperConfig) -> Self {
         let count = count.max(1);
         Self {
             plugin: plugin.to_string(),
-            fences: (0..count).map(|_| Fence::closed()).collect(),
+            keepers: (0..count).map(|i| FenceKeeper::new(Fence::closed(), &lease_name(&shard_name(plugin, i, count)), keeping)).collect(),
             running: (0..count).map(|_| AtomicUsize::new(0)).collect(),
             acquired: broadcast::channel(count.max(16)).0,
             counter: parking_lot::Mutex::new(None),
@@ -112,7 +112,7 @@ impl Ownership {
 
     /// How many key-space shards the plugin has (1: unsharded).
     pub fn count(&self) -> usize {
-        self.fences.len()
+        self.keepers.len()
     }
 
     /// The shard `key` belongs to.
@@ -127,7 +127,12 @@ impl Ownership {
 
     /// The write fence of shard `index`.
     pub fn fence(&self, index: usize) -> &Fence {
-        &self.fences[index]
+        self.keepers[index].fence()
+    }
+
+    /// The keeper of shard `index`'s fence (fed by the renewals of the shard's Lease).
+    pub(crate) fn keeper(&self, index: usize) -> &Arc<FenceKeeper> {
+        &self.keepers[index]
     }
 
     /// The write fence of the shard `key` belongs to.
@@ -202,12 +207,15 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn ownership_follows_the_fences_and_counts_running_reconciles() {
-        let o = Ownership::new("podset", 4);
+        let keeping = KeeperConfig { validity: std::time::Duration::from_secs(5), metrics: Default::default(), reads: None };
+        let o = Ownership::new("podset", 4, &keeping);
         let k = key(Some("shop"), "a");
         let shard = o.shard_of(&k);
         assert!(!o.owns(&k));
-        o.fence(shard).open_until(tokio::time::Instant::now() + std::time::Duration::from_secs(5));
+        let renewal = o.keeper(shard).sent();
+        o.keeper(shard).renewed(renewal, &Default::default());
         assert!(o.owns(&k));
+        assert!((0..4).filter(|i| *i != shard).all(|i| o.fence(i).check().is_err()), "one shard's renewal opened another's fence");
         let mut news = o.subscribe();
         o.taken_over(shard);
         assert_eq!(news.recv().await.unwrap(), shard);
@@ -215,7 +223,7 @@ mod tests {
         assert!(!o.idle(shard));
         drop(running);
         assert!(o.idle(shard));
-        o.fence(shard).close();
+        o.keeper(shard).lost();
         assert!(!o.owns(&k));
     }
 }

@@ -2,26 +2,37 @@
 //! every write is a `replace` carrying the resourceVersion this replica last saw, so of two
 //! replicas that both see a Lease free, exactly one wins and the other gets 409 Conflict.
 //!
-//! Deciding *when* (free, expired on this replica's clock, time to renew) is the caller's job;
-//! this module only writes.
+//! Deciding *when* (free, expired on this replica's clock, time to renew) is the caller's job
+//! ([`super::table`]); this module only writes, and reads afresh (quorum reads, never a cache)
+//! when the caller must not decide on what it last observed.
 
 use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, ObjectMeta, PostParams};
+use kube::api::{Api, ListParams, ObjectMeta, PostParams};
 
-/// A Lease write that failed.
+/// A Lease write (or read) that failed.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// Someone else wrote the Lease since this replica last saw it.
     #[error("Lease {0} changed since it was read (another replica wrote it)")]
     Conflict(String),
+    /// No answer in time (the write may still land).
+    #[error("Lease {0}: the write timed out")]
+    TimedOut(String),
+    /// The API server refused, or could not be reached.
     #[error("Lease {lease}: {source}")]
-    Api { lease: String, source: kube::Error },
+    Api {
+        /// The Lease (`*`: the list of all of them).
+        lease: String,
+        /// The API server's (or the transport's) error.
+        source: kube::Error,
+    },
 }
 
+/// A result whose error is a Lease write's.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// An annotation a write sets on the Lease (a shard's object count, a member's way of splitting).
@@ -34,7 +45,7 @@ fn publish(metadata: &mut ObjectMeta, stamp: Stamp) {
     }
 }
 
-/// Writes the Leases of one namespace as `identity`.
+/// Writes (and reads afresh) the Leases of one namespace as `identity`.
 #[derive(Clone)]
 pub struct LeaseWriter {
     api: Api<Lease>,
@@ -43,6 +54,7 @@ pub struct LeaseWriter {
 }
 
 impl LeaseWriter {
+    /// Leases in `namespace`, held as `identity` for `duration` each.
     pub fn new(client: kube::Client, namespace: &str, identity: &str, duration: Duration) -> Self {
         Self { api: Api::namespaced(client, namespace), identity: identity.to_string(), duration }
     }
@@ -98,6 +110,16 @@ impl LeaseWriter {
         spec.acquire_time = None;
         spec.renew_time = Some(MicroTime(Timestamp::now()));
         self.replace(lease).await
+    }
+
+    /// Lease `name` as the API server has it now (`None`: there is none).
+    pub async fn read(&self, name: &str) -> Result<Option<Lease>> {
+        self.api.get_opt(name).await.map_err(|e| self.error(name, e))
+    }
+
+    /// Every Lease of the namespace as the API server has them now.
+    pub async fn list(&self) -> Result<Vec<Lease>> {
+        Ok(self.api.list(&ListParams::default()).await.map_err(|e| self.error("*", e))?.items)
     }
 
     fn duration_secs(&self) -> i32 {
