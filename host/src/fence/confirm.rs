@@ -26,7 +26,7 @@ use kube::api::Api;
 use parking_lot::Mutex;
 use tokio::time::Instant;
 
-use super::keeper::FenceMetrics;
+use super::metrics::FenceMetrics;
 use super::{Error, Result};
 
 /// One acquisition of a Lease: who holds it, since which change of holder, of which object.

@@ -24,9 +24,11 @@
 pub mod confirm;
 pub mod keeper;
 pub mod machine;
+mod metrics;
 
 pub use confirm::{LeaseReader, LeaseToken};
-pub use keeper::{FenceKeeper, FenceMetrics, KeeperConfig};
+pub use keeper::{FenceKeeper, KeeperConfig};
+pub use metrics::FenceMetrics;
 
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
