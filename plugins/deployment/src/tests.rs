@@ -92,13 +92,15 @@ impl World {
                 }
                 Action::Create(obj) => {
                     let k = wasmloop_sdk::object::key(obj).unwrap();
+                    // The FakeCache stamps a creation time from its own clock; these tests keep
+                    // theirs (`tick`), which orders ReplicaSets as KCM does.
                     let mut o = self.fake.get(&k).unwrap();
-                    if o["metadata"].get("creationTimestamp").is_none() {
-                        o["metadata"]["creationTimestamp"] = json!(wasmloop_sdk::time::format(T0 + self.clock.get()));
+                    o["metadata"]["creationTimestamp"] = json!(wasmloop_sdk::time::format(T0 + self.clock.get()));
+                    if o["metadata"].get("generation").is_none() {
                         o["metadata"]["resourceVersion"] = json!("1");
                         o["metadata"]["generation"] = json!(1);
-                        self.fake.add(o);
                     }
+                    self.fake.add(o);
                 }
                 _ => {}
             }
