@@ -31,6 +31,8 @@ pub mod controller;
 pub mod crds;
 pub mod duration;
 pub mod executor;
+#[cfg(test)]
+mod fake_api;
 pub mod fence;
 pub mod grants;
 pub(crate) mod heap;

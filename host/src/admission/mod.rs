@@ -210,6 +210,13 @@ pub struct AdmittedAction {
 }
 
 impl AdmittedAction {
+    /// `planned`, admitted with no check and no guard, its kind `kind` (unit tests of what
+    /// comes after admission).
+    #[cfg(test)]
+    pub(crate) fn unchecked(planned: Planned, kind: Option<ResolvedKind>) -> Self {
+        Self { planned, kind, guard: Guard::None }
+    }
+
     /// The action, with its target and verb.
     pub fn planned(&self) -> &Planned {
         &self.planned

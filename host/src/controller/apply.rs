@@ -14,7 +14,7 @@ use super::{Current, HOST_REPORTER, Inner, Outcome, ReconcileError, Retry};
 use crate::actions::{Action, EventType, Planned};
 use crate::admission::{self, AdmittedAction};
 use crate::cache::CacheRead;
-use crate::executor::Executed;
+use crate::executor::{Executed, HostEvent};
 use crate::fence::Fence;
 use crate::kinds::ObjectKey;
 use crate::queue::RateLimiter;
@@ -46,7 +46,7 @@ impl Inner {
         let ctx = admission::Context {
             grants: &current.grants,
             cache: current.view.as_ref(),
-            client: Some(current.executor.writer().client()),
+            client: current.executor.dry_run_client(),
             manager: &self.name,
             budget: Some(&self.api),
         };
@@ -173,7 +173,8 @@ impl Inner {
             return;
         }
         let verb = wasmloop_model::Verb::Event;
-        match self.executor.record_event(HOST_REPORTER, key, EventType::Warning, reason, message).await {
+        let event = HostEvent { event_type: EventType::Warning, reason, message };
+        match self.executor.record_event(HOST_REPORTER, key, event).await {
             Ok(_) => self.shared.metrics.action_executed(HOST_REPORTER, verb, ActionResult::Ok),
             Err(e) => {
                 self.shared.metrics.action_executed(HOST_REPORTER, verb, ActionResult::Error);
@@ -264,5 +265,107 @@ mod tests {
         assert!(runs([].iter()).is_empty());
         assert_eq!(summarize(&actions[..2]), "create v1/Pod/ns/a, delete v1/Pod/ns/b");
         assert_eq!(summarize(&[]), "no actions");
+    }
+
+    mod with_a_fake_api {
+        use std::time::Duration;
+
+        use serde_json::json;
+
+        use super::*;
+        use crate::controller::harness::{self, FakeExecute, GRANTS, Scripted, config_map};
+        use crate::controller::{ControllerConfig, RateBudget};
+        use crate::executor;
+        use crate::kinds::KindRef;
+
+        fn cm_key(name: &str) -> ObjectKey {
+            KindRef::new("v1", "ConfigMap").key(Some("ns"), name)
+        }
+
+        fn nothing() -> std::sync::Arc<Scripted> {
+            Scripted::new("test", |_| Ok(harness::outcome(Vec::new(), None)))
+        }
+
+        #[tokio::test]
+        async fn a_refused_action_sends_nothing_of_its_outcome_and_is_reported() {
+            let fake = FakeExecute::succeeding();
+            let (inner, current, _) = harness::controller(nothing(), GRANTS, ControllerConfig::default(), fake.clone());
+            let secret = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s", "namespace": "ns"}});
+            let out = harness::outcome(vec![Action::Create { object: config_map("ns", "a") }, Action::Create { object: secret }], None);
+            let failed = inner.execute(&cm_key("a"), &current, out).await.unwrap_err();
+            assert_eq!(failed.handling, Handling::WhenChanged, "a refusal waits for a change: {}", failed.cause);
+            assert!(fake.sent().is_empty(), "nothing of a refused outcome is sent: {:?}", fake.sent());
+            let reports = fake.reports.lock().clone();
+            assert!(
+                reports.len() == 1 && reports[0].starts_with("ActionRefused: ") && reports[0].contains("v1/Secret/ns/s"),
+                "{reports:?}"
+            );
+        }
+
+        #[tokio::test]
+        async fn creates_go_out_in_doubling_batches_and_a_failure_stops_the_rest() {
+            let fake = FakeExecute::new(|a| {
+                if a.target().name() == Some("c-3") {
+                    let status = kube::core::Status::failure("etcd timeout", "InternalError").with_code(500);
+                    return Err(executor::Error::Api {
+                        verb: a.verb(),
+                        object: a.target().to_string(),
+                        source: kube::Error::Api(status.boxed()),
+                    });
+                }
+                Ok(Executed::Done)
+            });
+            let (inner, current, _) = harness::controller(nothing(), GRANTS, ControllerConfig::default(), fake.clone());
+            let creates = (0..10).map(|i| Action::Create { object: config_map("ns", &format!("c-{i}")) }).collect();
+            let failed = inner.execute(&cm_key("p"), &current, harness::outcome(creates, None)).await.unwrap_err();
+            // Batches of 1, 2 and 4: the third holds c-3, and nothing after it goes out.
+            let sent = fake.sent();
+            assert_eq!(sent.len(), 7, "{sent:?}");
+            assert!(sent.iter().all(|s| !s.ends_with("c-7") && !s.ends_with("c-9")), "{sent:?}");
+            assert_eq!(failed.handling, Handling::Backoff);
+            assert!(failed.cause.to_string().contains("(6 of 10 actions of this outcome were executed)"), "{}", failed.cause);
+            // After a failure the next run starts at one again.
+            fake.sent.lock().clear();
+            let creates = (10..13).map(|i| Action::Create { object: config_map("ns", &format!("c-{i}")) }).collect();
+            inner.execute(&cm_key("p"), &current, harness::outcome(creates, None)).await.unwrap();
+            assert_eq!(fake.sent().len(), 3);
+        }
+
+        #[tokio::test(start_paused = true)]
+        async fn events_over_the_budget_are_dropped_and_counted_not_queued() {
+            let fake = FakeExecute::succeeding();
+            let config = ControllerConfig { events: RateBudget { qps: 1.0, burst: 2 }, ..ControllerConfig::default() };
+            let (inner, current, registry) = harness::controller(nothing(), GRANTS, config, fake.clone());
+            let event = |i: usize| Action::Event {
+                regarding: cm_key("a"),
+                event_type: EventType::Normal,
+                reason: "Seen".into(),
+                message: format!("{i}"),
+            };
+            let done =
+                inner.execute(&cm_key("a"), &current, harness::outcome((0..5).map(event).collect(), Some(Duration::from_secs(7)))).await;
+            assert_eq!(done.unwrap(), Some(Duration::from_secs(7)), "dropped Events do not fail the reconcile");
+            assert_eq!(fake.sent().len(), 2, "the burst goes out");
+            let metrics = harness::metrics_text(&registry);
+            let dropped = metrics.lines().find(|l| l.contains("result=\"dropped\"") && l.contains("verb=\"event\"")).unwrap_or_default();
+            assert!(dropped.ends_with(" 3"), "three counted as dropped: {dropped:?}\n{metrics}");
+        }
+
+        #[tokio::test]
+        async fn a_closed_fence_holds_every_write_back_and_is_retried_with_backoff() {
+            let fake = FakeExecute::succeeding();
+            let (inner, current, _) = harness::controller(nothing(), GRANTS, ControllerConfig::default(), fake.clone());
+            let inner = {
+                // The host's fence closes (the Lease was lost): same controller, closed fence.
+                let mut shared = inner.shared.clone();
+                shared.fence = crate::fence::Fence::closed();
+                std::sync::Arc::new(crate::controller::Inner::new("test".into(), ControllerConfig::default(), shared, fake.clone(), None))
+            };
+            let out = harness::outcome(vec![Action::Create { object: config_map("ns", "a") }], None);
+            let failed = inner.execute(&cm_key("a"), &current, out).await.unwrap_err();
+            assert!(fake.sent().is_empty());
+            assert_eq!(failed.handling, Handling::Backoff, "{}", failed.cause);
+            assert!(fake.reports.lock().is_empty(), "a fenced replica reports nothing either");
+        }
     }
 }

@@ -25,6 +25,8 @@
 mod apply;
 pub mod budget;
 mod expectations;
+#[cfg(test)]
+mod harness;
 mod invalid;
 mod mapping;
 mod metrics;
@@ -56,7 +58,7 @@ use tracing::{Instrument, info, info_span, warn};
 
 use crate::admission::Admission;
 use crate::cache::{self, CacheView};
-use crate::executor::Executor;
+use crate::executor::{Execute, Executor};
 use crate::fence::Fence;
 use crate::grants::Grants;
 use crate::informer::{self, InformerRegistry, Subscription};
@@ -260,8 +262,8 @@ struct Inner {
     name: String,
     config: ControllerConfig,
     shared: Shared,
-    /// Sends this controller's writes (as the plugin's identity).
-    executor: Executor,
+    /// Sends this controller's writes (as the plugin's identity) and the host's reports.
+    executor: Arc<dyn Execute>,
     queue: WorkQueue<ObjectKey>,
     /// Why each queued key was queued, and its last error.
     keys: KeyStates,
@@ -294,7 +296,7 @@ struct Current {
     reconciler: Arc<dyn Reconciler>,
     grants: Arc<Grants>,
     /// Who the reconciler's writes go out as (a canary's: the candidate's own identity).
-    executor: Executor,
+    executor: Arc<dyn Execute>,
     view: Arc<CacheView>,
     /// Which objects the view will hold (for expectations).
     caching: Arc<Caching>,
@@ -302,6 +304,33 @@ struct Current {
     primary: Vec<Arc<cache::IndexedStore>>,
     /// Keeps the informers alive and their handlers registered.
     _subscriptions: Arc<Vec<Subscription>>,
+}
+
+impl Inner {
+    /// A controller named `name`, not yet wired to informers: its queue, budgets and key states,
+    /// its writes sent with `executor`.
+    fn new(name: String, config: ControllerConfig, shared: Shared, executor: Arc<dyn Execute>, ownership: Option<Arc<Ownership>>) -> Self {
+        let queue = WorkQueue::new(name.clone(), config.rate_limits.build(), Some(shared.metrics.queue_handle(&name)))
+            .with_priorities(config.rate_limits.priorities());
+        Inner {
+            name,
+            shared,
+            executor,
+            queue,
+            keys: KeyStates::default(),
+            requeues: TokenBucket::new(config.rate_limits.qps, config.rate_limits.burst),
+            api: TokenBucket::new(config.api.qps, config.api.burst),
+            events: TokenBucket::new(config.events.qps, config.events.burst),
+            expectations: Expectations::new(config.expectations_timeout),
+            slow_start: slow_start::SlowStart::default(),
+            config,
+            current: RwLock::new(None),
+            stopping: tokio::sync::watch::Sender::new(false),
+            ownership,
+            shadow: RwLock::new(None),
+            capped_warning: parking_lot::Mutex::new(None),
+        }
+    }
 }
 
 impl Controller {
@@ -328,27 +357,7 @@ impl Controller {
         executor: Executor,
         ownership: Option<Arc<Ownership>>,
     ) -> Result<Self> {
-        let name = reconciler.spec().name.clone();
-        let queue = WorkQueue::new(name.clone(), config.rate_limits.build(), Some(shared.metrics.queue_handle(&name)))
-            .with_priorities(config.rate_limits.priorities());
-        let inner = Arc::new(Inner {
-            name,
-            shared,
-            executor,
-            queue,
-            keys: KeyStates::default(),
-            requeues: TokenBucket::new(config.rate_limits.qps, config.rate_limits.burst),
-            api: TokenBucket::new(config.api.qps, config.api.burst),
-            events: TokenBucket::new(config.events.qps, config.events.burst),
-            expectations: Expectations::new(config.expectations_timeout),
-            slow_start: slow_start::SlowStart::default(),
-            config,
-            current: RwLock::new(None),
-            stopping: tokio::sync::watch::Sender::new(false),
-            ownership,
-            shadow: RwLock::new(None),
-            capped_warning: parking_lot::Mutex::new(None),
-        });
+        let inner = Arc::new(Inner::new(reconciler.spec().name.clone(), config, shared, Arc::new(executor), ownership));
         let current = inner.wire(reconciler, grants).await?;
         *inner.current.write() = Some(current);
         if let Some(ownership) = &inner.ownership {

@@ -195,7 +195,7 @@ impl Inner {
             current.reconciler = c.reconciler().clone();
             current.grants = c.grants().clone();
             if let Some(executor) = c.executor() {
-                current.executor = executor.clone();
+                current.executor = Arc::new(executor.clone());
             }
         }
         let reconciler = current.reconciler.clone();
@@ -392,5 +392,55 @@ mod tests {
             actions: Box::new(FailCause::Reconcile(Cause::Stopped("trap".into()))),
         };
         assert_eq!(cause.to_string(), "quota (and the actions returned with the error failed: trap)");
+    }
+
+    mod with_a_fake_api {
+        use std::time::Duration;
+
+        use super::*;
+        use crate::actions::Action;
+        use crate::controller::harness::{self, FakeExecute, GRANTS, Scripted, config_map};
+        use crate::controller::{ControllerConfig, ReconcileError};
+
+        #[tokio::test(start_paused = true)]
+        async fn a_reconcile_runs_its_outcome_then_waits_for_the_cache_to_show_its_create() {
+            let reconciler = Scripted::new("test", |request| {
+                let child = config_map("ns", &format!("{}-child", request.key.name));
+                Ok(harness::outcome(vec![Action::Create { object: child }], Some(Duration::from_secs(30))))
+            });
+            let fake = FakeExecute::succeeding();
+            let (inner, _, _) = harness::controller(reconciler.clone(), GRANTS, ControllerConfig::default(), fake.clone());
+            let k = key("p");
+            inner.process(&k).await;
+            assert_eq!((reconciler.calls(), fake.sent()), (1, vec!["create v1/ConfigMap/ns/p-child".to_string()]));
+            // Its own create is not in the cache yet: the key is parked, not reconciled again
+            // on a stale view (it would create the child twice).
+            inner.process(&k).await;
+            assert_eq!((reconciler.calls(), fake.sent().len()), (1, 1), "parked until the cache shows the create");
+        }
+
+        #[tokio::test(start_paused = true)]
+        async fn a_failed_reconcile_is_retried_with_backoff_carrying_its_error() {
+            let reconciler = Scripted::new("test", |request| match &request.last_error {
+                None => Err(ReconcileError::transient(Cause::Reconciler("quota exceeded".into()))),
+                Some(_) => Ok(harness::outcome(Vec::new(), None)),
+            });
+            let config = ControllerConfig {
+                rate_limits: RateLimitConfig { base_delay: Duration::from_millis(5), ..RateLimitConfig::default() },
+                ..ControllerConfig::default()
+            };
+            let (inner, _, _) = harness::controller(reconciler.clone(), GRANTS, config, FakeExecute::succeeding());
+            let k = key("p");
+            inner.process(&k).await;
+            assert_eq!(inner.queue.num_requeues(&k), 1, "retried with backoff");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            let got = inner.queue.get().await.unwrap();
+            let request = inner.keys.request(&got);
+            assert_eq!((request.reason, request.last_error.as_deref()), (Reason::Retry(1), Some("quota exceeded")));
+            inner.keys.queued(&got, request.reason);
+            inner.process(&got).await;
+            inner.queue.done(&got);
+            assert_eq!((reconciler.calls(), inner.queue.num_requeues(&k)), (2, 0), "a success forgets the backoff");
+        }
     }
 }

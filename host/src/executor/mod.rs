@@ -50,6 +50,10 @@ use crate::fence::Fence;
 use crate::identity::Identity;
 use crate::kinds::{self, KindResolver, ObjectKey, ResolvedKind};
 
+mod execute;
+
+pub use execute::{Execute, HostEvent};
+
 /// Errors executing an action.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -631,40 +635,4 @@ fn truncate(s: &str, max: usize) -> String {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn permanent_errors_are_told_apart() {
-        let invalid = Error::InvalidObject { verb: Verb::Create, object: "x".into(), reason: "r".into() };
-        assert!(invalid.is_permanent());
-        let status = kube::core::Status::failure("bad", "Invalid").with_code(422);
-        let api = Error::Api { verb: Verb::Create, object: "x".into(), source: kube::Error::Api(status.boxed()) };
-        assert!(api.is_permanent());
-        let status = kube::core::Status::failure("busy", "TooManyRequests").with_code(429);
-        assert!(is_retryable(&kube::Error::Api(status.clone().boxed())));
-        let api = Error::Api { verb: Verb::Create, object: "x".into(), source: kube::Error::Api(status.boxed()) };
-        assert!(!api.is_permanent());
-        let forbidden = kube::core::Status::failure("no", "Forbidden").with_code(403);
-        let api = Error::Api { verb: Verb::Patch, object: "x".into(), source: kube::Error::Api(forbidden.boxed()) };
-        assert!(!api.is_permanent(), "RBAC may be granted later: retried with backoff");
-    }
-
-    #[test]
-    fn preconditions_fold_into_patches() {
-        let pre = Preconditions { uid: Some("u".into()), resource_version: Some("7".into()) };
-        let Patch::Merge(merge) = with_preconditions(PatchType::Merge, &json!({"data": {"a": "b"}}), &pre).unwrap() else { panic!() };
-        assert_eq!(merge, json!({"data": {"a": "b"}, "metadata": {"uid": "u", "resourceVersion": "7"}}));
-        let Patch::Json(ops) = with_preconditions(PatchType::Json, &json!([{"op": "remove", "path": "/data/a"}]), &pre).unwrap() else {
-            panic!()
-        };
-        assert_eq!(serde_json::to_value(&ops).unwrap()[1], json!({"op": "test", "path": "/metadata/resourceVersion", "value": "7"}));
-        assert!(with_preconditions(PatchType::Merge, &json!([1]), &pre).is_err());
-    }
-
-    #[test]
-    fn truncate_respects_char_boundaries() {
-        assert_eq!(truncate("héllo", 2), "h");
-        assert_eq!(truncate("abc", 10), "abc");
-    }
-}
+mod tests;
