@@ -7,4 +7,4 @@ mod action;
 mod planned;
 
 pub use action::{Action, EventType, PatchType, Preconditions};
-pub use planned::{MAX_PATCH_PATH_SEGMENTS, OutcomeError, PlanError, Planned, plan};
+pub use planned::{MAX_PATCH_PATH_SEGMENTS, OutcomeError, PatchDoc, PlanError, Planned, plan};

@@ -47,6 +47,9 @@ pub enum PlanError {
         /// What is wrong with it.
         why: String,
     },
+    /// A merge patch whose `metadata` is not an object (preconditions go there).
+    #[error("a merge patch's metadata must be a JSON object, got {0}")]
+    MergePatchMetadata(&'static str),
     /// An Event without a reason.
     #[error("reason is required")]
     EventWithoutReason,
@@ -90,7 +93,8 @@ pub fn plan(actions: Vec<(Verb, Result<Action, PlanError>)>, max: u32) -> Result
         .collect()
 }
 
-/// An action of a plugin's outcome, checked, with its target and verb.
+/// An action of a plugin's outcome, checked, with its target, its verb and (a JSON patch) its
+/// operations parsed.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Planned {
     #[serde(flatten)]
@@ -99,6 +103,19 @@ pub struct Planned {
     target: Target,
     #[serde(skip)]
     verb: Verb,
+    /// A JSON patch's operations, parsed once here: admission applies them and the executor
+    /// sends them.
+    #[serde(skip)]
+    json_patch: Option<json_patch::Patch>,
+}
+
+/// A patch document as planned: a merge patch (a JSON object) or a JSON patch's operations.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum PatchDoc<'a> {
+    /// JSON merge patch (RFC 7386).
+    Merge(&'a Value),
+    /// JSON patch (RFC 6902), parsed.
+    Json(&'a json_patch::Patch),
 }
 
 impl Planned {
@@ -106,6 +123,7 @@ impl Planned {
     /// and derive its target and verb.
     pub fn new(action: Action) -> Result<Self, PlanError> {
         let verb = verb_of(&action);
+        let mut json_patch = None;
         let target = match &action {
             Action::Create { object } => Target::of_object(object, Naming::NameOrGenerate)?,
             Action::Apply { object } => Target::of_object(object, Naming::NameOnly("apply"))?,
@@ -118,7 +136,7 @@ impl Planned {
             }
             Action::Patch { key, patch_type, body, .. } => {
                 let target = Target::of_key(key)?;
-                check_patch(*patch_type, body)?;
+                json_patch = check_patch(*patch_type, body)?;
                 target
             }
         };
@@ -127,7 +145,16 @@ impl Planned {
         {
             return Err(PlanError::EventWithoutReason);
         }
-        Ok(Self { action, target, verb })
+        Ok(Self { action, target, verb, json_patch })
+    }
+
+    /// The patch document of a patch (`None`: not a patch).
+    pub fn patch(&self) -> Option<PatchDoc<'_>> {
+        match (&self.action, &self.json_patch) {
+            (Action::Patch { patch_type: PatchType::Merge, body, .. }, _) => Some(PatchDoc::Merge(body)),
+            (Action::Patch { patch_type: PatchType::Json, .. }, Some(ops)) => Some(PatchDoc::Json(ops)),
+            _ => None,
+        }
     }
 
     /// The action as the plugin returned it.
@@ -164,13 +191,19 @@ fn verb_of(action: &Action) -> Verb {
     }
 }
 
-/// A merge patch must be an object; a JSON patch a list of `add`, `remove`, `replace` and `test`
-/// operations (`move` and `copy` would write values admission cannot see) with paths of at most
-/// [`MAX_PATCH_PATH_SEGMENTS`] segments.
-fn check_patch(patch_type: PatchType, body: &Value) -> Result<(), PlanError> {
+/// A merge patch must be an object (its `metadata`, if any, too: preconditions go there); a JSON
+/// patch a list of `add`, `remove`, `replace` and `test` operations (`move` and `copy` would write
+/// values admission cannot see) with paths of at most [`MAX_PATCH_PATH_SEGMENTS`] segments,
+/// returned parsed.
+fn check_patch(patch_type: PatchType, body: &Value) -> Result<Option<json_patch::Patch>, PlanError> {
     match patch_type {
-        PatchType::Merge if body.is_object() => Ok(()),
-        PatchType::Merge => Err(PlanError::MergePatchNotAnObject(json_type(body))),
+        PatchType::Merge => {
+            let object = body.as_object().ok_or_else(|| PlanError::MergePatchNotAnObject(json_type(body)))?;
+            match object.get("metadata") {
+                Some(meta) if !meta.is_object() => Err(PlanError::MergePatchMetadata(json_type(meta))),
+                _ => Ok(None),
+            }
+        }
         PatchType::Json => {
             let ops = body.as_array().ok_or_else(|| PlanError::JsonPatchNotAList(json_type(body)))?;
             for (index, op) in ops.iter().enumerate() {
@@ -189,7 +222,9 @@ fn check_patch(patch_type: PatchType, body: &Value) -> Result<(), PlanError> {
                     return Err(bad(format!("{name} needs a value")));
                 }
             }
-            Ok(())
+            let parsed = <json_patch::Patch as serde::Deserialize>::deserialize(body)
+                .map_err(|e| PlanError::Json { what: "patch ", error: e.to_string() })?;
+            Ok(Some(parsed))
         }
     }
 }
@@ -239,6 +274,8 @@ mod tests {
         let patch =
             |patch_type, body| Action::Patch { key: key("p"), status: false, patch_type, body, preconditions: Preconditions::default() };
         assert_eq!(err(patch(PatchType::Merge, json!([]))), "a merge patch must be a JSON object, got an array");
+        assert_eq!(err(patch(PatchType::Merge, json!({"metadata": null}))), "a merge patch's metadata must be a JSON object, got null");
+        assert!(err(patch(PatchType::Json, json!([{"op": "add", "path": "no-slash", "value": 1}]))).starts_with("invalid patch JSON"));
         assert_eq!(err(patch(PatchType::Json, json!({}))), "a JSON patch must be a list, got an object");
         assert!(err(patch(PatchType::Json, json!([{"op": "copy", "from": "/a", "path": "/b"}]))).contains("operation 0: op \"copy\""));
         let deep = "/a".repeat(MAX_PATCH_PATH_SEGMENTS + 1);

@@ -335,7 +335,7 @@ impl Admission {
             result::Error::Unverifiable(why) => Error::Unverifiable { index, verb, target: shown.clone(), why },
             result::Error::Conflict(why) => Error::Conflict { index, verb, target: shown.clone(), why },
         };
-        let mut effect = result::effect(stores, action, target).map_err(failed)?;
+        let mut effect = result::effect(stores, &planned).map_err(failed)?;
         self.protected.check_effect(stores, target, &effect).map_err(|e| refuse(shown.clone(), e.into()))?;
         if result::needs_dry_run(stores, action, target) {
             effect = result::dry_run(ctx, action, target, resolved.as_ref(), effect.before).await.map_err(failed)?;

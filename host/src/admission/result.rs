@@ -28,7 +28,7 @@ use wasmloop_model::Target;
 
 use super::Context;
 use super::rbac::{self, Stores};
-use crate::actions::{Action, PatchType, Preconditions};
+use crate::actions::{Action, PatchDoc, PatchType, Planned, Preconditions};
 use crate::kinds::ResolvedKind;
 
 /// A write whose result cannot be computed, or that does not apply.
@@ -91,7 +91,8 @@ pub struct Effect {
 
 /// Compute the effect of `action` on `target`; `stores` are the
 /// RBAC informers' (`None` offline: RBAC writes are then judged by what they set).
-pub(super) fn effect(stores: Option<&Stores>, action: &Action, target: &Target) -> Result<Effect, Error> {
+pub(super) fn effect(stores: Option<&Stores>, planned: &Planned) -> Result<Effect, Error> {
+    let (action, target) = (planned.action(), planned.target());
     let Some(stores) = stores.filter(|_| rbac::is_rbac(target)) else {
         return Ok(Effect { before: None, after: written(action), guard: Guard::None });
     };
@@ -107,10 +108,11 @@ pub(super) fn effect(stores: Option<&Stores>, action: &Action, target: &Target) 
             let guard = guard_of(&before, preconditions)?;
             Ok(Effect { before: Some(before), after: After::Gone, guard })
         }
-        Action::Patch { status: false, patch_type, body, preconditions, .. } => {
+        Action::Patch { status: false, preconditions, .. } => {
             let before = cached(before)?;
             let guard = guard_of(&before, preconditions)?;
-            let after = patched(&before, *patch_type, body).map_err(Error::Invalid)?;
+            let doc = planned.patch().expect("a planned patch has its document");
+            let after = patched(&before, doc).map_err(Error::Invalid)?;
             Ok(Effect { before: Some(before), after: After::Result(after), guard })
         }
         // What the body sets first (refused without a round trip if that breaks a rule); the
@@ -151,13 +153,12 @@ fn guard_of(before: &Value, pre: &Preconditions) -> Result<Guard, Error> {
 }
 
 /// `patch` applied to `before` as the API server applies it (RFC 7386 or RFC 6902).
-pub fn patched(before: &Value, patch_type: PatchType, patch: &Value) -> Result<Value, Invalid> {
+pub fn patched(before: &Value, patch: PatchDoc<'_>) -> Result<Value, Invalid> {
     let mut after = before.clone();
-    match patch_type {
-        PatchType::Merge => json_patch::merge(&mut after, patch),
-        PatchType::Json => {
-            let ops: json_patch::Patch = serde_json::from_value(patch.clone()).map_err(|e| Invalid(format!("invalid JSON patch: {e}")))?;
-            json_patch::patch(&mut after, &ops).map_err(|e| Invalid(format!("the JSON patch does not apply to the object: {e}")))?;
+    match patch {
+        PatchDoc::Merge(patch) => json_patch::merge(&mut after, patch),
+        PatchDoc::Json(ops) => {
+            json_patch::patch(&mut after, ops).map_err(|e| Invalid(format!("the JSON patch does not apply to the object: {e}")))?;
         }
     }
     Ok(after)
@@ -278,15 +279,15 @@ mod tests {
         let before = json!({"metadata": {"name": "b", "resourceVersion": "7"},
                             "subjects": [{"kind": "ServiceAccount", "name": "wasmloop", "namespace": "team-b"}]});
         let json_patch = json!([{"op": "replace", "path": "/subjects/0/namespace", "value": "wasmloop"}]);
-        let after = patched(&before, PatchType::Json, &json_patch).unwrap();
+        let ops = |v: &Value| serde_json::from_value::<json_patch::Patch>(v.clone()).unwrap();
+        let after = patched(&before, PatchDoc::Json(&ops(&json_patch))).unwrap();
         assert_eq!(after["subjects"][0]["namespace"], "wasmloop");
         let merge = json!({"subjects": [{"kind": "Group", "name": "system:authenticated"}], "metadata": {"labels": {"a": "b"}}});
-        let after = patched(&before, PatchType::Merge, &merge).unwrap();
+        let after = patched(&before, PatchDoc::Merge(&merge)).unwrap();
         assert_eq!(after["subjects"], json!([{"kind": "Group", "name": "system:authenticated"}]), "merge patches replace lists");
         assert_eq!(after["metadata"]["name"], "b");
         let failing = json!([{"op": "test", "path": "/metadata/name", "value": "other"}]);
-        assert!(patched(&before, PatchType::Json, &failing).unwrap_err().0.contains("does not apply"));
-        assert!(patched(&before, PatchType::Json, &json!({"op": "add"})).is_err());
+        assert!(patched(&before, PatchDoc::Json(&ops(&failing))).unwrap_err().0.contains("does not apply"));
     }
 
     #[test]

@@ -43,7 +43,7 @@ use parking_lot::Mutex;
 use serde_json::{Value, json};
 use wasmloop_model::{Target, Verb};
 
-use crate::actions::{Action, EventType, PatchType, Preconditions};
+use crate::actions::{Action, EventType, PatchDoc, Preconditions};
 use crate::admission::AdmittedAction;
 use crate::client::Connection;
 use crate::fence::Fence;
@@ -251,7 +251,10 @@ impl Executor {
             Action::Create { object: body } => self.create(&api, &object, body).await,
             Action::Apply { object: body } => self.apply(&api, manager, &object, body, admitted.apply_resource_version()).await,
             Action::Delete { .. } => self.delete(&api, &object, &pre).await,
-            Action::Patch { status, patch_type, body, .. } => self.patch(&api, verb, &object, *status, *patch_type, body, &pre).await,
+            Action::Patch { status, .. } => {
+                let doc = admitted.planned().patch().ok_or_else(|| object.invalid("a patch without its document".into()))?;
+                self.patch(&api, &object, *status, doc, &pre).await
+            }
             Action::UpdateStatus { status, .. } => self.update_status(&api, &object, status).await,
             Action::Event { .. } => unreachable!("recorded above"),
         }
@@ -310,10 +313,19 @@ impl Executor {
     }
 
     async fn create(&self, api: &Api<DynamicObject>, object: &ObjectName, body: &Value) -> Result<Executed> {
-        let obj: DynamicObject = serde_json::from_value(body.clone()).map_err(|e| object.invalid(e.to_string()))?;
-        let params = PostParams::default();
-        match self.retrying(object, || api.create(&params, &obj)).await {
-            Ok(created) => Ok(Executed::Object(to_value(created))),
+        // The body as the plugin returned it, serialized once; the answer read as JSON.
+        let bytes = serde_json::to_vec(body).map_err(|e| object.invalid(e.to_string()))?;
+        let (request, params) = (kube::core::Request::new(api.resource_url()), PostParams::default());
+        let send = || {
+            let built = request.create(&params, bytes.clone());
+            async {
+                let mut req = built.map_err(kube::Error::BuildRequest)?;
+                req.extensions_mut().insert("create");
+                self.writer.client.request::<Value>(req).await
+            }
+        };
+        match self.retrying(object, send).await {
+            Ok(created) => Ok(Executed::Object(created)),
             // A generated name that collided is not "done": let the key be retried.
             Err(Error::Api { source: kube::Error::Api(s), .. }) if s.is_already_exists() && object.name.is_some() => {
                 Ok(Executed::AlreadyDone)
@@ -363,26 +375,23 @@ impl Executor {
         }
     }
 
-    #[allow(clippy::too_many_arguments, reason = "one call per patch: the parts of one action")]
     async fn patch(
         &self,
         api: &Api<DynamicObject>,
-        verb: Verb,
         object: &ObjectName,
         status: bool,
-        patch_type: PatchType,
-        body: &Value,
+        doc: PatchDoc<'_>,
         pre: &Preconditions,
     ) -> Result<Executed> {
         let name = object.name()?;
-        let patch = with_preconditions(patch_type, body, pre).map_err(|reason| object.invalid(reason))?;
+        let patch = with_preconditions(doc, pre);
         let params = PatchParams::default();
         let call = || async { if status { api.patch_status(name, &params, &patch).await } else { api.patch(name, &params, &patch).await } };
         let res = if pre.is_empty() { self.retrying(object, call).await } else { self.once(object, call()).await };
         match res {
             Ok(patched) => Ok(Executed::Object(to_value(patched))),
-            Err(Error::Api { source: kube::Error::Api(s), .. }) if is_failed_precondition(patch_type, pre, &s) => {
-                Err(Error::Conflict { verb, object: object.shown.clone(), message: status_message(&s) })
+            Err(Error::Api { source: kube::Error::Api(s), .. }) if is_failed_precondition(doc, pre, &s) => {
+                Err(Error::Conflict { verb: object.verb, object: object.shown.clone(), message: status_message(&s) })
             }
             Err(e) => Err(e),
         }
@@ -565,38 +574,39 @@ fn is_retryable(e: &kube::Error) -> bool {
     }
 }
 
-/// The patch to send: preconditions folded into the document.
-fn with_preconditions(patch_type: PatchType, body: &Value, pre: &Preconditions) -> std::result::Result<Patch<Value>, String> {
-    match patch_type {
-        PatchType::Merge => {
+/// The patch to send: preconditions folded into the document (planning made sure a merge
+/// patch and its `metadata` are objects).
+fn with_preconditions(doc: PatchDoc<'_>, pre: &Preconditions) -> Patch<Value> {
+    match doc {
+        PatchDoc::Merge(body) => {
             let mut body = body.clone();
-            if !pre.is_empty() {
-                let Some(obj) = body.as_object_mut() else {
-                    return Err("a merge patch with preconditions must be a JSON object".into());
-                };
+            if let (false, Some(obj)) = (pre.is_empty(), body.as_object_mut()) {
                 let meta = obj.entry("metadata").or_insert_with(|| json!({}));
-                let Some(meta) = meta.as_object_mut() else { return Err("metadata must be a JSON object".into()) };
-                if let Some(uid) = &pre.uid {
-                    meta.insert("uid".into(), json!(uid));
-                }
-                if let Some(rv) = &pre.resource_version {
-                    meta.insert("resourceVersion".into(), json!(rv));
+                if let Some(meta) = meta.as_object_mut() {
+                    if let Some(uid) = &pre.uid {
+                        meta.insert("uid".into(), json!(uid));
+                    }
+                    if let Some(rv) = &pre.resource_version {
+                        meta.insert("resourceVersion".into(), json!(rv));
+                    }
                 }
             }
-            Ok(Patch::Merge(body))
+            Patch::Merge(body)
         }
-        PatchType::Json => {
-            let mut ops = Vec::new();
+        PatchDoc::Json(given) => {
+            let test = |path: &str, value: &str| {
+                let path = json_patch::jsonptr::PointerBuf::parse(path).expect("a valid pointer");
+                json_patch::PatchOperation::Test(json_patch::TestOperation { path, value: json!(value) })
+            };
+            let mut ops = Vec::with_capacity(given.0.len() + 2);
             if let Some(uid) = &pre.uid {
-                ops.push(json!({"op": "test", "path": "/metadata/uid", "value": uid}));
+                ops.push(test("/metadata/uid", uid));
             }
             if let Some(rv) = &pre.resource_version {
-                ops.push(json!({"op": "test", "path": "/metadata/resourceVersion", "value": rv}));
+                ops.push(test("/metadata/resourceVersion", rv));
             }
-            let given = body.as_array().ok_or("a JSON patch must be a list of operations")?;
-            ops.extend(given.iter().cloned());
-            let patch: json_patch::Patch = serde_json::from_value(Value::Array(ops)).map_err(|e| format!("invalid JSON patch: {e}"))?;
-            Ok(Patch::Json(patch))
+            ops.extend(given.0.iter().cloned());
+            Patch::Json(json_patch::Patch(ops))
         }
     }
 }
@@ -605,11 +615,11 @@ fn with_preconditions(patch_type: PatchType, body: &Value, pre: &Preconditions) 
 /// to the object as it now is (a failed `test`, a path that is gone: the server's generic
 /// "rejected our request" answer, unlike validation errors, which name the field), or (merge
 /// patch) a `metadata.uid` that is not the object's ("field is immutable").
-fn is_failed_precondition(patch_type: PatchType, pre: &Preconditions, s: &kube::core::Status) -> bool {
+fn is_failed_precondition(doc: PatchDoc<'_>, pre: &Preconditions, s: &kube::core::Status) -> bool {
     s.code == 422
-        && match patch_type {
-            PatchType::Json => s.message.starts_with("the server rejected our request"),
-            PatchType::Merge => pre.uid.is_some() && s.message.contains("metadata.uid"),
+        && match doc {
+            PatchDoc::Json(_) => s.message.starts_with("the server rejected our request"),
+            PatchDoc::Merge(_) => pre.uid.is_some() && s.message.contains("metadata.uid"),
         }
 }
 

@@ -22,13 +22,12 @@ fn permanent_errors_are_told_apart() {
 #[test]
 fn preconditions_fold_into_patches() {
     let pre = Preconditions { uid: Some("u".into()), resource_version: Some("7".into()) };
-    let Patch::Merge(merge) = with_preconditions(PatchType::Merge, &json!({"data": {"a": "b"}}), &pre).unwrap() else { panic!() };
+    let Patch::Merge(merge) = with_preconditions(PatchDoc::Merge(&json!({"data": {"a": "b"}})), &pre) else { panic!() };
     assert_eq!(merge, json!({"data": {"a": "b"}, "metadata": {"uid": "u", "resourceVersion": "7"}}));
-    let Patch::Json(ops) = with_preconditions(PatchType::Json, &json!([{"op": "remove", "path": "/data/a"}]), &pre).unwrap() else {
-        panic!()
-    };
+    let ops: json_patch::Patch = serde_json::from_value(json!([{"op": "remove", "path": "/data/a"}])).unwrap();
+    let Patch::Json(ops) = with_preconditions(PatchDoc::Json(&ops), &pre) else { panic!() };
     assert_eq!(serde_json::to_value(&ops).unwrap()[1], json!({"op": "test", "path": "/metadata/resourceVersion", "value": "7"}));
-    assert!(with_preconditions(PatchType::Merge, &json!([1]), &pre).is_err());
+    assert_eq!(serde_json::to_value(&ops).unwrap()[2], json!({"op": "remove", "path": "/data/a"}));
 }
 
 #[test]
@@ -42,6 +41,7 @@ mod against_a_scripted_server {
     use serde_json::{Value, json};
 
     use super::super::*;
+    use crate::actions::PatchType;
     use crate::actions::Planned;
     use crate::fake_api::{self, Sent, status};
     use crate::kinds::KindRef;

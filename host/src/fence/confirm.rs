@@ -53,7 +53,13 @@ impl LeaseToken {
 }
 
 /// What a read of the Lease found: its acquisition (`None`: no such Lease), or why it failed.
-pub type Read = std::result::Result<Option<LeaseToken>, String>;
+pub type Read = std::result::Result<Option<LeaseToken>, ReadFailed>;
+
+/// Why a read of the Lease failed: the client's error, rendered (one read is shared by every
+/// write waiting for it, so its answer is cloned to each).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct ReadFailed(pub String);
 
 /// Reads one Lease as the API server has it now (a quorum read, not a cache).
 pub trait LeaseReader: Send + Sync + std::fmt::Debug {
@@ -91,7 +97,7 @@ impl LeaseReader for KubeLeaseReader {
     fn read(&self) -> BoxFuture<'static, Read> {
         let (api, name) = (self.api.clone(), self.name.clone());
         // No resourceVersion: served from etcd with a quorum read, never from a watch cache.
-        async move { api.get_opt(&name).await.map(|l| l.as_ref().map(LeaseToken::of)).map_err(|e| e.to_string()) }.boxed()
+        async move { api.get_opt(&name).await.map(|l| l.as_ref().map(LeaseToken::of)).map_err(|e| ReadFailed(e.to_string())) }.boxed()
     }
 }
 
@@ -133,7 +139,7 @@ impl Confirm {
                 Some(mine) if found.as_ref() == Some(&mine) => Ok(()),
                 _ => Err(Error::Taken { lease, holder: found.and_then(|t| t.holder) }),
             },
-            Err(reason) => Err(Error::Unconfirmed { lease, reason }),
+            Err(ReadFailed(reason)) => Err(Error::Unconfirmed { lease, reason }),
         };
         self.metrics.confirmed(&result);
         result
@@ -198,7 +204,7 @@ mod tests {
                 // answer takes 10 ms to come back.
                 me.reads.fetch_add(1, Ordering::Relaxed);
                 let answer = match me.fail.lock().clone() {
-                    Some(reason) => Err(reason),
+                    Some(reason) => Err(ReadFailed(reason)),
                     None => Ok(me.holder.lock().clone()),
                 };
                 tokio::time::sleep(Duration::from_millis(10)).await;

@@ -10,6 +10,26 @@ use tokio::sync::Semaphore;
 use super::manifest::PluginManifest;
 use crate::plugin::{Compiled, PluginEngine, PrecompiledCache, RecordOptions, Recorder, WasmPlugin};
 
+/// Why a version could not be compiled and validated.
+#[derive(Debug, thiserror::Error)]
+pub enum CompileError {
+    /// The component does not compile, or does not validate under its manifest.
+    #[error(transparent)]
+    Load(#[from] crate::plugin::Error),
+    /// The host is shutting down.
+    #[error("loading was cancelled: the host is shutting down")]
+    Cancelled,
+    /// Compiling or validating panicked (a bug of the host or of wasmtime, never of the plugin).
+    #[error("loading panicked: {0}")]
+    Panicked(String),
+    /// It took longer than the compile budget.
+    #[error(
+        "compiling and validating took longer than the {} budget; refused (raise it with --compile-budget / WASMLOOP_COMPILE_BUDGET)",
+        crate::duration::format(*.0)
+    )]
+    OverBudget(Duration),
+}
+
 /// Where a loaded version came from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LoadOrigin {
@@ -73,8 +93,8 @@ impl Compiler {
 
     /// Compile (or take from the precompiled cache) and validate `input` under `manifest`'s
     /// limits and grants. Artifacts are cached only once the plugin validated.
-    pub(super) async fn compile(&self, input: Input, manifest: &PluginManifest) -> Result<(Arc<WasmPlugin>, LoadOrigin), String> {
-        let permit = self.permits.clone().acquire_owned().await.map_err(|e| e.to_string())?;
+    pub(super) async fn compile(&self, input: Input, manifest: &PluginManifest) -> Result<(Arc<WasmPlugin>, LoadOrigin), CompileError> {
+        let permit = self.permits.clone().acquire_owned().await.map_err(|_| CompileError::Cancelled)?;
         let (engine, precompiled) = (self.engine.clone(), self.precompiled.clone());
         let (limits, grants, component) = (manifest.limits.clone(), manifest.grants.clone(), manifest.component.clone());
         let record = self.record.clone();
@@ -85,37 +105,30 @@ impl Compiler {
             let wasm = match input {
                 Input::Wasm(wasm) => wasm,
                 Input::Reuse(compiled) => {
-                    let plugin =
-                        WasmPlugin::from_compiled_as(&engine, compiled, limits, grants, component.as_deref()).map_err(|e| e.to_string())?;
-                    return Ok::<_, String>((Arc::new(recording(plugin, record)), LoadOrigin::Reused));
+                    let plugin = WasmPlugin::from_compiled_as(&engine, compiled, limits, grants, component.as_deref())?;
+                    return Ok::<_, crate::plugin::Error>((Arc::new(recording(plugin, record)), LoadOrigin::Reused));
                 }
             };
             let cached = precompiled.as_ref().and_then(|c| c.cached(&engine, &wasm).ok().flatten());
             let cache_hit = cached.is_some();
             let compiled = match cached {
                 Some(compiled) => compiled,
-                None => engine.compile_timed(&wasm).map_err(|e| e.to_string())?,
+                None => engine.compile_timed(&wasm)?,
             };
-            let plugin =
-                WasmPlugin::from_compiled_as(&engine, compiled, limits, grants, component.as_deref()).map_err(|e| e.to_string())?;
+            let plugin = WasmPlugin::from_compiled_as(&engine, compiled, limits, grants, component.as_deref())?;
             if let (Some(cache), false) = (&precompiled, cache_hit) {
                 cache.store(&engine, &wasm, plugin.component());
             }
-            Ok::<_, String>((Arc::new(recording(plugin, record)), if cache_hit { LoadOrigin::Precompiled } else { LoadOrigin::Compiled }))
+            Ok::<_, crate::plugin::Error>((
+                Arc::new(recording(plugin, record)),
+                if cache_hit { LoadOrigin::Precompiled } else { LoadOrigin::Compiled },
+            ))
         });
         match tokio::time::timeout(self.budget, work).await {
-            Ok(joined) => joined.map_err(|e| {
-                if e.is_cancelled() {
-                    "loading was cancelled: the host is shutting down".to_string()
-                } else {
-                    format!("loading panicked: {e}")
-                }
-            })?,
-            Err(_) => Err(format!(
-                "compiling and validating took longer than the {} budget; refused (raise it with --compile-budget / \
-                 WASMLOOP_COMPILE_BUDGET)",
-                crate::duration::format(self.budget)
-            )),
+            Ok(Ok(loaded)) => Ok(loaded?),
+            Ok(Err(e)) if e.is_cancelled() => Err(CompileError::Cancelled),
+            Ok(Err(e)) => Err(CompileError::Panicked(e.to_string())),
+            Err(_) => Err(CompileError::OverBudget(self.budget)),
         }
     }
 }

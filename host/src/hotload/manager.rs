@@ -431,7 +431,7 @@ impl Inner {
         let installed = async {
             let (plugin, origin) = match (pending, input) {
                 (Some(p), _) => (p.plugin, p.origin),
-                (None, Some(input)) => self.compiler.compile(input, &manifest).await?,
+                (None, Some(input)) => self.compiler.compile(input, &manifest).await.map_err(|e| NotLoaded::Refused(e.to_string()))?,
                 (None, None) => return Err(NotLoaded::Refused("nothing to load".into())),
             };
             // Every kind it reads must be served, and its identity its own and allowed to read

@@ -29,7 +29,7 @@ pub fn kinds_of(spec: &ReconcilerSpec) -> Vec<(KindRef, &'static str)> {
 /// are checked in the round.
 pub struct Discovery<'a> {
     client: &'a kube::Client,
-    lists: BTreeMap<String, Result<Option<APIResourceList>, String>>,
+    lists: BTreeMap<String, Result<Option<APIResourceList>, kube::Error>>,
 }
 
 impl<'a> Discovery<'a> {
@@ -48,7 +48,7 @@ impl<'a> Discovery<'a> {
             match &self.lists[&*kind.api_version] {
                 Ok(Some(list)) if serves(list, &kind.kind) => {}
                 Ok(_) => return Some(WaitReason::KindNotServed { kind: kind.clone(), role }),
-                Err(error) => return Some(WaitReason::DiscoveryFailed { kind: kind.clone(), error: error.clone() }),
+                Err(error) => return Some(WaitReason::DiscoveryFailed { kind: kind.clone(), error: error.to_string() }),
             }
         }
         None
@@ -56,7 +56,7 @@ impl<'a> Discovery<'a> {
 }
 
 /// The resources of `kind`'s group/version: `None` if the API server does not serve it (404).
-async fn resources(client: &kube::Client, kind: &KindRef) -> Result<Option<APIResourceList>, String> {
+async fn resources(client: &kube::Client, kind: &KindRef) -> Result<Option<APIResourceList>, kube::Error> {
     let listed = match kind.group_version() {
         Ok(("", version)) => client.list_core_api_resources(version).await,
         Ok(_) => client.list_api_group_resources(&kind.api_version).await,
@@ -66,7 +66,7 @@ async fn resources(client: &kube::Client, kind: &KindRef) -> Result<Option<APIRe
     match listed {
         Ok(list) => Ok(Some(list)),
         Err(kube::Error::Api(s)) if s.code == 404 => Ok(None),
-        Err(e) => Err(e.to_string()),
+        Err(e) => Err(e),
     }
 }
 

@@ -411,7 +411,7 @@ impl PrecompiledCache {
         let cache_problem = match self.cached(engine, bytes) {
             Ok(Some(compiled)) => return Ok(compiled),
             Ok(None) => None,
-            Err(problem) => Some(problem),
+            Err(problem) => Some(problem.to_string()),
         };
         let mut compiled = engine.compile_timed(bytes)?;
         compiled.origin = Origin::Compiled { cache_problem };
@@ -421,7 +421,7 @@ impl PrecompiledCache {
 
     /// The cached component of `bytes`: `Ok(None)` when there is none, `Err(problem)` when
     /// the artifact is unusable (corrupt, from another engine; also logged). **Blocking.**
-    pub fn cached(&self, engine: &PluginEngine, bytes: &[u8]) -> Result<Option<Compiled>, String> {
+    pub fn cached(&self, engine: &PluginEngine, bytes: &[u8]) -> Result<Option<Compiled>, Unusable> {
         let path = self.path_for(engine, bytes);
         let started = Instant::now();
         match self.read(engine, &path) {
@@ -480,25 +480,25 @@ impl PrecompiledCache {
     }
 
     /// Ok(None) when absent; Err(problem) when present but unusable.
-    fn read(&self, engine: &PluginEngine, path: &Path) -> Result<Option<Component>, String> {
+    fn read(&self, engine: &PluginEngine, path: &Path) -> Result<Option<Component>, Unusable> {
         let mut file = match std::fs::File::open(path) {
             Ok(f) => f,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(format!("read: {e}")),
+            Err(e) => return Err(Unusable::Read(e)),
         };
         let sum = match std::fs::read(checksum_path(path)) {
             Ok(sum) if sum.len() == CHECKSUM => sum,
-            Ok(sum) => return Err(format!("checksum file of {} bytes, not {CHECKSUM}", sum.len())),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err("no checksum file (an older format?)".into()),
-            Err(e) => return Err(format!("read checksum: {e}")),
+            Ok(sum) => return Err(Unusable::ChecksumSize(sum.len())),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(Unusable::NoChecksum),
+            Err(e) => return Err(Unusable::ReadChecksum(e)),
         };
         let mut hasher = Sha256::new();
-        let len = std::io::copy(&mut file, &mut hasher).map_err(|e| format!("read: {e}"))?;
+        let len = std::io::copy(&mut file, &mut hasher).map_err(Unusable::Read)?;
         if len == 0 {
-            return Err("empty artifact".into());
+            return Err(Unusable::Empty);
         }
         if hasher.finalize().as_slice() != sum.as_slice() {
-            return Err("checksum mismatch (corrupt file)".into());
+            return Err(Unusable::Mismatch);
         }
         // SAFETY: the artifact was produced by `Component::serialize` of this host (the
         // directory is host-private, its files written whole by rename) and its checksum
@@ -507,7 +507,7 @@ impl PrecompiledCache {
         // change while mapped, which holds as this host only ever replaces it by rename.
         #[allow(unsafe_code, reason = "mapping a checked artifact of this host: see SAFETY above")]
         let component = unsafe { Component::deserialize_file(engine.engine(), path) };
-        component.map(Some).map_err(|e| format!("incompatible or invalid artifact: {e:#}"))
+        component.map(Some).map_err(Unusable::Incompatible)
     }
 
     fn write(&self, component: &Component, path: &Path) -> std::io::Result<()> {
@@ -551,6 +551,32 @@ fn tempfile_in(dir: &Path) -> std::io::Result<(PathBuf, std::fs::File)> {
             Err(e) => return Err(e),
         }
     }
+}
+
+/// Why a precompiled artifact cannot be used (it is then compiled again).
+#[derive(Debug, thiserror::Error)]
+pub enum Unusable {
+    /// The artifact could not be read.
+    #[error("read: {0}")]
+    Read(std::io::Error),
+    /// Its checksum file has the wrong size.
+    #[error("checksum file of {0} bytes, not {CHECKSUM}")]
+    ChecksumSize(usize),
+    /// It has no checksum file.
+    #[error("no checksum file (an older format?)")]
+    NoChecksum,
+    /// Its checksum file could not be read.
+    #[error("read checksum: {0}")]
+    ReadChecksum(std::io::Error),
+    /// It is empty.
+    #[error("empty artifact")]
+    Empty,
+    /// It does not match its checksum.
+    #[error("checksum mismatch (corrupt file)")]
+    Mismatch,
+    /// wasmtime refuses it (another engine's, or invalid).
+    #[error("incompatible or invalid artifact: {0:#}")]
+    Incompatible(wasmtime::Error),
 }
 
 #[cfg(test)]

@@ -217,7 +217,7 @@ async fn gather(client: &kube::Client, args: &StatusArgs, now: Option<&[Scrape]>
     let hosts = now
         .unwrap_or_default()
         .iter()
-        .map(|s| HostRow { source: s.source.to_string(), error: s.samples.as_ref().err().cloned() })
+        .map(|s| HostRow { source: s.source.to_string(), error: s.samples.as_ref().err().map(ToString::to_string) })
         .collect();
     Ok(Report { plugins, shards, leader, members, hosts })
 }

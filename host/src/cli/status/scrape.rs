@@ -62,7 +62,21 @@ pub struct Scrape {
     /// When (for rates).
     pub at: Instant,
     /// The samples, or the error.
-    pub samples: Result<Vec<Sample>, String>,
+    pub samples: Result<Vec<Sample>, ScrapeError>,
+}
+
+/// Why a host's metrics could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum ScrapeError {
+    /// Through the API server's pod proxy.
+    #[error(transparent)]
+    Proxy(#[from] kube::Error),
+    /// The proxy request could not be built (a pod or namespace name that is not a path).
+    #[error(transparent)]
+    Request(#[from] http::Error),
+    /// From a URL.
+    #[error("{0:#}")]
+    Url(anyhow::Error),
 }
 
 /// Read `source`'s metrics once.
@@ -71,11 +85,11 @@ pub async fn scrape(client: &kube::Client, source: &Source) -> Scrape {
         Source::Pod { namespace, name, port } => {
             let path = format!("/api/v1/namespaces/{namespace}/pods/{name}:{port}/proxy/metrics");
             match http::Request::get(path).body(Vec::new()) {
-                Ok(request) => client.request_text(request).await.map_err(|e| e.to_string()),
-                Err(e) => Err(e.to_string()),
+                Ok(request) => client.request_text(request).await.map_err(ScrapeError::from),
+                Err(e) => Err(ScrapeError::from(e)),
             }
         }
-        Source::Url(url) => super::super::http_get_text(url).await.map_err(|e| format!("{e:#}")),
+        Source::Url(url) => super::super::http_get_text(url).await.map_err(ScrapeError::Url),
     };
     Scrape { source: source.clone(), at: Instant::now(), samples: text.map(|t| parse(&t)) }
 }
