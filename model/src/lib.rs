@@ -1,6 +1,8 @@
 //! The contract's vocabulary and the rules that the wasmloop host, its guest SDK and its CLI
 //! must apply identically. Defined once here, so they can never disagree.
 //!
+//! - [`action`]: the one action vocabulary ([`Action`], [`Preconditions`], [`PatchType`],
+//!   [`EventType`]) and the verb each needs;
 //! - [`kind`]: [`KindRef`] and [`ObjectKey`], printed and parsed in the one key syntax;
 //! - [`request`]: [`Request`] and [`Reason`];
 //! - [`mapping`]: how events on related objects map to keys of the reconciled kind;
@@ -19,6 +21,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod action;
 pub mod field;
 #[cfg(any(test, feature = "fuzz"))]
 pub mod fuzz;
@@ -32,6 +35,7 @@ pub mod selector;
 pub mod target;
 pub mod verb;
 
+pub use action::{Action, Deletion, Event, EventType, Patch, PatchType, Preconditions};
 pub use kind::{InvalidApiVersion, InvalidKey, KindRef, ObjectKey};
 pub use mapping::{IndexValue, Mapping};
 pub use request::{Reason, Request};

@@ -64,7 +64,7 @@ async fn create_watch_and_conflict_against_a_real_apiserver() -> anyhow::Result<
 async fn patches_and_deletes_honour_preconditions_and_report_conflicts() -> anyhow::Result<()> {
     let _serial = SERIAL.lock().await;
     use serde_json::json;
-    use wasmloop::actions::{Action, PatchType, Preconditions};
+    use wasmloop::actions::{Action, Deletion, Patch, PatchType, Preconditions};
     use wasmloop::executor::Executor;
     use wasmloop::kinds::{KindRef, KindResolver, ObjectKey};
     use wasmloop_tests::admit_and_execute;
@@ -78,12 +78,8 @@ async fn patches_and_deletes_honour_preconditions_and_report_conflicts() -> anyh
     let executor = Executor::new(KindResolver::new(client.clone()), None);
     let key = ObjectKey::new(KindRef::new("v1", "ConfigMap"), Some(&ns.name), "target");
     let pre = |uid: Option<&str>, rv: Option<&str>| Preconditions { uid: uid.map(str::to_owned), resource_version: rv.map(str::to_owned) };
-    let patch = |patch_type, body: serde_json::Value, preconditions| Action::Patch {
-        key: key.clone(),
-        status: false,
-        patch_type,
-        body,
-        preconditions,
+    let patch = |patch_type, body: serde_json::Value, preconditions| {
+        Action::Patch(Patch { key: key.clone(), status: false, patch_type, body, preconditions })
     };
     let value = || async { api.get("target").await.map(|c| c.data.unwrap_or_default().get("value").cloned().unwrap_or_default()) };
 
@@ -108,7 +104,7 @@ async fn patches_and_deletes_honour_preconditions_and_report_conflicts() -> anyh
                 pre(None, None),
             ),
         ),
-        ("delete, other uid", Action::Delete { key: key.clone(), preconditions: pre(Some("not-the-uid"), None) }),
+        ("delete, other uid", Action::Delete(Deletion { key: key.clone(), preconditions: pre(Some("not-the-uid"), None) })),
     ] {
         let err = admit_and_execute(&executor, "test", action).await.expect_err(what);
         assert!(err.is_conflict(), "{what}: expected a conflict, got {err}");
@@ -125,7 +121,7 @@ async fn patches_and_deletes_honour_preconditions_and_report_conflicts() -> anyh
     let json_ok = patch(PatchType::Json, json!([{"op": "replace", "path": "/data/value", "value": "3"}]), pre(Some(&uid), None));
     admit_and_execute(&executor, "test", json_ok).await?;
     assert_eq!(value().await?, "3");
-    admit_and_execute(&executor, "test", Action::Delete { key: key.clone(), preconditions: pre(Some(&uid), None) }).await?;
+    admit_and_execute(&executor, "test", Action::Delete(Deletion { key: key.clone(), preconditions: pre(Some(&uid), None) })).await?;
     assert!(api.get_opt("target").await?.is_none());
     ns.cleanup().await
 }

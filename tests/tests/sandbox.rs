@@ -11,7 +11,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use wasmloop::actions::{Action, Planned};
+use wasmloop::actions::{Action, Event, Planned};
 use wasmloop::cache::{CacheView, SharedCache};
 use wasmloop::controller::{Outcome, Reason, ReconcileError, Reconciler, Request};
 use wasmloop::grants::Grants;
@@ -310,7 +310,7 @@ fn reads_outside_the_grants_are_refused_inside_the_guest() {
     let secret = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"namespace": "shop", "name": "admin-token"}});
     let cache = cache_of(vec![config_map("shop", "probe", json!({})), config_map("kube-system", "cluster-config", json!({})), secret]);
     let outcome = plugin.reconcile(&request("shop", "probe"), &cache).unwrap();
-    let Some(Action::Event { message, reason, .. }) = outcome.actions.first().map(Planned::action) else {
+    let Some(Action::Event(Event { message, reason, .. })) = outcome.actions.first().map(Planned::action) else {
         panic!("expected an event, got {:?}", outcome.actions)
     };
     assert_eq!(reason, "ReadOutsideGrant");

@@ -6,5 +6,5 @@
 mod action;
 mod planned;
 
-pub use action::{Action, EventType, PatchType, Preconditions};
+pub use action::{Action, Deletion, Event, EventType, Patch, PatchType, Preconditions};
 pub use planned::{MAX_PATCH_PATH_SEGMENTS, OutcomeError, PatchDoc, PlanError, Planned, plan};

@@ -7,7 +7,7 @@ use serde::Serialize;
 use serde_json::Value;
 use wasmloop_model::{Naming, Target, TargetError, Verb, json_type};
 
-use super::action::{Action, PatchType};
+use super::action::{Action, Deletion, Event, Patch, PatchType};
 
 /// Most segments of a JSON patch operation's path: as deep as a document the host parses
 /// (serde_json's nesting limit). Admission places each value at its path, one level per
@@ -122,25 +122,25 @@ impl Planned {
     /// Check `action` against the contract (its target by the one rule, its documents' shapes)
     /// and derive its target and verb.
     pub fn new(action: Action) -> Result<Self, PlanError> {
-        let verb = verb_of(&action);
+        let verb = action.verb();
         let mut json_patch = None;
         let target = match &action {
-            Action::Create { object } => Target::of_object(object, Naming::NameOrGenerate)?,
-            Action::Apply { object } => Target::of_object(object, Naming::NameOnly("apply"))?,
-            Action::Delete { key, .. } | Action::Event { regarding: key, .. } => Target::of_key(key)?,
+            Action::Create(object) => Target::of_object(object, Naming::NameOrGenerate)?,
+            Action::Apply(object) => Target::of_object(object, Naming::NameOnly("apply"))?,
+            Action::Delete(Deletion { key, .. }) | Action::Event(Event { regarding: key, .. }) => Target::of_key(key)?,
             Action::UpdateStatus { key, status } => {
                 if !status.is_object() {
                     return Err(PlanError::StatusNotAnObject(json_type(status)));
                 }
                 Target::of_key(key)?
             }
-            Action::Patch { key, patch_type, body, .. } => {
+            Action::Patch(Patch { key, patch_type, body, .. }) => {
                 let target = Target::of_key(key)?;
                 json_patch = check_patch(*patch_type, body)?;
                 target
             }
         };
-        if let Action::Event { reason, .. } = &action
+        if let Action::Event(Event { reason, .. }) = &action
             && reason.is_empty()
         {
             return Err(PlanError::EventWithoutReason);
@@ -151,8 +151,8 @@ impl Planned {
     /// The patch document of a patch (`None`: not a patch).
     pub fn patch(&self) -> Option<PatchDoc<'_>> {
         match (&self.action, &self.json_patch) {
-            (Action::Patch { patch_type: PatchType::Merge, body, .. }, _) => Some(PatchDoc::Merge(body)),
-            (Action::Patch { patch_type: PatchType::Json, .. }, Some(ops)) => Some(PatchDoc::Json(ops)),
+            (Action::Patch(Patch { patch_type: PatchType::Merge, body, .. }), _) => Some(PatchDoc::Merge(body)),
+            (Action::Patch(Patch { patch_type: PatchType::Json, .. }), Some(ops)) => Some(PatchDoc::Json(ops)),
             _ => None,
         }
     }
@@ -175,19 +175,7 @@ impl Planned {
     /// Whether it makes an object appear or disappear (creates and deletes: what expectations
     /// wait for, and what slow-start batches).
     pub fn is_create_or_delete(&self) -> bool {
-        matches!(self.action, Action::Create { .. } | Action::Delete { .. })
-    }
-}
-
-/// The verb of `action`, by the vocabulary's rule: a patch of `/status` is `update-status`.
-fn verb_of(action: &Action) -> Verb {
-    match action {
-        Action::Create { .. } => Verb::Create,
-        Action::Apply { .. } => Verb::Apply,
-        Action::Delete { .. } => Verb::Delete,
-        Action::UpdateStatus { .. } | Action::Patch { status: true, .. } => Verb::UpdateStatus,
-        Action::Event { .. } => Verb::Event,
-        Action::Patch { .. } => Verb::Patch,
+        self.action.is_create_or_delete()
     }
 }
 
@@ -243,23 +231,20 @@ mod tests {
 
     #[test]
     fn target_and_verb_are_derived_once() {
-        let p = Planned::new(Action::Create {
-            object: json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"generateName": "p-", "namespace": "ns"}}),
-        })
-        .unwrap();
+        let p =
+            Planned::new(Action::Create(json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"generateName": "p-", "namespace": "ns"}})))
+                .unwrap();
         assert_eq!((p.verb(), p.target().to_string()), (Verb::Create, "v1/Pod/ns/p-*".to_string()));
-        let status_patch = Action::Patch {
+        let status_patch = Action::Patch(Patch {
             key: key("p"),
             status: true,
             patch_type: PatchType::Merge,
             body: json!({"status": {}}),
             preconditions: Preconditions::default(),
-        };
+        });
         assert_eq!(Planned::new(status_patch).unwrap().verb(), Verb::UpdateStatus);
-        let apply = Planned::new(Action::Apply {
-            object: json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "ns"}}),
-        })
-        .unwrap();
+        let apply =
+            Planned::new(Action::Apply(json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "ns"}}))).unwrap();
         assert_eq!(apply.verb(), Verb::Apply);
         assert!(!apply.is_create_or_delete());
         // Serialized as the plugin said it (what `wasmloop reconcile` prints).
@@ -271,8 +256,9 @@ mod tests {
         let err = |a: Action| Planned::new(a).unwrap_err().to_string();
         assert_eq!(err(Action::UpdateStatus { key: key("p"), status: json!(3) }), "status must be a JSON object, got a number");
         assert_eq!(err(Action::delete(key(""))), "the object has no name");
-        let patch =
-            |patch_type, body| Action::Patch { key: key("p"), status: false, patch_type, body, preconditions: Preconditions::default() };
+        let patch = |patch_type, body| {
+            Action::Patch(Patch { key: key("p"), status: false, patch_type, body, preconditions: Preconditions::default() })
+        };
         assert_eq!(err(patch(PatchType::Merge, json!([]))), "a merge patch must be a JSON object, got an array");
         assert_eq!(err(patch(PatchType::Merge, json!({"metadata": null}))), "a merge patch's metadata must be a JSON object, got null");
         assert!(err(patch(PatchType::Json, json!([{"op": "add", "path": "no-slash", "value": 1}]))).starts_with("invalid patch JSON"));
@@ -280,8 +266,12 @@ mod tests {
         assert!(err(patch(PatchType::Json, json!([{"op": "copy", "from": "/a", "path": "/b"}]))).contains("operation 0: op \"copy\""));
         let deep = "/a".repeat(MAX_PATCH_PATH_SEGMENTS + 1);
         assert!(err(patch(PatchType::Json, json!([{"op": "remove", "path": deep}]))).contains("more than 128 segments"));
-        let event =
-            Action::Event { regarding: key("p"), event_type: super::super::EventType::Normal, reason: String::new(), message: "m".into() };
+        let event = Action::Event(Event {
+            regarding: key("p"),
+            event_type: super::super::EventType::Normal,
+            reason: String::new(),
+            message: "m".into(),
+        });
         assert_eq!(err(event), "reason is required");
     }
 }

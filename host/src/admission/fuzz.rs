@@ -17,7 +17,7 @@ use serde_json::{Value, json};
 use super::protected::HostObjects;
 use super::rbac::Stores;
 use super::{Admission, Context, Error, Protected, Scopes};
-use crate::actions::{Action, PatchType, Preconditions};
+use crate::actions::{Action, Patch, PatchType, Preconditions};
 use crate::cache::CacheView;
 use crate::grants::Grants;
 use crate::kinds::{KindRef, ObjectKey};
@@ -174,25 +174,25 @@ fn fuzz_binding_writes_are_refused_exactly_when_their_result_binds_an_identity()
                 let mut after = before.clone();
                 let parsed: json_patch::Patch = serde_json::from_value(ops.clone()).expect("generated ops parse");
                 let applied = json_patch::patch(&mut after, &parsed).is_ok();
-                let action = Action::Patch {
+                let action = Action::Patch(Patch {
                     key,
                     status: false,
                     patch_type: PatchType::Json,
                     body: ops.clone(),
                     preconditions: Preconditions::default(),
-                };
+                });
                 (action, applied.then_some(after))
             }
             Write::Merge(body) => {
                 let mut after = before.clone();
                 json_patch::merge(&mut after, body);
-                let action = Action::Patch {
+                let action = Action::Patch(Patch {
                     key,
                     status: false,
                     patch_type: PatchType::Merge,
                     body: body.clone(),
                     preconditions: Preconditions::default(),
-                };
+                });
                 (action, Some(after))
             }
             Write::Delete => (Action::delete(key), Some(Value::Null)),
@@ -228,8 +228,8 @@ fn fuzz_workload_writes_are_refused_exactly_in_the_host_namespace_or_with_a_plug
             let kind = KindRef::new(body["apiVersion"].as_str().unwrap_or_default(), body["kind"].as_str().unwrap_or_default());
             let key = ObjectKey::new(kind, body["metadata"]["namespace"].as_str(), "w");
             let (action, labelled) = match which {
-                0 => (Action::Create { object: body.clone() }, oracle_labelled(&body)),
-                1 => (Action::Apply { object: body.clone() }, oracle_labelled(&body)),
+                0 => (Action::Create(body.clone()), oracle_labelled(&body)),
+                1 => (Action::Apply(body.clone()), oracle_labelled(&body)),
                 _ => {
                     // What the patch makes of an unlabelled object: the label comes from the patch only.
                     let mut after = json!({"metadata": {"name": "w", "labels": {"app": "w"}}, "spec": {"template": {"spec": {"serviceAccountName": "x", "containers": [{"name": "c"}]}}}});
@@ -244,7 +244,13 @@ fn fuzz_workload_writes_are_refused_exactly_in_the_host_namespace_or_with_a_plug
                         }
                     };
                     (
-                        Action::Patch { key, status: false, patch_type, body: patch.clone(), preconditions: Preconditions::default() },
+                        Action::Patch(Patch {
+                            key,
+                            status: false,
+                            patch_type,
+                            body: patch.clone(),
+                            preconditions: Preconditions::default(),
+                        }),
                         labelled,
                     )
                 }
@@ -275,7 +281,7 @@ fn a_bind_grant_never_lets_an_identity_be_bound() {
             "roleRef": {"apiGroup": GROUP, "kind": "ClusterRole", "name": "secret-reader"}, "subjects": [subject]});
         let cache = CacheView::new();
         let ctx = Context { grants: &grants, cache: &cache, client: None, manager: "binder", budget: None };
-        let planned = crate::actions::Planned::new(Action::Create { object }).expect("a valid action");
+        let planned = crate::actions::Planned::new(Action::Create(object)).expect("a valid action");
         futures::executor::block_on(admission.admit(ctx, vec![planned])).map(|_| ())
     };
     assert!(create(json!({"kind": "ServiceAccount", "name": "default", "namespace": "team-a"})).is_ok());

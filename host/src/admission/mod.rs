@@ -38,7 +38,7 @@ use std::sync::Arc;
 
 use wasmloop_model::{Target, TargetError, Verb};
 
-use crate::actions::{Action, Planned, Preconditions};
+use crate::actions::{Action, Deletion, Patch, Planned, Preconditions};
 use crate::cache::CacheRead;
 use crate::grants::{self, Grants};
 use crate::kinds::{self, KindRef, KindResolver, ResolvedKind};
@@ -246,7 +246,7 @@ impl AdmittedAction {
     /// checked on (admission made sure they agree).
     pub fn preconditions(&self) -> Preconditions {
         let mut pre = match self.action() {
-            Action::Delete { preconditions, .. } | Action::Patch { preconditions, .. } => preconditions.clone(),
+            Action::Delete(Deletion { preconditions, .. }) | Action::Patch(Patch { preconditions, .. }) => preconditions.clone(),
             _ => Preconditions::default(),
         };
         if let Guard::ResourceVersion(rv) = &self.guard {
@@ -258,7 +258,7 @@ impl AdmittedAction {
     /// The resourceVersion a server-side apply must carry (its result was checked on it).
     pub fn apply_resource_version(&self) -> Option<&str> {
         match (self.action(), &self.guard) {
-            (Action::Apply { .. }, Guard::ResourceVersion(rv)) => Some(rv),
+            (Action::Apply(_), Guard::ResourceVersion(rv)) => Some(rv),
             _ => None,
         }
     }

@@ -22,13 +22,13 @@
 //! fields decide containment (pod specs, tokens, Leases, plugin code) live in the host's
 //! namespaces, where plugins write nothing at all.
 
-use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use kube::api::{Api, DynamicObject, PatchParams};
 use serde_json::{Value, json};
 use wasmloop_model::Target;
 
 use super::Context;
 use super::rbac::{self, Stores};
-use crate::actions::{Action, PatchDoc, PatchType, Planned, Preconditions};
+use crate::actions::{Action, Deletion, Patch, PatchDoc, PatchType, Planned, Preconditions};
 use crate::kinds::ResolvedKind;
 
 /// A write whose result cannot be computed, or that does not apply.
@@ -102,13 +102,13 @@ pub(super) fn effect(stores: Option<&Stores>, planned: &Planned) -> Result<Effec
     };
     match action {
         // The body is the object as stored (RBAC has no defaulting a rule reads).
-        Action::Create { object } => Ok(Effect { before, after: After::Result(object.clone()), guard: Guard::None }),
-        Action::Delete { preconditions, .. } => {
+        Action::Create(object) => Ok(Effect { before, after: After::Result(object.clone()), guard: Guard::None }),
+        Action::Delete(Deletion { preconditions, .. }) => {
             let before = cached(before)?;
             let guard = guard_of(&before, preconditions)?;
             Ok(Effect { before: Some(before), after: After::Gone, guard })
         }
-        Action::Patch { status: false, preconditions, .. } => {
+        Action::Patch(Patch { status: false, preconditions, .. }) => {
             let before = cached(before)?;
             let guard = guard_of(&before, preconditions)?;
             let doc = planned.patch().expect("a planned patch has its document");
@@ -117,10 +117,10 @@ pub(super) fn effect(stores: Option<&Stores>, planned: &Planned) -> Result<Effec
         }
         // What the body sets first (refused without a round trip if that breaks a rule); the
         // merged result comes from the dry run ([`dry_run`]) once it passed.
-        Action::Apply { object } => Ok(Effect { before, after: After::Written(object.clone()), guard: Guard::None }),
+        Action::Apply(object) => Ok(Effect { before, after: After::Written(object.clone()), guard: Guard::None }),
         // Status writes and Events change no field an RBAC rule reads (and RBAC objects have no
         // status subresource: the server refuses them).
-        Action::Patch { status: true, .. } | Action::UpdateStatus { .. } | Action::Event { .. } => {
+        Action::Patch(Patch { status: true, .. }) | Action::UpdateStatus { .. } | Action::Event(_) => {
             Ok(Effect { before, after: written(action), guard: Guard::None })
         }
     }
@@ -129,12 +129,12 @@ pub(super) fn effect(stores: Option<&Stores>, planned: &Planned) -> Result<Effec
 /// What a write sets, placed as in the object.
 pub fn written(action: &Action) -> After {
     match action {
-        Action::Create { object } | Action::Apply { object } => After::Written(object.clone()),
-        Action::Patch { patch_type: PatchType::Merge, body, .. } => After::Written(body.clone()),
-        Action::Patch { patch_type: PatchType::Json, body, .. } => After::Written(json_patch_written(body)),
+        Action::Create(object) | Action::Apply(object) => After::Written(object.clone()),
+        Action::Patch(Patch { patch_type: PatchType::Merge, body, .. }) => After::Written(body.clone()),
+        Action::Patch(Patch { patch_type: PatchType::Json, body, .. }) => After::Written(json_patch_written(body)),
         Action::UpdateStatus { status, .. } => After::Written(json!({ "status": status })),
-        Action::Delete { .. } => After::Gone,
-        Action::Event { .. } => After::Written(Value::Null),
+        Action::Delete(_) => After::Gone,
+        Action::Event(_) => After::Written(Value::Null),
     }
 }
 
@@ -167,7 +167,7 @@ pub fn patched(before: &Value, patch: PatchDoc<'_>) -> Result<Value, Invalid> {
 /// Whether `effect` of `action` is only what the body sets and needs the API server's merge
 /// ([`dry_run`]) before the write can be judged: server-side applies of RBAC objects, online.
 pub(super) fn needs_dry_run(stores: Option<&Stores>, action: &Action, target: &Target) -> bool {
-    stores.is_some() && matches!(action, Action::Apply { .. }) && rbac::is_rbac(target)
+    stores.is_some() && matches!(action, Action::Apply(_)) && rbac::is_rbac(target)
 }
 
 /// The effect of a server-side apply as the API server would merge it (a dry run, as the
@@ -179,7 +179,7 @@ pub(super) async fn dry_run(
     kind: Option<&ResolvedKind>,
     before: Option<Value>,
 ) -> Result<Effect, Error> {
-    let Action::Apply { object } = action else { return Err(Error::Unverifiable(format!("{target}: only applies are dry-run"))) };
+    let Action::Apply(object) = action else { return Err(Error::Unverifiable(format!("{target}: only applies are dry-run"))) };
     let (Some(client), Some(kind)) = (ctx.client, kind) else {
         return Err(Error::Unverifiable(format!("{target}: no client to dry-run the apply with")));
     };
@@ -206,7 +206,7 @@ async fn dry_run_apply(
     if let Some(budget) = ctx.budget {
         budget.acquire().await;
     }
-    match api.patch(name, &params, &Patch::Apply(object)).await {
+    match api.patch(name, &params, &kube::api::Patch::Apply(object)).await {
         Ok(result) => Ok(serde_json::to_value(result).unwrap_or(Value::Null)),
         Err(kube::Error::Api(s)) if matches!(s.code, 400 | 422) => {
             Err(Error::Invalid(Invalid(format!("the API server refuses the apply (dry run): {} ({} {})", s.message, s.code, s.reason))))

@@ -405,10 +405,10 @@ mod tests {
         let owner = fill_defaults(json!({"apiVersion": "example.com/v1", "kind": "Fleet", "metadata": {"name": "f1"}}));
         let view = CacheView::from_objects(vec![owner, fill_defaults(crd)]).unwrap();
         // A ConfigMap in team-a owned by the cluster-scoped Fleet f1, as the host admits it.
-        let child = wasmloop::actions::Planned::new(Action::Create {
-            object: json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "namespace": "team-a",
+        let child = wasmloop::actions::Planned::new(Action::Create(
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "namespace": "team-a",
                 "ownerReferences": [{"apiVersion": "example.com/v1", "kind": "Fleet", "name": "f1", "uid": "uid--f1"}]}}),
-        })
+        ))
         .unwrap();
         let grants = Grants::all().named("");
         let given = Admission::new(Scopes::Given(Arc::new(scopes.clone())), Protected::minimal());

@@ -11,7 +11,7 @@ use super::expectations::{Expected, ExpectedChange};
 use super::metrics::ActionResult;
 use super::settled::{FailCause, Failed, Handling, Settled};
 use super::{Current, HOST_REPORTER, Inner, Outcome, ReconcileError, Retry};
-use crate::actions::{Action, EventType, Planned};
+use crate::actions::{Action, Deletion, EventType, Planned};
 use crate::admission::{self, AdmittedAction};
 use crate::cache::CacheRead;
 use crate::executor::{Executed, HostEvent};
@@ -131,7 +131,7 @@ impl Inner {
         admitted: &AdmittedAction,
     ) -> Result<Option<Expected>, crate::executor::Error> {
         let verb = admitted.verb();
-        if matches!(admitted.action(), Action::Event { .. }) && !RateLimiter::<()>::when(&self.events, &()).is_zero() {
+        if matches!(admitted.action(), Action::Event(_)) && !RateLimiter::<()>::when(&self.events, &()).is_zero() {
             // An Event flood is dropped, not queued (Events are best-effort by nature).
             self.shared.metrics.action_executed(&self.name, verb, ActionResult::Dropped);
             return Ok(None);
@@ -217,11 +217,11 @@ pub(super) fn summarize(actions: &[Planned]) -> String {
 /// caches objects like it: [`super::wiring::Caching`]), or a deleted one gone.
 fn expectation(current: &Current, planned: &Planned, done: &Executed) -> Option<Expected> {
     match (planned.action(), done) {
-        (Action::Create { .. }, Executed::Object(created)) => {
+        (Action::Create(_), Executed::Object(created)) => {
             current.caching.key_if_cached(created).or_else(|| planned.target().key().filter(|_| current.caching.caches_body(planned)))
         }
-        (Action::Create { .. }, _) => planned.target().key().filter(|_| current.caching.caches_body(planned)),
-        (Action::Delete { key, .. }, _) => {
+        (Action::Create(_), _) => planned.target().key().filter(|_| current.caching.caches_body(planned)),
+        (Action::Delete(Deletion { key, .. }), _) => {
             let cached = current.view.get(&key.kind, key.ns(), &key.name).ok()??;
             return Some(Expected { object: key.clone(), change: ExpectedChange::Deleted { uid: cached.uid().to_owned() } });
         }
@@ -245,12 +245,12 @@ mod tests {
         let pod = |n: &str| json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": n, "namespace": "ns"}});
         let key = |n: &str| crate::kinds::KindRef::new("v1", "Pod").key(Some("ns"), n);
         let actions = [
-            planned(Action::Create { object: pod("a") }),
+            planned(Action::Create(pod("a"))),
             planned(Action::delete(key("b"))),
             planned(Action::UpdateStatus { key: key("c"), status: json!({}) }),
-            planned(Action::Create { object: pod("d") }),
-            planned(Action::Apply { object: pod("e") }),
-            planned(Action::Apply { object: pod("f") }),
+            planned(Action::Create(pod("d"))),
+            planned(Action::Apply(pod("e"))),
+            planned(Action::Apply(pod("f"))),
         ];
         assert_eq!(
             runs(actions.iter()),
@@ -273,6 +273,7 @@ mod tests {
         use serde_json::json;
 
         use super::*;
+        use crate::actions::Event;
         use crate::controller::harness::{self, FakeExecute, GRANTS, Scripted, config_map};
         use crate::controller::{ControllerConfig, RateBudget};
         use crate::executor;
@@ -291,7 +292,7 @@ mod tests {
             let fake = FakeExecute::succeeding();
             let (inner, current, _) = harness::controller(nothing(), GRANTS, ControllerConfig::default(), fake.clone());
             let secret = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s", "namespace": "ns"}});
-            let out = harness::outcome(vec![Action::Create { object: config_map("ns", "a") }, Action::Create { object: secret }], None);
+            let out = harness::outcome(vec![Action::Create(config_map("ns", "a")), Action::Create(secret)], None);
             let failed = inner.execute(&cm_key("a"), &current, out).await.unwrap_err();
             assert_eq!(failed.handling, Handling::WhenChanged, "a refusal waits for a change: {}", failed.cause);
             assert!(fake.sent().is_empty(), "nothing of a refused outcome is sent: {:?}", fake.sent());
@@ -316,7 +317,7 @@ mod tests {
                 Ok(Executed::Done)
             });
             let (inner, current, _) = harness::controller(nothing(), GRANTS, ControllerConfig::default(), fake.clone());
-            let creates = (0..10).map(|i| Action::Create { object: config_map("ns", &format!("c-{i}")) }).collect();
+            let creates = (0..10).map(|i| Action::Create(config_map("ns", &format!("c-{i}")))).collect();
             let failed = inner.execute(&cm_key("p"), &current, harness::outcome(creates, None)).await.unwrap_err();
             // Batches of 1, 2 and 4: the third holds c-3, and nothing after it goes out.
             let sent = fake.sent();
@@ -326,7 +327,7 @@ mod tests {
             assert!(failed.cause.to_string().contains("(6 of 10 actions of this outcome were executed)"), "{}", failed.cause);
             // After a failure the next run starts at one again.
             fake.sent.lock().clear();
-            let creates = (10..13).map(|i| Action::Create { object: config_map("ns", &format!("c-{i}")) }).collect();
+            let creates = (10..13).map(|i| Action::Create(config_map("ns", &format!("c-{i}")))).collect();
             inner.execute(&cm_key("p"), &current, harness::outcome(creates, None)).await.unwrap();
             assert_eq!(fake.sent().len(), 3);
         }
@@ -336,11 +337,13 @@ mod tests {
             let fake = FakeExecute::succeeding();
             let config = ControllerConfig { events: RateBudget { qps: 1.0, burst: 2 }, ..ControllerConfig::default() };
             let (inner, current, registry) = harness::controller(nothing(), GRANTS, config, fake.clone());
-            let event = |i: usize| Action::Event {
-                regarding: cm_key("a"),
-                event_type: EventType::Normal,
-                reason: "Seen".into(),
-                message: format!("{i}"),
+            let event = |i: usize| {
+                Action::Event(Event {
+                    regarding: cm_key("a"),
+                    event_type: EventType::Normal,
+                    reason: "Seen".into(),
+                    message: format!("{i}"),
+                })
             };
             let done =
                 inner.execute(&cm_key("a"), &current, harness::outcome((0..5).map(event).collect(), Some(Duration::from_secs(7)))).await;
@@ -361,7 +364,7 @@ mod tests {
                 shared.fence = crate::fence::Fence::closed();
                 std::sync::Arc::new(crate::controller::Inner::new("test".into(), ControllerConfig::default(), shared, fake.clone(), None))
             };
-            let out = harness::outcome(vec![Action::Create { object: config_map("ns", "a") }], None);
+            let out = harness::outcome(vec![Action::Create(config_map("ns", "a"))], None);
             let failed = inner.execute(&cm_key("a"), &current, out).await.unwrap_err();
             assert!(fake.sent().is_empty());
             assert_eq!(failed.handling, Handling::Backoff, "{}", failed.cause);

@@ -41,7 +41,7 @@ impl FakeExecute {
     pub(super) fn succeeding() -> Arc<Self> {
         Self::new(|a| {
             Ok(match a.action() {
-                crate::actions::Action::Create { object } => Executed::Object(object.clone()),
+                crate::actions::Action::Create(object) => Executed::Object(object.clone()),
                 _ => Executed::Done,
             })
         })

@@ -397,7 +397,7 @@ impl Caching {
     /// Whether the body of a planned create would be cached (when the server returned nothing).
     pub(super) fn caches_body(&self, planned: &Planned) -> bool {
         match planned.action() {
-            crate::actions::Action::Create { object } => self.key_if_cached(object).is_some(),
+            crate::actions::Action::Create(object) => self.key_if_cached(object).is_some(),
             _ => false,
         }
     }

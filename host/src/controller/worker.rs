@@ -406,7 +406,7 @@ mod tests {
         async fn a_reconcile_runs_its_outcome_then_waits_for_the_cache_to_show_its_create() {
             let reconciler = Scripted::new("test", |request| {
                 let child = config_map("ns", &format!("{}-child", request.key.name));
-                Ok(harness::outcome(vec![Action::Create { object: child }], Some(Duration::from_secs(30))))
+                Ok(harness::outcome(vec![Action::Create(child)], Some(Duration::from_secs(30))))
             });
             let fake = FakeExecute::succeeding();
             let (inner, _, _) = harness::controller(reconciler.clone(), GRANTS, ControllerConfig::default(), fake.clone());

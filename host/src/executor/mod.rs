@@ -37,13 +37,13 @@ use std::time::Duration;
 
 use backon::{ExponentialBuilder, Retryable};
 use k8s_openapi::api::core::v1::ObjectReference;
-use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, DynamicObject, Patch as KubePatch, PatchParams, PostParams};
 use kube::runtime::events::{Event as KubeEvent, EventType as KubeEventType, Recorder, Reporter};
 use parking_lot::Mutex;
 use serde_json::{Value, json};
 use wasmloop_model::{Target, Verb};
 
-use crate::actions::{Action, EventType, PatchDoc, Preconditions};
+use crate::actions::{Action, Event, EventType, PatchDoc, Preconditions};
 use crate::admission::AdmittedAction;
 use crate::client::Connection;
 use crate::fence::Fence;
@@ -241,22 +241,22 @@ impl Executor {
             return Err(Error::Fenced { verb, object: target.to_string(), source });
         }
         let Write { api, object } = match admitted.action() {
-            Action::Event { regarding, event_type, reason, message } => {
+            Action::Event(Event { regarding, event_type, reason, message }) => {
                 return self.record_event_behind(manager, regarding, (*event_type, reason, message), fence).await;
             }
             _ => self.write_to(verb, target, admitted.kind(), fence).await?,
         };
         let pre = admitted.preconditions();
         match admitted.action() {
-            Action::Create { object: body } => self.create(&api, &object, body).await,
-            Action::Apply { object: body } => self.apply(&api, manager, &object, body, admitted.apply_resource_version()).await,
-            Action::Delete { .. } => self.delete(&api, &object, &pre).await,
-            Action::Patch { status, .. } => {
+            Action::Create(body) => self.create(&api, &object, body).await,
+            Action::Apply(body) => self.apply(&api, manager, &object, body, admitted.apply_resource_version()).await,
+            Action::Delete(_) => self.delete(&api, &object, &pre).await,
+            Action::Patch(crate::actions::Patch { status, .. }) => {
                 let doc = admitted.planned().patch().ok_or_else(|| object.invalid("a patch without its document".into()))?;
                 self.patch(&api, &object, *status, doc, &pre).await
             }
             Action::UpdateStatus { status, .. } => self.update_status(&api, &object, status).await,
-            Action::Event { .. } => unreachable!("recorded above"),
+            Action::Event(_) => unreachable!("recorded above"),
         }
     }
 
@@ -345,7 +345,7 @@ impl Executor {
         let name = object.name()?;
         let params = PatchParams::apply(manager).force();
         let Some(rv) = rv else {
-            let patch = Patch::Apply(body);
+            let patch = KubePatch::Apply(body);
             return Ok(Executed::Object(to_value(self.retrying(object, || api.patch(name, &params, &patch)).await?)));
         };
         // The result was checked at this resourceVersion: a newer object is a conflict.
@@ -353,7 +353,7 @@ impl Executor {
         if let Some(meta) = guarded.get_mut("metadata").and_then(Value::as_object_mut) {
             meta.insert("resourceVersion".into(), json!(rv));
         }
-        let applied = self.once(object, api.patch(name, &params, &Patch::Apply(&guarded))).await?;
+        let applied = self.once(object, api.patch(name, &params, &KubePatch::Apply(&guarded))).await?;
         Ok(Executed::Object(to_value(applied)))
     }
 
@@ -399,7 +399,7 @@ impl Executor {
 
     async fn update_status(&self, api: &Api<DynamicObject>, object: &ObjectName, status: &Value) -> Result<Executed> {
         let name = object.name()?;
-        let patch = Patch::Merge(json!({ "status": status }));
+        let patch = KubePatch::Merge(json!({ "status": status }));
         let params = PatchParams::default();
         let updated = self.retrying(object, || api.patch_status(name, &params, &patch)).await?;
         Ok(Executed::Object(to_value(updated)))
@@ -576,7 +576,7 @@ fn is_retryable(e: &kube::Error) -> bool {
 
 /// The patch to send: preconditions folded into the document (planning made sure a merge
 /// patch and its `metadata` are objects).
-fn with_preconditions(doc: PatchDoc<'_>, pre: &Preconditions) -> Patch<Value> {
+fn with_preconditions(doc: PatchDoc<'_>, pre: &Preconditions) -> KubePatch<Value> {
     match doc {
         PatchDoc::Merge(body) => {
             let mut body = body.clone();
@@ -591,7 +591,7 @@ fn with_preconditions(doc: PatchDoc<'_>, pre: &Preconditions) -> Patch<Value> {
                     }
                 }
             }
-            Patch::Merge(body)
+            KubePatch::Merge(body)
         }
         PatchDoc::Json(given) => {
             let test = |path: &str, value: &str| {
@@ -606,7 +606,7 @@ fn with_preconditions(doc: PatchDoc<'_>, pre: &Preconditions) -> Patch<Value> {
                 ops.push(test("/metadata/resourceVersion", rv));
             }
             ops.extend(given.0.iter().cloned());
-            Patch::Json(json_patch::Patch(ops))
+            KubePatch::Json(json_patch::Patch(ops))
         }
     }
 }

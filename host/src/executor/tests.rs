@@ -22,10 +22,10 @@ fn permanent_errors_are_told_apart() {
 #[test]
 fn preconditions_fold_into_patches() {
     let pre = Preconditions { uid: Some("u".into()), resource_version: Some("7".into()) };
-    let Patch::Merge(merge) = with_preconditions(PatchDoc::Merge(&json!({"data": {"a": "b"}})), &pre) else { panic!() };
+    let KubePatch::Merge(merge) = with_preconditions(PatchDoc::Merge(&json!({"data": {"a": "b"}})), &pre) else { panic!() };
     assert_eq!(merge, json!({"data": {"a": "b"}, "metadata": {"uid": "u", "resourceVersion": "7"}}));
     let ops: json_patch::Patch = serde_json::from_value(json!([{"op": "remove", "path": "/data/a"}])).unwrap();
-    let Patch::Json(ops) = with_preconditions(PatchDoc::Json(&ops), &pre) else { panic!() };
+    let KubePatch::Json(ops) = with_preconditions(PatchDoc::Json(&ops), &pre) else { panic!() };
     assert_eq!(serde_json::to_value(&ops).unwrap()[1], json!({"op": "test", "path": "/metadata/resourceVersion", "value": "7"}));
     assert_eq!(serde_json::to_value(&ops).unwrap()[2], json!({"op": "remove", "path": "/data/a"}));
 }
@@ -41,8 +41,8 @@ mod against_a_scripted_server {
     use serde_json::{Value, json};
 
     use super::super::*;
-    use crate::actions::PatchType;
     use crate::actions::Planned;
+    use crate::actions::{Deletion, Patch, PatchType};
     use crate::fake_api::{self, Sent, status};
     use crate::kinds::KindRef;
 
@@ -77,10 +77,10 @@ mod against_a_scripted_server {
     async fn a_create_sends_the_object_once_and_an_existing_one_counts_as_done() {
         let (exec, log) =
             executor(|s| if s.body["metadata"]["name"] == "old" { status(409, "AlreadyExists", "exists") } else { (201, s.body.clone()) });
-        let done = exec.execute("m", &admitted(Action::Create { object: config_map("new") }), &Fence::open()).await.unwrap();
+        let done = exec.execute("m", &admitted(Action::Create(config_map("new"))), &Fence::open()).await.unwrap();
         assert_eq!(done, Executed::Object(config_map("new")));
         assert_eq!(log.lock()[0].body, config_map("new"), "the object as the plugin returned it");
-        let old = exec.execute("m", &admitted(Action::Create { object: config_map("old") }), &Fence::open()).await.unwrap();
+        let old = exec.execute("m", &admitted(Action::Create(config_map("old"))), &Fence::open()).await.unwrap();
         assert_eq!(old, Executed::AlreadyDone);
         assert_eq!(sent(&log), vec![("POST".into(), "/api/v1/namespaces/ns/configmaps".into()); 2], "AlreadyExists is not retried");
     }
@@ -93,7 +93,8 @@ mod against_a_scripted_server {
             _ => (200, json!({"kind": "Status", "status": "Success"})),
         });
         assert_eq!(exec.execute("m", &admitted(Action::delete(key("gone"))), &Fence::open()).await.unwrap(), Executed::AlreadyDone);
-        let guarded = Action::Delete { key: key("c"), preconditions: Preconditions { uid: Some("u1".into()), resource_version: None } };
+        let guarded =
+            Action::Delete(Deletion { key: key("c"), preconditions: Preconditions { uid: Some("u1".into()), resource_version: None } });
         let err = exec.execute("m", &admitted(guarded), &Fence::open()).await.unwrap_err();
         assert!(err.is_conflict(), "{err}");
         assert_eq!(log.lock().len(), 2, "a failed precondition is not retried: the plugin reconciles again");
@@ -122,7 +123,7 @@ mod against_a_scripted_server {
             json!({"status": {"ready": true}}),
         );
         assert_eq!(sent_status[2], expected);
-        let err = exec.execute("m", &admitted(Action::Create { object: config_map("bad") }), &Fence::open()).await.unwrap_err();
+        let err = exec.execute("m", &admitted(Action::Create(config_map("bad"))), &Fence::open()).await.unwrap_err();
         assert!(err.is_permanent(), "{err}");
         assert_eq!(log.lock().len(), 4, "a 422 is sent once");
     }
@@ -131,21 +132,21 @@ mod against_a_scripted_server {
     async fn patch_preconditions_go_into_the_document_and_a_closed_fence_sends_nothing() {
         let (exec, log) = executor(|s| (200, json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "echo": s.body})));
         let pre = Preconditions { uid: Some("u".into()), resource_version: Some("7".into()) };
-        let json_patch = Action::Patch {
+        let json_patch = Action::Patch(Patch {
             key: key("c"),
             status: false,
             patch_type: PatchType::Json,
             body: json!([{"op": "remove", "path": "/data/a"}]),
             preconditions: pre.clone(),
-        };
+        });
         exec.execute("m", &admitted(json_patch), &Fence::open()).await.unwrap();
-        let merge = Action::Patch {
+        let merge = Action::Patch(Patch {
             key: key("c"),
             status: false,
             patch_type: PatchType::Merge,
             body: json!({"data": {"b": "2"}}),
             preconditions: pre,
-        };
+        });
         exec.execute("m", &admitted(merge.clone()), &Fence::open()).await.unwrap();
         {
             let log = log.lock();
@@ -168,7 +169,7 @@ mod against_a_scripted_server {
     #[tokio::test]
     async fn an_apply_is_forced_with_the_managers_name() {
         let (exec, log) = executor(|s| (200, s.body.clone()));
-        exec.execute("podset", &admitted(Action::Apply { object: config_map("c") }), &Fence::open()).await.unwrap();
+        exec.execute("podset", &admitted(Action::Apply(config_map("c"))), &Fence::open()).await.unwrap();
         let log = log.lock();
         assert_eq!((log[0].method.as_str(), log[0].content_type.as_str()), ("PATCH", "application/apply-patch+yaml"));
         assert_eq!(log[0].body, config_map("c"));

@@ -288,7 +288,7 @@ mod tests {
     use wasmloop_sdk::{Metadata, kinds, meta};
 
     use super::*;
-    use crate::actions::{Action, EventType, Planned, Preconditions};
+    use crate::actions::{Action, Deletion, Event, EventType, Planned, Preconditions};
     use crate::cache::CacheView;
     use crate::reconciler::{FieldDecl, Mapping, Reason, Retry};
 
@@ -413,10 +413,15 @@ mod tests {
             out,
             Outcome {
                 actions: [
-                    Action::Delete { key: pod_key("b"), preconditions: Preconditions::default() },
-                    Action::Create { object: child },
+                    Action::Delete(Deletion { key: pod_key("b"), preconditions: Preconditions::default() }),
+                    Action::Create(child),
                     Action::UpdateStatus { key: rs_key.clone(), status: json!({"replicas": 2}) },
-                    Action::Event { regarding: rs_key, event_type: EventType::Warning, reason: "Scaled".into(), message: "up".into() },
+                    Action::Event(Event {
+                        regarding: rs_key,
+                        event_type: EventType::Warning,
+                        reason: "Scaled".into(),
+                        message: "up".into()
+                    }),
                 ]
                 .into_iter()
                 .map(|a| Planned::new(a).unwrap())

@@ -12,7 +12,7 @@ use wasmloop_model::Verb;
 
 use super::bindings::types as wit;
 use super::limits::Limits;
-use crate::actions::{Action, EventType, OutcomeError, PatchType, PlanError, Planned, Preconditions, plan};
+use crate::actions::{Action, Deletion, Event, EventType, OutcomeError, Patch, PatchType, PlanError, Planned, Preconditions, plan};
 use crate::cache::IndexSpec;
 use crate::kinds::{KindRef, ObjectKey};
 use crate::reconciler::{
@@ -263,11 +263,11 @@ fn from_wit_event_type(t: wit::EventType) -> EventType {
 /// A component's action in the host's terms (its JSON documents parsed).
 fn from_wit_action(a: wit::Action) -> Result<Action, PlanError> {
     Ok(match a {
-        wit::Action::Create(json) => Action::Create { object: parse("", &json)? },
-        wit::Action::Apply(json) => Action::Apply { object: parse("", &json)? },
-        wit::Action::Delete(d) => Action::Delete { key: from_wit_key(d.key), preconditions: preconditions(d.preconditions) },
+        wit::Action::Create(json) => Action::Create(parse("", &json)?),
+        wit::Action::Apply(json) => Action::Apply(parse("", &json)?),
+        wit::Action::Delete(d) => Action::Delete(Deletion { key: from_wit_key(d.key), preconditions: preconditions(d.preconditions) }),
         wit::Action::UpdateStatus(u) => Action::UpdateStatus { key: from_wit_key(u.key), status: parse("status ", &u.status)? },
-        wit::Action::Patch(p) => Action::Patch {
+        wit::Action::Patch(p) => Action::Patch(Patch {
             key: from_wit_key(p.key),
             status: p.status,
             patch_type: match p.patch_type {
@@ -276,13 +276,13 @@ fn from_wit_action(a: wit::Action) -> Result<Action, PlanError> {
             },
             body: parse("patch ", &p.body)?,
             preconditions: preconditions(p.preconditions),
-        },
-        wit::Action::Event(e) => Action::Event {
+        }),
+        wit::Action::Event(e) => Action::Event(Event {
             regarding: from_wit_key(e.regarding),
             event_type: from_wit_event_type(e.event_type),
             reason: e.reason,
             message: e.message,
-        },
+        }),
     })
 }
 
@@ -413,32 +413,29 @@ pub(crate) fn to_sdk_request(r: &Request) -> sdk::Request {
     }
 }
 
-/// A natively run plugin's action in the host's terms.
-fn from_sdk_action(a: sdk::Action) -> (Verb, Result<Action, PlanError>) {
-    let pre = |p: sdk::Preconditions| preconditions(wit::Preconditions { uid: p.uid, resource_version: p.resource_version });
-    match a {
-        sdk::Action::Create(object) => (Verb::Create, Ok(Action::Create { object })),
-        sdk::Action::Apply(object) => (Verb::Apply, Ok(Action::Apply { object })),
-        sdk::Action::Delete(d) => (Verb::Delete, Ok(Action::Delete { key: normalized(d.key), preconditions: pre(d.preconditions) })),
-        sdk::Action::Patch(p) => {
-            let verb = if p.status { Verb::UpdateStatus } else { Verb::Patch };
-            let patch_type = match p.patch_type {
-                sdk::PatchType::Merge => PatchType::Merge,
-                sdk::PatchType::Json => PatchType::Json,
-            };
-            let action =
-                Action::Patch { key: normalized(p.key), status: p.status, patch_type, body: p.body, preconditions: pre(p.preconditions) };
-            (verb, Ok(action))
+/// A natively run plugin's action: the SDK builds the host's own vocabulary
+/// (`wasmloop_model::action`), so it is only normalized as the WIT path normalizes a
+/// component's (an empty namespace or precondition is none).
+fn from_sdk_action(mut action: Action) -> (Verb, Result<Action, PlanError>) {
+    let pre = |p: &mut Preconditions| {
+        p.uid = p.uid.take().filter(|s| !s.is_empty());
+        p.resource_version = p.resource_version.take().filter(|s| !s.is_empty());
+    };
+    let key = |k: &mut ObjectKey| k.namespace = k.namespace.take().filter(|n| !n.is_empty());
+    match &mut action {
+        Action::Create(_) | Action::Apply(_) => {}
+        Action::Delete(d) => {
+            key(&mut d.key);
+            pre(&mut d.preconditions);
         }
-        sdk::Action::UpdateStatus { key, status } => (Verb::UpdateStatus, Ok(Action::UpdateStatus { key: normalized(key), status })),
-        sdk::Action::Event(e) => {
-            let event_type = match e.event_type {
-                sdk::EventType::Normal => EventType::Normal,
-                sdk::EventType::Warning => EventType::Warning,
-            };
-            (Verb::Event, Ok(Action::Event { regarding: normalized(e.regarding), event_type, reason: e.reason, message: e.message }))
+        Action::Patch(p) => {
+            key(&mut p.key);
+            pre(&mut p.preconditions);
         }
+        Action::UpdateStatus { key: k, .. } => key(k),
+        Action::Event(e) => key(&mut e.regarding),
     }
+    (action.verb(), Ok(action))
 }
 
 /// Check a natively run plugin's actions as [`to_planned`] checks a component's: the same
@@ -494,7 +491,7 @@ mod tests {
         let o = to_outcome(good, &limits).unwrap();
         assert_eq!(o.actions.len(), 4);
         assert_eq!(o.requeue_after, Some(Duration::from_millis(1500)));
-        assert!(matches!(o.actions[3].action(), Action::Event { event_type: EventType::Warning, .. }));
+        assert!(matches!(o.actions[3].action(), Action::Event(Event { event_type: EventType::Warning, .. })));
 
         let bad = |a: wit::Action| to_outcome(wit::Outcome { actions: vec![a], requeue_after_ms: None }, &limits).unwrap_err().to_string();
         let err = bad(wit::Action::Create("{not json".into()));
@@ -664,7 +661,7 @@ mod tests {
         };
         let one = |a| to_outcome(wit::Outcome { actions: vec![a], requeue_after_ms: None }, &limits).map_err(|e| e.to_string());
         let ok = one(patch(wit::PatchType::Json, r#"[{"op":"remove","path":"/metadata/ownerReferences/0"}]"#)).unwrap();
-        assert!(matches!(ok.actions[0].action(), Action::Patch { preconditions, .. } if preconditions.uid.as_deref() == Some("u")));
+        assert!(matches!(ok.actions[0].action(), Action::Patch(Patch { preconditions, .. }) if preconditions.uid.as_deref() == Some("u")));
         assert_eq!(ok.actions[0].verb(), wasmloop_model::Verb::Patch);
         let err = one(patch(wit::PatchType::Json, r#"[{"op":"copy","from":"/a","path":"/b"}]"#)).unwrap_err();
         assert!(err.contains("operation 0: op \"copy\" is not one of add, remove, replace, test"), "{err}");

@@ -165,8 +165,8 @@ fn check_outcome(o: &Outcome, max_actions: usize) -> Result<(), TestCaseError> {
         let a = planned.action();
         prop_assert!(Planned::new(a.clone()).is_ok_and(|again| again == *planned), "{a:?}");
         match a {
-            Action::Create { object } | Action::Apply { object } => prop_assert!(object.is_object(), "{a:?}"),
-            Action::Patch { patch_type: PatchType::Json, body, .. } => {
+            Action::Create(object) | Action::Apply(object) => prop_assert!(object.is_object(), "{a:?}"),
+            Action::Patch(Patch { patch_type: PatchType::Json, body, .. }) => {
                 prop_assert!(crate::admission::result::json_patch_written(body).is_object());
             }
             _ => {}
@@ -376,7 +376,7 @@ fn deep_json_patch_paths_are_refused() {
     assert_eq!(err, "action 0 (patch): operation 0: path has more than 128 segments");
     assert!(one(deep_patch(MAX_PATCH_PATH_SEGMENTS + 1)).is_err());
     let o = one(deep_patch(MAX_PATCH_PATH_SEGMENTS)).unwrap();
-    let Action::Patch { body, .. } = o.actions[0].action() else { panic!("{:?}", o.actions[0]) };
+    let Action::Patch(Patch { body, .. }) = o.actions[0].action() else { panic!("{:?}", o.actions[0]) };
     let written = crate::admission::result::json_patch_written(body);
     assert_eq!(written.pointer(&"/a".repeat(MAX_PATCH_PATH_SEGMENTS)), Some(&json!(2)));
 }
