@@ -50,6 +50,7 @@
 //! A watch selector on a child kind hides the children it does not match, so desired children
 //! must match it (or a same-named foreign object would not be seen).
 
+use crate::invalid::InvalidObject;
 use std::fmt;
 
 use serde::Serialize;
@@ -76,8 +77,8 @@ const SERVER_SET_METADATA: [&str; 7] =
 #[derive(Clone, Debug)]
 #[must_use = "call .plan() to get the actions"]
 pub struct Children {
-    parent: Result<Parent, String>,
-    kinds: Vec<(KindRef, Vec<Result<Value, String>>)>,
+    parent: Result<Parent, InvalidObject>,
+    kinds: Vec<(KindRef, Vec<Result<Value, InvalidObject>>)>,
 }
 
 #[derive(Clone, Debug)]
@@ -113,8 +114,8 @@ impl Children {
     /// The children of `parent` (needs `apiVersion`, `kind`, `metadata.name` and
     /// `metadata.uid`: an object read from the cache).
     pub fn of(parent: &impl Serialize) -> Self {
-        let parent = serde_json::to_value(parent).map_err(|e| format!("parent does not serialize: {e}")).and_then(|p| {
-            let (_, owner_ref) = outcome::controller_ref(&p).map_err(|e| format!("parent: {e}"))?;
+        let parent = serde_json::to_value(parent).map_err(|e| InvalidObject::serde("parent", e)).and_then(|p| {
+            let (_, owner_ref) = outcome::controller_ref(&p).map_err(|e| InvalidObject::Parent(Box::new(e)))?;
             let key = object::key(&p)?;
             let uid = object::uid(&p).unwrap_or_default().to_owned();
             Ok(Parent { key, uid, deleting: object::is_deleting(&p), owner_ref })
@@ -126,7 +127,7 @@ impl Children {
     /// `kind` matching `kind`, filled in if absent). An empty list deletes every child of the
     /// kind; giving a kind again adds to its list.
     pub fn kind<T: Serialize>(mut self, kind: KindRef, desired: impl IntoIterator<Item = T>) -> Self {
-        let desired = desired.into_iter().map(|d| serde_json::to_value(d).map_err(|e| format!("does not serialize: {e}")));
+        let desired = desired.into_iter().map(|d| serde_json::to_value(d).map_err(|e| InvalidObject::serde("child", e)));
         match self.kinds.iter_mut().find(|(k, _)| *k == kind) {
             Some((_, list)) => list.extend(desired),
             None => self.kinds.push((kind, desired.collect())),
@@ -151,7 +152,7 @@ impl Children {
         for (kind, desired) in self.kinds {
             let mut wanted: Vec<(ObjectKey, Value)> = Vec::with_capacity(desired.len());
             for (i, child) in desired.into_iter().enumerate() {
-                let invalid = |e: String| Error::permanent(format!("children: {kind} #{i}: {e}"));
+                let invalid = |e: InvalidObject| Error::permanent(format!("children: {kind} #{i}: {e}"));
                 let child = child.and_then(|c| prepare(&parent, &kind, c)).map_err(invalid)?;
                 let key = object::key(&child).map_err(invalid)?;
                 if wanted.iter().any(|(k, _)| *k == key) {
@@ -225,22 +226,22 @@ impl fmt::Display for Conflict {
 
 /// The child as applied: kind checked or filled in, server-set fields dropped, in the parent's
 /// namespace, controlled by the parent, with the hash of this desired form.
-fn prepare(parent: &Parent, kind: &KindRef, child: Value) -> Result<Value, String> {
-    let Value::Object(mut obj) = child else { return Err("not a JSON object".into()) };
+fn prepare(parent: &Parent, kind: &KindRef, child: Value) -> Result<Value, InvalidObject> {
+    let Value::Object(mut obj) = child else { return Err(InvalidObject::NotAnObject("child")) };
     for (field, want) in [("apiVersion", &kind.api_version), ("kind", &kind.kind)] {
         match obj.get(field) {
             None | Some(Value::Null) => {
                 obj.insert(field.into(), want.to_string().into());
             }
             Some(Value::String(s)) if s == want.as_ref() => {}
-            Some(other) => return Err(format!("{field} is {other}, not {want:?}")),
+            Some(other) => return Err(InvalidObject::OtherKind { field, found: other.to_string(), want: want.to_string() }),
         }
     }
     obj.remove("status");
     let meta = obj.entry("metadata").or_insert_with(|| Value::Object(Map::new()));
-    let Value::Object(meta) = meta else { return Err("metadata is not a JSON object".into()) };
+    let Value::Object(meta) = meta else { return Err(InvalidObject::NotAnObject("metadata")) };
     if meta.get("name").and_then(Value::as_str).is_none_or(str::is_empty) {
-        return Err("no metadata.name (children need stable names)".into());
+        return Err(InvalidObject::ChildWithoutName);
     }
     for f in SERVER_SET_METADATA {
         meta.remove(f);
@@ -253,9 +254,9 @@ fn prepare(parent: &Parent, kind: &KindRef, child: Value) -> Result<Value, Strin
     }
     let mut child = outcome::set_owner(Value::Object(obj), parent.key.ns(), parent.owner_ref.clone())?;
     let hash = format!("{:016x}", fnv1a(&child));
-    let meta = child.get_mut("metadata").and_then(Value::as_object_mut).ok_or("metadata is not a JSON object")?;
+    let meta = child.get_mut("metadata").and_then(Value::as_object_mut).ok_or(InvalidObject::NotAnObject("metadata"))?;
     let annotations = meta.entry("annotations").or_insert_with(|| Value::Object(Map::new()));
-    let Value::Object(annotations) = annotations else { return Err("metadata.annotations is not a JSON object".into()) };
+    let Value::Object(annotations) = annotations else { return Err(InvalidObject::NotAnObject("metadata.annotations")) };
     annotations.insert(DESIRED_HASH_ANNOTATION.into(), hash.into());
     Ok(child)
 }

@@ -60,6 +60,7 @@ pub mod cache;
 pub mod children;
 pub mod conditions;
 mod error;
+mod invalid;
 pub mod log;
 pub mod meta;
 pub mod object;
@@ -129,6 +130,7 @@ pub use k8s_openapi as k8s;
 
 pub use action::{Action, Deletion, Event, EventType, Patch, PatchType, Preconditions};
 pub use error::{Error, ErrorKind, ResultExt};
+pub use invalid::InvalidObject;
 pub use outcome::Outcome;
 pub use serde_json;
 pub use types::{Field, Index, IndexValue, KindRef, Mapping, Metadata, ObjectKey, Reason, Request, Watch, kinds};

@@ -4,6 +4,7 @@
 //! while parsing only what you type; [`ObjectMeta`] is the small part of Kubernetes metadata a
 //! reconciler usually needs. The free functions read the same fields from a `serde_json::Value`.
 
+use crate::InvalidObject;
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
@@ -171,11 +172,11 @@ pub fn controller_uid(obj: &Value) -> Option<&str> {
 }
 
 /// The key of a JSON object (`apiVersion`, `kind`, `metadata.namespace`, `metadata.name`).
-pub fn key(obj: &Value) -> Result<ObjectKey, String> {
+pub fn key(obj: &Value) -> Result<ObjectKey, InvalidObject> {
     let field = |f: &str| obj.get(f).and_then(Value::as_str).filter(|s| !s.is_empty());
-    let api_version = field("apiVersion").ok_or("object has no apiVersion")?;
-    let kind = field("kind").ok_or("object has no kind")?;
-    let name = name(obj).filter(|s| !s.is_empty()).ok_or_else(|| format!("{kind} has no metadata.name"))?;
+    let api_version = field("apiVersion").ok_or(InvalidObject::NoField("apiVersion"))?;
+    let kind = field("kind").ok_or(InvalidObject::NoField("kind"))?;
+    let name = name(obj).filter(|s| !s.is_empty()).ok_or_else(|| InvalidObject::NoName { kind: kind.to_owned() })?;
     Ok(KindRef::new(api_version, kind).key(namespace(obj), name))
 }
 
@@ -214,8 +215,8 @@ mod tests {
 
     #[test]
     fn key_of_incomplete_object_is_an_error() {
-        assert_eq!(key(&json!({"kind": "Pod"})).unwrap_err(), "object has no apiVersion");
-        assert_eq!(key(&json!({"apiVersion": "v1", "kind": "Pod"})).unwrap_err(), "Pod has no metadata.name");
+        assert_eq!(key(&json!({"kind": "Pod"})).unwrap_err().to_string(), "object has no apiVersion");
+        assert_eq!(key(&json!({"apiVersion": "v1", "kind": "Pod"})).unwrap_err().to_string(), "Pod has no metadata.name");
     }
 
     #[test]

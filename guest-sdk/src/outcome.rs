@@ -1,5 +1,6 @@
 //! What a reconcile returns: actions for the host to execute, and an optional requeue.
 
+use crate::invalid::InvalidObject;
 use std::time::Duration;
 
 use serde::Serialize;
@@ -55,7 +56,7 @@ impl Outcome {
                 .iter()
                 .any(|f| v.get("metadata").and_then(|m| m.get(*f)).and_then(Value::as_str).is_some_and(|s| !s.is_empty()));
             if !named {
-                return Err("object has neither metadata.name nor metadata.generateName".into());
+                return Err(InvalidObject::Unnamed);
             }
             Ok(Action::Create(v))
         })
@@ -68,7 +69,7 @@ impl Outcome {
     pub fn create_owned(self, owner: &impl Serialize, child: impl Serialize) -> Self {
         let owner_ref = match serde_json::to_value(owner) {
             Ok(o) => controller_ref(&o),
-            Err(e) => Err(format!("owner does not serialize: {e}")),
+            Err(e) => Err(InvalidObject::serde("owner", e)),
         };
         let owner_ref = match owner_ref {
             Ok(r) => r,
@@ -113,7 +114,7 @@ impl Outcome {
     /// Write `.status` of `obj` through the `/status` subresource (merge patch): fields given
     /// are replaced, fields not given are kept.
     pub fn status(self, obj: &impl Serialize, status: impl Serialize) -> Self {
-        let key = match serde_json::to_value(obj).map_err(|e| e.to_string()).and_then(|v| object::key(&v)) {
+        let key = match serde_json::to_value(obj).map_err(|e| InvalidObject::serde("object", e)).and_then(|v| object::key(&v)) {
             Ok(k) => k,
             Err(e) => return self.invalid(format!("status: {e}")),
         };
@@ -167,7 +168,7 @@ impl Outcome {
 
     /// Record an Event about `obj`.
     pub fn event(self, obj: &impl Serialize, event_type: EventType, reason: impl Into<String>, message: impl Into<String>) -> Self {
-        let key = match serde_json::to_value(obj).map_err(|e| e.to_string()).and_then(|v| object::key(&v)) {
+        let key = match serde_json::to_value(obj).map_err(|e| InvalidObject::serde("object", e)).and_then(|v| object::key(&v)) {
             Ok(k) => k,
             Err(e) => return self.invalid(format!("event: {e}")),
         };
@@ -261,8 +262,8 @@ impl Outcome {
         self
     }
 
-    fn with_object(self, what: &str, obj: &impl Serialize, f: impl FnOnce(Value) -> Result<Action, String>) -> Self {
-        let action = serde_json::to_value(obj).map_err(|e| format!("object does not serialize: {e}")).and_then(f);
+    fn with_object(self, what: &str, obj: &impl Serialize, f: impl FnOnce(Value) -> Result<Action, InvalidObject>) -> Self {
+        let action = serde_json::to_value(obj).map_err(|e| InvalidObject::serde("object", e)).and_then(f);
         match action {
             Ok(a) => {
                 let mut s = self;
@@ -274,19 +275,19 @@ impl Outcome {
     }
 }
 
-fn check_type(v: &Value) -> Result<(), String> {
+fn check_type(v: &Value) -> Result<(), InvalidObject> {
     for f in ["apiVersion", "kind"] {
         if v.get(f).and_then(Value::as_str).is_none_or(str::is_empty) {
-            return Err(format!("object has no {f}"));
+            return Err(InvalidObject::NoField(f));
         }
     }
     Ok(())
 }
 
 /// The owner's namespace and a controller reference to it.
-pub(crate) fn controller_ref(owner: &Value) -> Result<(Option<String>, Value), String> {
-    let key = object::key(owner).map_err(|e| format!("owner: {e}"))?;
-    let uid = object::uid(owner).filter(|u| !u.is_empty()).ok_or_else(|| format!("owner {key} has no metadata.uid"))?;
+pub(crate) fn controller_ref(owner: &Value) -> Result<(Option<String>, Value), InvalidObject> {
+    let key = object::key(owner).map_err(|e| InvalidObject::Owner(Box::new(e)))?;
+    let Some(uid) = object::uid(owner).filter(|u| !u.is_empty()) else { return Err(InvalidObject::OwnerWithoutUid(key)) };
     let r = json!({
         "apiVersion": key.kind.api_version,
         "kind": key.kind.kind,
@@ -300,13 +301,13 @@ pub(crate) fn controller_ref(owner: &Value) -> Result<(Option<String>, Value), S
 
 /// `child` in `owner_ns` (if it names no namespace) with `owner_ref` as its controller; an error
 /// if it is in another namespace or already has another controller.
-pub(crate) fn set_owner(mut child: Value, owner_ns: Option<&str>, owner_ref: Value) -> Result<Value, String> {
+pub(crate) fn set_owner(mut child: Value, owner_ns: Option<&str>, owner_ref: Value) -> Result<Value, InvalidObject> {
     let Some(obj) = child.as_object_mut() else {
-        return Err("child is not a JSON object".into());
+        return Err(InvalidObject::NotAnObject("child"));
     };
     let meta = obj.entry("metadata").or_insert_with(|| Value::Object(Map::new()));
     let Some(meta) = meta.as_object_mut() else {
-        return Err("child metadata is not a JSON object".into());
+        return Err(InvalidObject::NotAnObject("child metadata"));
     };
     if let Some(owner_ns) = owner_ns {
         match meta.get("namespace").and_then(Value::as_str) {
@@ -314,18 +315,18 @@ pub(crate) fn set_owner(mut child: Value, owner_ns: Option<&str>, owner_ref: Val
                 meta.insert("namespace".into(), owner_ns.into());
             }
             Some(ns) if ns != owner_ns => {
-                return Err(format!("child in namespace {ns:?} cannot be owned by an object in {owner_ns:?}"));
+                return Err(InvalidObject::OtherNamespace { child: ns.to_owned(), owner: owner_ns.to_owned() });
             }
             Some(_) => {}
         }
     }
     let refs = meta.entry("ownerReferences").or_insert_with(|| Value::Array(Vec::new()));
     let Some(refs) = refs.as_array_mut() else {
-        return Err("child ownerReferences is not an array".into());
+        return Err(InvalidObject::OwnerReferencesNotAList);
     };
     if let Some(other) = refs.iter().find(|r| r.get("controller").and_then(Value::as_bool) == Some(true)) {
         if other.get("uid") != owner_ref.get("uid") {
-            return Err(format!("child already has a controller: {other}"));
+            return Err(InvalidObject::OtherController(other.to_string()));
         }
         return Ok(child);
     }

@@ -20,17 +20,18 @@ use serde_json::{Value, json};
 
 use crate::action::Action;
 use crate::error::Error;
+use crate::invalid::InvalidObject;
 use crate::object;
 use crate::outcome::Outcome;
 
 pub use crate::action::{Patch, PatchType, Preconditions};
 
 /// The owner reference that makes `owner` the controller of its dependents.
-pub fn controller_ref(owner: &Value) -> Result<Value, String> {
+pub fn controller_ref(owner: &Value) -> Result<Value, InvalidObject> {
     let s = |p: &str| owner.pointer(p).and_then(Value::as_str).filter(|s| !s.is_empty());
     let (Some(api_version), Some(kind), Some(name), Some(uid)) = (s("/apiVersion"), s("/kind"), s("/metadata/name"), s("/metadata/uid"))
     else {
-        return Err("the owner needs apiVersion, kind, metadata.name and metadata.uid".into());
+        return Err(InvalidObject::IncompleteOwner);
     };
     Ok(json!({
         "apiVersion": api_version, "kind": kind, "name": name, "uid": uid,
@@ -96,7 +97,7 @@ impl Outcome {
     /// preconditions taken from it).
     pub fn merge_patch(self, obj: &impl Serialize, body: impl Serialize) -> Self {
         self.patch_object("merge_patch", obj, |v| {
-            let body = serde_json::to_value(body).map_err(|e| format!("patch does not serialize: {e}"))?;
+            let body = serde_json::to_value(body).map_err(|e| InvalidObject::serde("patch", e))?;
             Ok(Patch::merge(object::key(v)?, body).if_unchanged(v))
         })
     }
@@ -104,13 +105,13 @@ impl Outcome {
     /// Make `owner` the controller of `orphan` (KCM's adoption): adds the controller owner
     /// reference if `orphan` is still the object read and has no controller.
     pub fn adopt(self, owner: &impl Serialize, orphan: &impl Serialize) -> Self {
-        let owner_ref = match serde_json::to_value(owner).map_err(|e| e.to_string()).and_then(|o| controller_ref(&o)) {
+        let owner_ref = match serde_json::to_value(owner).map_err(|e| InvalidObject::serde("owner", e)).and_then(|o| controller_ref(&o)) {
             Ok(r) => r,
             Err(e) => return self.with_problem(format!("adopt: {e}")),
         };
         self.patch_object("adopt", orphan, |v| {
             if controller_uid(v).is_some() {
-                return Err(format!("{} already has a controller", object::key(v)?));
+                return Err(InvalidObject::AlreadyControlled(object::key(v)?));
             }
             Ok(Patch::json(object::key(v)?, append(v, "ownerReferences", owner_ref)).if_unchanged(v))
         })
@@ -159,12 +160,12 @@ impl Outcome {
         })
     }
 
-    fn patch_object(self, what: &str, obj: &impl Serialize, f: impl FnOnce(&Value) -> Result<Patch, String>) -> Self {
+    fn patch_object(self, what: &str, obj: &impl Serialize, f: impl FnOnce(&Value) -> Result<Patch, InvalidObject>) -> Self {
         self.patch_object_opt(what, obj, |v| f(v).map(Some))
     }
 
-    fn patch_object_opt(self, what: &str, obj: &impl Serialize, f: impl FnOnce(&Value) -> Result<Option<Patch>, String>) -> Self {
-        let built = serde_json::to_value(obj).map_err(|e| format!("object does not serialize: {e}")).and_then(|v| f(&v));
+    fn patch_object_opt(self, what: &str, obj: &impl Serialize, f: impl FnOnce(&Value) -> Result<Option<Patch>, InvalidObject>) -> Self {
+        let built = serde_json::to_value(obj).map_err(|e| InvalidObject::serde("object", e)).and_then(|v| f(&v));
         match built {
             Ok(Some(p)) => self.patch(p),
             Ok(None) => self,

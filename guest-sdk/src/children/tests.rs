@@ -232,7 +232,7 @@ fn unusable_parents_and_children_are_permanent_errors() {
     let controlled = json!({"metadata": {"name": "c", "ownerReferences": [{"uid": "x", "controller": true}]}});
     assert!(plan(foo(json!({})), controlled).message().contains("already has a controller"));
     let e = plan(foo(json!({})), json!(["not", "an", "object"]));
-    assert_eq!(e.message(), "children: v1/ConfigMap #0: not a JSON object");
+    assert_eq!(e.message(), "children: v1/ConfigMap #0: child is not a JSON object");
 
     let e = f
         .enter(|| Children::of(&foo(json!({}))).kind(kinds::CONFIG_MAP, [named("c")]).kind(kinds::CONFIG_MAP, [named("c")]).plan())

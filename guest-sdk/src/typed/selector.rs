@@ -63,18 +63,30 @@ impl LabelSelector {
     /// [`cache::list`](crate::cache::list), so the host filters before copying JSON; an error
     /// names a requirement the syntax cannot express (an unknown operator, `In`/`NotIn` without
     /// values).
-    pub fn to_query(&self) -> Result<String, String> {
+    pub fn to_query(&self) -> Result<String, Inexpressible> {
         let mut parts: Vec<String> = self.match_labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
         for r in &self.match_expressions {
             parts.push(match r.operator.as_str() {
-                "In" | "NotIn" if r.values.is_empty() => return Err(format!("selector {}: {} needs values", r.key, r.operator)),
+                "In" | "NotIn" if r.values.is_empty() => {
+                    return Err(Inexpressible { key: r.key.clone(), why: format!("{} needs values", r.operator) });
+                }
                 "In" => format!("{} in ({})", r.key, r.values.join(",")),
                 "NotIn" => format!("{} notin ({})", r.key, r.values.join(",")),
                 "Exists" => r.key.clone(),
                 "DoesNotExist" => format!("!{}", r.key),
-                other => return Err(format!("selector {}: unknown operator {other:?}", r.key)),
+                other => return Err(Inexpressible { key: r.key.clone(), why: format!("unknown operator {other:?}") }),
             });
         }
         Ok(parts.join(","))
     }
+}
+
+/// A requirement of a [`LabelSelector`] that the cache's selector syntax cannot express.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("selector {key}: {why}")]
+pub struct Inexpressible {
+    /// The requirement's key.
+    pub key: String,
+    /// What is wrong with it (an unknown operator, `In`/`NotIn` without values).
+    pub why: String,
 }

@@ -247,10 +247,10 @@ fn selectors_match_and_render() {
     assert!(s.matches(&labels));
     s.match_expressions.push(req("x", "Near", &[]));
     assert!(!s.matches(&labels));
-    assert_eq!(s.to_query().unwrap_err(), "selector x: unknown operator \"Near\"");
+    assert_eq!(s.to_query().unwrap_err().to_string(), "selector x: unknown operator \"Near\"");
     assert!(LabelSelector::default().matches(&labels));
     assert_eq!(
-        LabelSelector { match_expressions: vec![req("a", "In", &[])], ..Default::default() }.to_query().unwrap_err(),
+        LabelSelector { match_expressions: vec![req("a", "In", &[])], ..Default::default() }.to_query().unwrap_err().to_string(),
         "selector a: In needs values"
     );
 }

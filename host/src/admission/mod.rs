@@ -45,9 +45,10 @@ use crate::kinds::{self, KindRef, KindResolver, ResolvedKind};
 use crate::queue::TokenBucket;
 use result::Guard;
 
-/// Why one action was refused.
+/// Why one action was refused: the rule it violates (not to be confused with
+/// [`crate::reconciler::Reason`], why a key was queued).
 #[derive(Debug, thiserror::Error)]
-pub enum Reason {
+pub enum Violation {
     /// The action's target is malformed (no name, a bad kind, ...).
     #[error("invalid action: {0}")]
     InvalidTarget(#[from] TargetError),
@@ -87,7 +88,7 @@ pub struct Refusal {
     /// The target as far as it could be read.
     pub target: String,
     /// Why it was refused.
-    pub reason: Reason,
+    pub reason: Violation,
 }
 
 /// Why an outcome was not admitted.
@@ -309,7 +310,7 @@ impl Admission {
 
     async fn admit_one(&self, ctx: Context<'_>, index: usize, planned: Planned) -> Result<AdmittedAction> {
         let (verb, target, action) = (planned.verb(), planned.target(), planned.action());
-        let refuse = |target: String, reason: Reason| Error::Refused(Box::new(Refusal { index, verb, target, reason }));
+        let refuse = |target: String, reason: Violation| Error::Refused(Box::new(Refusal { index, verb, target, reason }));
         let shown = target.to_string();
         let kind = &target.kind;
         let resolved = self.scopes.resolve(kind).await.map_err(|e| refuse(shown.clone(), e.into()))?;
@@ -347,10 +348,10 @@ impl Admission {
     }
 }
 
-fn check_regarding(grants: &Grants, kind: &KindRef, target: &Target) -> Result<(), Reason> {
+fn check_regarding(grants: &Grants, kind: &KindRef, target: &Target) -> Result<(), Violation> {
     if grants.allows_read(kind, target.namespace.as_deref()) {
         Ok(())
     } else {
-        Err(Reason::EventRegarding(format!("no read grant on {target}")))
+        Err(Violation::EventRegarding(format!("no read grant on {target}")))
     }
 }

@@ -6,23 +6,23 @@ use serde_json::Value;
 use wasmloop_model::Target;
 
 use super::result::Effect;
-use super::{Context, Reason, Scopes};
+use super::{Context, Scopes, Violation};
 use crate::kinds::KindRef;
 
 /// Check every owner reference `effect` adds to `target`.
-pub(super) async fn check_added(scopes: &Scopes, ctx: Context<'_>, target: &Target, effect: &Effect) -> Result<(), Reason> {
+pub(super) async fn check_added(scopes: &Scopes, ctx: Context<'_>, target: &Target, effect: &Effect) -> Result<(), Violation> {
     let Some(after) = effect.after.value() else { return Ok(()) };
     // Absent, or null in a merge patch (removing them all), adds no owner.
     let Some(refs) = after.pointer("/metadata/ownerReferences").filter(|r| !r.is_null()) else { return Ok(()) };
     let Some(refs) = refs.as_array() else {
-        return Err(Reason::OwnerReference { index: 0, why: "ownerReferences must be a list".into() });
+        return Err(Violation::OwnerReference { index: 0, why: "ownerReferences must be a list".into() });
     };
     let had = |uid: &str| {
         let before = effect.before.as_ref().and_then(|b| b.pointer("/metadata/ownerReferences")).and_then(Value::as_array);
         before.into_iter().flatten().any(|r| r.get("uid").and_then(Value::as_str) == Some(uid))
     };
     for (index, r) in refs.iter().enumerate() {
-        let bad = |why: String| Reason::OwnerReference { index, why };
+        let bad = |why: String| Violation::OwnerReference { index, why };
         let field = |f: &str| r.get(f).and_then(Value::as_str).filter(|s| !s.is_empty());
         let (Some(api_version), Some(kind), Some(name), Some(uid)) = (field("apiVersion"), field("kind"), field("name"), field("uid"))
         else {

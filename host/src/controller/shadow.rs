@@ -1,9 +1,10 @@
-//! Shadow versions: a candidate build of a plugin runs beside the serving one on every
+//! Shadow versions: a candidate build of a plugin runs after the serving one on every
 //! reconcile, with the same request against the same cache, and **nothing it returns is
 //! executed**; its outcome is compared with the serving version's.
 //!
-//! - The candidate never delays the serving version: it runs on threads of its own at the lowest
-//!   OS priority ([`CANDIDATE_NICE`]: it gets CPU only when the host does not want it), and the
+//! - The candidate never delays the serving version: it starts only once the serving call has
+//!   returned (never beside it), on the guest pool's lowest-priority lane ([`CANDIDATE_NICE`]:
+//!   it gets CPU only when the host does not want it), and the
 //!   comparison waits for it on a task of its own after the serving outcome went on to
 //!   admission. Its share is bounded: at most [`Shadow::slots`] candidate calls at once per
 //!   plugin; a reconcile that finds no free slot is not shadowed (`result="skipped"`).
@@ -29,63 +30,14 @@ use crate::cache::SharedCache;
 use crate::executor::Executor;
 use crate::grants::Grants;
 use crate::kinds::ObjectKey;
+use crate::plugin::guest_threads::{self, Lane};
 use crate::reconciler::Request;
 
 /// The differences kept per plugin (the oldest is dropped first).
 pub const RECENT: usize = 50;
 
-/// The OS priority (nice value) of the threads candidate versions run on: the lowest, so a
-/// candidate gets CPU only when nothing else of the host (serving reconciles, event handling,
-/// Lease renewals) wants it.
-pub const CANDIDATE_NICE: i32 = 19;
-
-/// A candidate's reconcile, run on one of its threads.
-type Job = Box<dyn FnOnce() + Send>;
-
-/// The threads a candidate runs on (one per slot), at [`CANDIDATE_NICE`]. They end when the
-/// [`Shadow`] is dropped.
-struct Threads {
-    jobs: Mutex<Option<std::sync::mpsc::Sender<Job>>>,
-}
-
-impl Threads {
-    fn start(n: usize) -> Self {
-        let (tx, rx) = std::sync::mpsc::channel::<Job>();
-        let rx = Arc::new(Mutex::new(rx));
-        for i in 0..n {
-            let rx = rx.clone();
-            let started = std::thread::Builder::new().name(format!("wasm-candidate-{i}")).spawn(move || {
-                // Best effort: where the call is refused, the candidate runs at normal priority
-                // (its slots still bound its share).
-                if let Err(e) = rustix::process::setpriority_process(Some(rustix::thread::gettid()), CANDIDATE_NICE) {
-                    tracing::debug!(error = %e, "cannot lower the priority of a candidate thread");
-                }
-                loop {
-                    let job = rx.lock().recv();
-                    match job {
-                        Ok(job) => job(),
-                        Err(_) => return,
-                    }
-                }
-            });
-            if let Err(e) = started {
-                tracing::warn!(error = %e, "cannot start a candidate thread");
-            }
-        }
-        Self { jobs: Mutex::new(Some(tx)) }
-    }
-
-    /// Run `job` on a candidate thread; false if none runs any more.
-    fn run(&self, job: Job) -> bool {
-        self.jobs.lock().as_ref().is_some_and(|tx| tx.send(job).is_ok())
-    }
-}
-
-impl Drop for Threads {
-    fn drop(&mut self) {
-        self.jobs.lock().take();
-    }
-}
+/// Where candidate versions run: the guest pool's lowest-priority lane.
+pub use crate::plugin::guest_threads::CANDIDATE_NICE;
 
 /// A candidate version beside a plugin's serving version: a shadow everywhere, and optionally
 /// the version that serves the keys of some shards (a [`Canary`]).
@@ -95,8 +47,6 @@ pub struct Shadow {
     grants: Arc<Grants>,
     slots: Arc<Semaphore>,
     concurrency: usize,
-    /// Where its shadow calls run.
-    threads: Threads,
     canary: Option<Canary>,
     /// Who its canary writes are sent as: the candidate's own identity (`None`: the host's,
     /// with `--plugin-identity host`).
@@ -172,7 +122,6 @@ impl Shadow {
             grants,
             slots: Arc::new(Semaphore::new(concurrency)),
             concurrency,
-            threads: Threads::start(concurrency),
             canary: None,
             executor: None,
             canary_ok: AtomicU64::new(0),
@@ -258,12 +207,12 @@ impl Shadow {
         let slot: OwnedSemaphorePermit = self.slots.clone().try_acquire_owned().ok()?;
         let (reconciler, request, view) = (self.reconciler.clone(), request.clone(), view.clone());
         let (tx, rx) = oneshot::channel();
-        let job: Job = Box::new(move || {
+        let job = move || {
             let result = reconciler.reconcile(&request, &view);
             drop(slot);
             let _ = tx.send(result);
-        });
-        self.threads.run(job).then_some(rx)
+        };
+        guest_threads::start(Lane::Candidate, job).then_some(rx)
     }
 }
 

@@ -200,13 +200,16 @@ impl Inner {
         }
         let reconciler = current.reconciler.clone();
         let view: cache::SharedCache = current.view.clone();
-        let candidate = shadow.filter(|_| canary.is_none()).map(|shadow| start_candidate(&shadow, &request, &view));
         let serving = reconciler.clone();
         let guest = reconciler.runs_guest_code();
-        let call = move || reconciler.reconcile(&request, &view);
+        let (call_request, call_view) = (request.clone(), view.clone());
+        let call = move || reconciler.reconcile(&call_request, &call_view);
         let joined = if guest { guest_threads::run(call).await.map_err(|e| Panicked(e.to_string())) } else { run_native(call).await };
         let result = joined.unwrap_or_else(|e| Err(ReconcileError::transient(Cause::Stopped(format!("reconciler panicked: {e}")))));
-        if let Some(candidate) = candidate {
+        // The candidate runs after the serving call, never beside it: a shadow must not slow
+        // what serves (it ran beside it and cost the serving p99 1.64x; BENCHMARKS.md §9).
+        if let Some(shadow) = shadow.filter(|_| canary.is_none()) {
+            let candidate = start_candidate(&shadow, &request, &view);
             self.compare_later(key, shadow::Side::of(serving.as_ref(), &result), candidate);
         }
         // The actions returned, for the reconcile line (only when someone reads it).

@@ -7,7 +7,9 @@
 //! a small runtime of its own whose threads run at [`GUEST_NICE`]: when the host wants a core, it
 //! takes it from a guest at once (CFS gives a nice-0 thread ~9× a nice-10 thread's share and
 //! preempts in its favour on wake-up); when the host is idle, guests get every core. Shadowed
-//! candidate versions run lower still (`controller::shadow::CANDIDATE_NICE`).
+//! candidate versions run lower still, on the pool's [`Lane::Candidate`] at [`CANDIDATE_NICE`]:
+//! a separate set of threads, because a thread's priority, once lowered, cannot be raised again
+//! without privilege.
 //!
 //! Lowering a thread's priority needs no privilege. Where the call is refused (a seccomp
 //! profile), guest threads run at normal priority and a warning says so once.
@@ -18,40 +20,80 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use tokio::runtime::{Builder, Runtime};
 use tokio::task::JoinError;
 
-/// The OS priority (nice value) of the threads guest code runs on.
+/// The OS priority (nice value) of the threads serving versions' guest code runs on.
 pub const GUEST_NICE: i32 = 10;
 
-/// Run `work` (guest code: a reconcile, a compile) on a guest thread and wait for it.
+/// The OS priority of the threads candidate versions run on: the lowest, so a candidate gets
+/// CPU only when nothing else of the host (serving reconciles, event handling, Lease renewals)
+/// wants it.
+pub const CANDIDATE_NICE: i32 = 19;
+
+/// Which threads of the pool guest work runs on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Lane {
+    /// Serving versions' reconciles, compiles, index mappings: at [`GUEST_NICE`].
+    Serving,
+    /// Shadowed candidate versions: at [`CANDIDATE_NICE`].
+    Candidate,
+}
+
+impl Lane {
+    fn nice(self) -> i32 {
+        match self {
+            Lane::Serving => GUEST_NICE,
+            Lane::Candidate => CANDIDATE_NICE,
+        }
+    }
+
+    fn thread_name(self) -> &'static str {
+        match self {
+            Lane::Serving => "wasm-guest",
+            Lane::Candidate => "wasm-candidate",
+        }
+    }
+}
+
+/// Run `work` (guest code: a reconcile, a compile) on a serving guest thread and wait for it.
 pub async fn run<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'static) -> Result<T, JoinError> {
-    match runtime() {
+    match runtime(Lane::Serving) {
         Some(guests) => guests.spawn_blocking(work).await,
         // No runtime of its own (its threads could not start): the caller's blocking pool.
         None => tokio::task::spawn_blocking(work).await,
     }
 }
 
-fn runtime() -> Option<&'static Runtime> {
-    static RUNTIME: OnceLock<Option<Runtime>> = OnceLock::new();
-    RUNTIME
-        .get_or_init(|| {
-            // One worker (it drives the timers WASI's sync adapters wait on, in `block_on` on the
-            // guest's own thread), blocking threads as tokio's default pool.
-            Builder::new_multi_thread()
-                .worker_threads(1)
-                .enable_all()
-                .thread_name("wasm-guest")
-                .on_thread_start(lower_priority)
-                .build()
-                .inspect_err(|e| tracing::warn!(error = %e, "cannot start the guest threads' runtime; guests run on the host's threads"))
-                .ok()
-        })
-        .as_ref()
+/// Start `work` on a thread of `lane` without waiting for it (a candidate's reconcile, whose
+/// answer comes back on a channel); false if no thread of the lane could be started.
+pub fn start(lane: Lane, work: impl FnOnce() + Send + 'static) -> bool {
+    runtime(lane).map(|guests| drop(guests.spawn_blocking(work))).is_some()
 }
 
-/// Set the calling thread's nice value to [`GUEST_NICE`] (best effort, warned about once).
-fn lower_priority() {
+fn runtime(lane: Lane) -> Option<&'static Runtime> {
+    static SERVING: OnceLock<Option<Runtime>> = OnceLock::new();
+    static CANDIDATE: OnceLock<Option<Runtime>> = OnceLock::new();
+    let cell = match lane {
+        Lane::Serving => &SERVING,
+        Lane::Candidate => &CANDIDATE,
+    };
+    cell.get_or_init(|| {
+        // One worker (it drives the timers WASI's sync adapters wait on, in `block_on` on the
+        // guest's own thread), blocking threads as tokio's default pool.
+        Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .thread_name(lane.thread_name())
+            .on_thread_start(move || lower_priority(lane))
+            .build()
+            .inspect_err(|e| tracing::warn!(error = %e, ?lane, "cannot start the guest threads' runtime"))
+            .ok()
+    })
+    .as_ref()
+}
+
+/// Set the calling thread's nice value to `lane`'s (best effort, warned about once).
+fn lower_priority(lane: Lane) {
     static WARNED: AtomicBool = AtomicBool::new(false);
-    if let Err(e) = rustix::process::setpriority_process(Some(rustix::thread::gettid()), GUEST_NICE)
+    if let Err(e) = rustix::process::setpriority_process(Some(rustix::thread::gettid()), lane.nice())
         && !WARNED.swap(true, Ordering::Relaxed)
     {
         tracing::warn!(error = %e, "cannot lower the priority of guest threads; guests compete with the host's threads as equals");
@@ -73,6 +115,19 @@ mod tests {
         assert_eq!(name.as_deref(), Some("wasm-guest"));
         let own = rustix::process::getpriority_process(Some(rustix::thread::gettid())).unwrap();
         assert_eq!(nice, GUEST_NICE.max(own), "a guest thread's nice value");
+    }
+
+    #[tokio::test]
+    async fn candidate_work_runs_lower_still_on_threads_of_its_own() {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        assert!(start(Lane::Candidate, move || {
+            let name = std::thread::current().name().map(str::to_string);
+            let _ = tx.send((name, rustix::process::getpriority_process(Some(rustix::thread::gettid())).unwrap()));
+        }));
+        let (name, nice) = rx.await.unwrap();
+        assert_eq!(name.as_deref(), Some("wasm-candidate"));
+        let own = rustix::process::getpriority_process(Some(rustix::thread::gettid())).unwrap();
+        assert_eq!(nice, CANDIDATE_NICE.max(own), "a candidate thread's nice value");
     }
 
     #[tokio::test]
