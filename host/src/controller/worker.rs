@@ -243,8 +243,7 @@ impl Inner {
 /// cannot stall them; the reconcile itself starts without waiting for another thread to be
 /// scheduled. That wait was the 1% tail of event → reconcile start when the host has one CPU:
 /// during a burst of events the runtime's thread keeps the CPU for its time slice and the woken
-/// blocking thread waits (p99 per 10 s run at 1 000 events/s: 0.33–2.1 ms on a blocking thread,
-/// 0.42–0.89 ms in place, 9 runs each; BENCHMARKS.md §5).
+/// blocking thread waits (measured in BENCHMARKS.md §5).
 /// On a current-thread runtime (where `block_in_place` is not allowed), a blocking thread.
 /// Plugins never run here: guest code keeps its lower-priority threads ([`guest_threads`]).
 async fn run_native<T: Send + 'static>(call: impl FnOnce() -> T + Send + 'static) -> Result<T, Panicked> {
