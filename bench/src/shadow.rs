@@ -3,12 +3,12 @@
 //! The replicaset plugin serves reconciles of one 10-Pod ReplicaSet (converged: reads only; and
 //! create: 10 creates + a status) on a blocking thread, as the controller's worker does, one at
 //! a time. With a shadow, each reconcile also does what the worker does for a candidate (the
-//! same plugin, loaded twice): take the candidate's slot if free (one slot: a busy candidate
-//! skips the reconcile), start the candidate on its own thread at the lowest OS priority
-//! ([`Shadow::start`], the worker's path), and once the serving
-//! result is in, reduce it for the comparison ([`Side::of`]) and hand it to a task that waits
-//! for the candidate and compares. The serving latency is timed from just before the candidate
-//! starts to the serving side being ready for the comparison. Runs without and with the shadow
+//! same plugin, loaded twice): once the serving call has returned, take the candidate's slot if
+//! free (one slot: a busy candidate skips the reconcile), start the candidate on the guest
+//! pool's lowest-priority lane ([`Shadow::start`], the worker's path), reduce the serving result
+//! for the comparison ([`Side::of`]) and hand it to a task that waits for the candidate and
+//! compares. The serving latency is timed from the start of the serving call to the serving
+//! side being ready for the comparison (the candidate started). Runs without and with the shadow
 //! alternate; the figure is the ratio of the medians (over runs) of each run's p99.
 
 use std::sync::Arc;
@@ -142,10 +142,11 @@ async fn measure(
     let mut samples = Vec::with_capacity(n);
     for _ in 0..n {
         let started = Instant::now();
-        // As the worker: the candidate starts first, on its own low-priority thread, if its slot is free.
-        let shadow = candidate.map(|c| c.start(&scenario.request, &scenario.cache).map(|answer| (c.reconciler().clone(), answer)));
         let (r, s) = (serving.clone(), scenario.clone());
         let result = tokio::task::spawn_blocking(move || r.reconcile(&s.request, &s.cache)).await?;
+        // As the worker: the candidate starts once the serving call has returned (never beside
+        // it), on the guest pool's lowest-priority lane, if its slot is free.
+        let shadow = candidate.map(|c| c.start(&scenario.request, &scenario.cache).map(|answer| (c.reconciler().clone(), answer)));
         match shadow {
             Some(Some((c, answer))) => {
                 let side = Side::of(serving.as_ref(), &result);

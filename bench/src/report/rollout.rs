@@ -50,9 +50,10 @@ impl Rollout<'_> {
             w,
             "The replicaset plugin serves one 10-Pod ReplicaSet, one reconcile at a time on a blocking thread, as a worker \
              does; shadowed, each reconcile also does what the worker does for a candidate (the same plugin loaded a second \
-             time): take its one slot if free (else the reconcile is not shadowed), start it on another blocking thread, \
-             reduce the serving result for the comparison, and leave the comparison to a task that waits for the candidate. \
-             Timed from before the candidate starts to the serving side being ready (`wasmloop-bench shadow`, in-process, no \
+             time): once the serving call has returned (the candidate never runs beside it), take its one slot if free \
+             (else the reconcile is not shadowed), start it on the guest pool's lowest-priority lane (nice 19), reduce the \
+             serving result for the comparison, and leave the comparison to a task that waits for the candidate. Timed from \
+             the start of the serving call to the serving side being ready (`wasmloop-bench shadow`, in-process, no \
              cluster). Runs without and with the shadow alternate; each cell is the median over runs of that run's \
              percentile (min–max over runs).\n"
         )?;
@@ -81,8 +82,9 @@ impl Rollout<'_> {
         }
         writeln!(
             w,
-            "\nOn this 2-core machine the candidate's call competes with the serving one for a core; a busy candidate skips \
-             reconciles rather than queueing them, so the serving version never waits for it. Recording a reconcile and \
+            "\nThe candidate of one reconcile may still run while the next serving call starts (on this 2-core machine they \
+             then share the cores, the candidate at the lowest priority); a busy candidate skips reconciles rather than \
+             queueing them, so the serving version never waits for it. Recording a reconcile and \
              replaying it are measured in `tests/tests/replay.rs` (a 10-Pod ReplicaSet reconcile records to about 1.5 KB; \
              100 replays give one outcome).\n"
         )?;
