@@ -16,7 +16,21 @@ use std::fmt;
 
 use serde_json::Value;
 
-use crate::selector::validate_key;
+use crate::selector::{KeyError, validate_key};
+
+/// Why a declared index path is refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PathError {
+    /// The path is empty.
+    #[error("the path is empty")]
+    Empty,
+    /// The label (or annotation) key it names is not a label key.
+    #[error(transparent)]
+    Key(#[from] KeyError),
+    /// Its dotted part does not parse: what is wrong where.
+    #[error("{0}")]
+    Segment(String),
+}
 
 /// A parsed index path.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -33,13 +47,13 @@ pub enum IndexPath {
 
 impl IndexPath {
     /// Parse a declared path; the error is the reason it is refused.
-    pub fn parse(path: &str) -> Result<Self, String> {
+    pub fn parse(path: &str) -> Result<Self, PathError> {
         if let Some(key) = path.strip_prefix("labels.").or(path.strip_prefix("metadata.labels.")) {
             validate_key(key)?;
             return Ok(Self::Label(key.into()));
         }
         if path.is_empty() {
-            return Err("the path is empty".into());
+            return Err(PathError::Empty);
         }
         let (fields, map_key) = split_map_key(path);
         if let Some(key) = map_key {
@@ -113,41 +127,42 @@ impl Segment<'_> {
 
 /// The segments of the dotted part of a field path, `.` inside filters kept in them; the error
 /// names what is wrong.
-fn segments(fields: &str) -> Result<Vec<Segment<'_>>, String> {
+fn segments(fields: &str) -> Result<Vec<Segment<'_>>, PathError> {
     let mut out = Vec::new();
     let mut rest = fields;
     loop {
         let name_end = rest.find(['.', '[']).unwrap_or(rest.len());
         let name = &rest[..name_end];
         if name.is_empty() {
-            return Err("empty segment (leading, trailing or doubled `.`)".into());
+            return Err(PathError::Segment("empty segment (leading, trailing or doubled `.`)".into()));
         }
         if !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-') {
-            return Err(format!(
+            return Err(PathError::Segment(format!(
                 "segment `{name}` may contain only letters, digits, `_` and `-` (write `spec.containers.0.image`, not `[0]`; \
                  a filter is `[field=value]`)"
-            ));
+            )));
         }
         rest = &rest[name_end..];
         let mut filters = Vec::new();
         while let Some(after) = rest.strip_prefix('[') {
-            let close = after.find(']').ok_or_else(|| format!("filter `[{after}` of segment `{name}` has no `]`"))?;
+            let close = after.find(']').ok_or_else(|| PathError::Segment(format!("filter `[{after}` of segment `{name}` has no `]`")))?;
             let filter = &after[..close];
             if !filter.is_empty() && filter.bytes().all(|b| b.is_ascii_digit()) {
-                return Err(format!(
+                return Err(PathError::Segment(format!(
                     "segment `{name}[{filter}]`: write `{name}.{filter}` to pick a list position (a filter is `[field=value]`)"
-                ));
+                )));
             }
-            let (field, value) =
-                filter.split_once('=').ok_or_else(|| format!("filter `[{filter}]` of segment `{name}` is not `[field=value]`"))?;
+            let (field, value) = filter
+                .split_once('=')
+                .ok_or_else(|| PathError::Segment(format!("filter `[{filter}]` of segment `{name}` is not `[field=value]`")))?;
             if field.is_empty() || !field.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-') {
-                return Err(format!("filter `[{filter}]` of segment `{name}`: `{field}` is not a field name"));
+                return Err(PathError::Segment(format!("filter `[{filter}]` of segment `{name}`: `{field}` is not a field name")));
             }
             if value.is_empty() || value.contains('[') {
-                return Err(format!("filter `[{filter}]` of segment `{name}`: the value is empty or holds `[`"));
+                return Err(PathError::Segment(format!("filter `[{filter}]` of segment `{name}`: the value is empty or holds `[`")));
             }
             if name.bytes().all(|b| b.is_ascii_digit()) {
-                return Err(format!("segment `{name}` picks a list position: it takes no filter"));
+                return Err(PathError::Segment(format!("segment `{name}` picks a list position: it takes no filter")));
             }
             filters.push((field, value));
             rest = &after[close + 1..];
@@ -157,13 +172,13 @@ fn segments(fields: &str) -> Result<Vec<Segment<'_>>, String> {
         match rest.strip_prefix('.') {
             Some(next) => rest = next,
             None if last_filtered => {
-                return Err(format!(
+                return Err(PathError::Segment(format!(
                     "segment `{name}` ends the path with a filter: it keeps objects, which have no value to index \
                      (name the field to index after it: `{name}[…].name`)"
-                ));
+                )));
             }
             None if rest.is_empty() => return Ok(out),
-            None => return Err(format!("after segment `{name}`: `{rest}` (expected `.` or `[field=value]`)")),
+            None => return Err(PathError::Segment(format!("after segment `{name}`: `{rest}` (expected `.` or `[field=value]`)"))),
         }
     }
 }
@@ -224,7 +239,7 @@ mod tests {
             ("metadata.annotations.", "invalid label key"),
             ("spec.containers[0].image", "segment `containers[0]`"),
         ] {
-            let got = IndexPath::parse(bad).unwrap_err();
+            let got = IndexPath::parse(bad).unwrap_err().to_string();
             assert!(got.contains(reason), "{bad:?}: {got:?}");
         }
     }
@@ -285,7 +300,7 @@ mod tests {
             ("spec.[port=443]", "empty segment"),
             ("spec.ports[port=443]", "ends the path with a filter"),
         ] {
-            let got = IndexPath::parse(bad).unwrap_err();
+            let got = IndexPath::parse(bad).unwrap_err().to_string();
             assert!(got.contains(reason), "{bad:?}: {got:?}");
         }
     }
@@ -365,7 +380,7 @@ mod tests {
             let path = match IndexPath::parse(&text) {
                 Ok(path) => path,
                 Err(reason) => {
-                    prop_assert!(!reason.is_empty(), "{text:?}: empty reason");
+                    prop_assert!(!reason.to_string().is_empty(), "{text:?}: empty reason");
                     return Ok(false);
                 }
             };
@@ -383,7 +398,7 @@ mod tests {
     /// `object_at` panicked placing one). It is refused at parse, naming the segment.
     #[test]
     fn fuzz_regression_a_filter_ending_the_path_is_refused() {
-        let reason = IndexPath::parse("owners[kind=CronJob]").unwrap_err();
+        let reason = IndexPath::parse("owners[kind=CronJob]").unwrap_err().to_string();
         assert!(reason.contains("segment `owners` ends the path with a filter"), "{reason}");
         assert!(field_values(&json!({"owners": [{"kind": "CronJob"}]}), "owners[kind=CronJob]").is_empty());
     }

@@ -43,7 +43,7 @@ pub enum IndexValue {
 
 impl IndexValue {
     /// Check a field path (the error is why it is refused).
-    pub fn check(&self) -> Result<(), String> {
+    pub fn check(&self) -> Result<(), crate::index_path::PathError> {
         match self {
             IndexValue::Field(path) => IndexPath::parse(path).map(drop),
             IndexValue::Name | IndexValue::NamespacedName => Ok(()),

@@ -18,7 +18,62 @@ pub struct Error {
     /// The selector as given.
     pub selector: String,
     /// What is wrong with it.
-    pub reason: String,
+    pub reason: Reason,
+}
+
+/// What is wrong with a selector.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Reason {
+    /// `<`, `>`: set-based and equality operators only.
+    #[error("operator `{0}` is not supported in label selectors")]
+    UnsupportedOperator(char),
+    /// Anything else the grammar does not allow (`app web`, `a=b,`, `x in (`): what was found.
+    #[error("{0}")]
+    Syntax(String),
+    /// A label key that is not `[prefix/]name`.
+    #[error(transparent)]
+    Key(#[from] KeyError),
+    /// A label value that is not 0-63 characters `[A-Za-z0-9-_.]`, alphanumeric at both ends.
+    #[error("invalid value `{value}` for `{key}`: at most 63 characters [A-Za-z0-9-_.], starting and ending with an alphanumeric")]
+    Value {
+        /// The key the value is for.
+        key: String,
+        /// The value.
+        value: String,
+    },
+}
+
+impl Reason {
+    /// A stable name of the kind of error (`operator`, `syntax`, `key`, `value`): what the
+    /// conformance corpus records, as every language's fake reports it.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Reason::UnsupportedOperator(_) => "operator",
+            Reason::Syntax(_) => "syntax",
+            Reason::Key(_) => "key",
+            Reason::Value { .. } => "value",
+        }
+    }
+
+    /// The offending key (for `key`) or value (for `value`).
+    pub fn at(&self) -> Option<&str> {
+        match self {
+            Reason::Key(KeyError::Prefix(k) | KeyError::Name(k)) => Some(k),
+            Reason::Value { value, .. } => Some(value),
+            Reason::UnsupportedOperator(_) | Reason::Syntax(_) => None,
+        }
+    }
+}
+
+/// A label key that is not `[prefix/]name`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum KeyError {
+    /// The prefix is not a lowercase DNS subdomain.
+    #[error("invalid label key `{0}`: the prefix must be a lowercase DNS subdomain")]
+    Prefix(String),
+    /// The name is not 1-63 characters `[A-Za-z0-9-_.]`, alphanumeric at both ends.
+    #[error("invalid label key `{0}`: the name must be 1-63 characters [A-Za-z0-9-_.], starting and ending with an alphanumeric")]
+    Name(String),
 }
 
 /// The result of parsing a selector.
@@ -85,7 +140,7 @@ impl Selector {
 
     /// Parse `k=v`, `k==v`, `k!=v`, `k in (a,b)`, `k notin (a,b)`, `k`, `!k`, comma-separated.
     pub fn parse(selector: &str) -> Result<Self> {
-        let err = |reason: String| Error { selector: selector.into(), reason };
+        let err = |reason: Reason| Error { selector: selector.into(), reason };
         let tokens = tokenize(selector).map_err(err)?;
         let mut reqs = Vec::new();
         let mut p = Parser { tokens: &tokens, pos: 0 };
@@ -95,10 +150,10 @@ impl Selector {
                 match p.next() {
                     None => break,
                     Some(Tok::Comma) if p.peek().is_none() => {
-                        return Err(err("trailing comma".into()));
+                        return Err(err(syntax("trailing comma")));
                     }
                     Some(Tok::Comma) => {}
-                    Some(t) => return Err(err(format!("expected `,` or the end, found {t}"))),
+                    Some(t) => return Err(err(syntax(format!("expected `,` or the end, found {t}")))),
                 }
             }
         }
@@ -201,7 +256,7 @@ impl fmt::Display for Tok<'_> {
     }
 }
 
-fn tokenize(s: &str) -> Result<Vec<Tok<'_>>, String> {
+fn tokenize(s: &str) -> Result<Vec<Tok<'_>>, Reason> {
     let special = |c: char| c.is_whitespace() || "!=(),<>".contains(c);
     let mut out = Vec::new();
     let mut rest = s;
@@ -215,7 +270,7 @@ fn tokenize(s: &str) -> Result<Vec<Tok<'_>>, String> {
             '=' => (Some(Tok::Eq), 1),
             '!' if rest.starts_with("!=") => (Some(Tok::NotEq), 2),
             '!' => (Some(Tok::Not), 1),
-            '<' | '>' => return Err(format!("operator `{c}` is not supported in label selectors")),
+            '<' | '>' => return Err(Reason::UnsupportedOperator(c)),
             _ => {
                 let len = rest.find(special).unwrap_or(rest.len());
                 (rest.get(..len).map(Tok::Word), len)
@@ -243,7 +298,7 @@ impl<'a> Parser<'_, 'a> {
         t
     }
 
-    fn requirement(&mut self) -> Result<Requirement, String> {
+    fn requirement(&mut self) -> Result<Requirement, Reason> {
         if self.peek() == Some(Tok::Not) {
             self.pos += 1;
             let key = self.key()?;
@@ -269,29 +324,29 @@ impl<'a> Parser<'_, 'a> {
                 Op::NotIn(self.set(&key)?)
             }
             Some(t) => {
-                return Err(format!(
+                return Err(syntax(format!(
                     "after key `{key}` expected `=`, `==`, `!=`, `in`, `notin`, `,` \
                      or the end, found {t}"
-                ));
+                )));
             }
         };
         Ok(Requirement { key, op })
     }
 
-    fn key(&mut self) -> Result<String, String> {
+    fn key(&mut self) -> Result<String, Reason> {
         match self.next() {
             Some(Tok::Word(k)) => {
                 validate_key(k)?;
                 Ok(k.to_string())
             }
-            Some(Tok::Comma) => Err("empty requirement (two commas in a row?)".into()),
-            Some(t) => Err(format!("expected a label key, found {t}")),
-            None => Err("expected a label key, found the end".into()),
+            Some(Tok::Comma) => Err(syntax("empty requirement (two commas in a row?)")),
+            Some(t) => Err(syntax(format!("expected a label key, found {t}"))),
+            None => Err(syntax("expected a label key, found the end")),
         }
     }
 
     /// The value after `=`/`!=`; empty when followed by `,` or the end (`k=` means `k` is "").
-    fn value(&mut self, key: &str) -> Result<String, String> {
+    fn value(&mut self, key: &str) -> Result<String, Reason> {
         match self.peek() {
             Some(Tok::Word(v)) => {
                 self.pos += 1;
@@ -299,14 +354,14 @@ impl<'a> Parser<'_, 'a> {
                 Ok(v.to_string())
             }
             None | Some(Tok::Comma) => Ok(String::new()),
-            Some(t) => Err(format!("expected a value for `{key}`, found {t}")),
+            Some(t) => Err(syntax(format!("expected a value for `{key}`, found {t}"))),
         }
     }
 
     /// `(a,b)` after `in`/`notin`; at least one value.
-    fn set(&mut self, key: &str) -> Result<BTreeSet<String>, String> {
+    fn set(&mut self, key: &str) -> Result<BTreeSet<String>, Reason> {
         if self.next() != Some(Tok::Open) {
-            return Err(format!("expected `(` after `in`/`notin` for `{key}`"));
+            return Err(syntax(format!("expected `(` after `in`/`notin` for `{key}`")));
         }
         let mut set = BTreeSet::new();
         let mut expect_value = true;
@@ -319,19 +374,19 @@ impl<'a> Parser<'_, 'a> {
                 }
                 Some(Tok::Comma) => {
                     if expect_value {
-                        return Err(format!("empty value in the set for `{key}`"));
+                        return Err(syntax(format!("empty value in the set for `{key}`")));
                     }
                     expect_value = true;
                 }
                 Some(Tok::Close) if set.is_empty() => {
-                    return Err(format!("the set for `{key}` needs at least one value"));
+                    return Err(syntax(format!("the set for `{key}` needs at least one value")));
                 }
                 Some(Tok::Close) if expect_value => {
-                    return Err(format!("empty value in the set for `{key}`"));
+                    return Err(syntax(format!("empty value in the set for `{key}`")));
                 }
                 Some(Tok::Close) => return Ok(set),
-                Some(t) => return Err(format!("unexpected {t} in the set for `{key}`")),
-                None => return Err(format!("missing `)` after the set for `{key}`")),
+                Some(t) => return Err(syntax(format!("unexpected {t} in the set for `{key}`"))),
+                None => return Err(syntax(format!("missing `)` after the set for `{key}`"))),
             }
         }
     }
@@ -339,7 +394,7 @@ impl<'a> Parser<'_, 'a> {
 
 /// A label key: `[prefix/]name`, prefix a DNS subdomain (≤ 253), name ≤ 63 alphanumerics
 /// plus `-_.` inside.
-pub fn validate_key(key: &str) -> Result<(), String> {
+pub fn validate_key(key: &str) -> Result<(), KeyError> {
     let (prefix, name) = match key.split_once('/') {
         Some((p, n)) => (Some(p), n),
         None => (None, key),
@@ -351,27 +406,21 @@ pub fn validate_key(key: &str) -> Result<(), String> {
             && p.split('.')
                 .all(|part| part.starts_with(|c: char| c.is_ascii_alphanumeric()) && part.ends_with(|c: char| c.is_ascii_alphanumeric()));
         if !ok {
-            return Err(format!("invalid label key `{key}`: the prefix must be a lowercase DNS subdomain"));
+            return Err(KeyError::Prefix(key.to_owned()));
         }
     }
     if name.is_empty() || !is_label_name(name) {
-        return Err(format!(
-            "invalid label key `{key}`: the name must be 1-63 characters [A-Za-z0-9-_.], \
-             starting and ending with an alphanumeric"
-        ));
+        return Err(KeyError::Name(key.to_owned()));
     }
     Ok(())
 }
 
-fn validate_value(key: &str, value: &str) -> Result<(), String> {
-    if value.is_empty() || is_label_name(value) {
-        Ok(())
-    } else {
-        Err(format!(
-            "invalid value `{value}` for `{key}`: at most 63 characters [A-Za-z0-9-_.], \
-             starting and ending with an alphanumeric"
-        ))
-    }
+fn validate_value(key: &str, value: &str) -> Result<(), Reason> {
+    if value.is_empty() || is_label_name(value) { Ok(()) } else { Err(Reason::Value { key: key.to_owned(), value: value.to_owned() }) }
+}
+
+fn syntax(what: impl Into<String>) -> Reason {
+    Reason::Syntax(what.into())
 }
 
 fn is_label_name(s: &str) -> bool {
@@ -399,7 +448,7 @@ mod tests {
         match Selector::parse(sel) {
             Err(Error { selector, reason }) => {
                 assert_eq!(selector, sel);
-                reason
+                reason.to_string()
             }
             other => panic!("{sel:?} parsed: {other:?}"),
         }

@@ -54,7 +54,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 use serde_json::{Map, Value};
-use wasmloop_model::index_path::IndexPath;
+use wasmloop_model::index_path::{IndexPath, PathError};
 use wasmloop_model::{Naming, Target, TargetName};
 
 use crate::action::{Action, Deletion, Event};
@@ -463,7 +463,7 @@ impl FakeCache {
     /// outcomes that had actions. Fails if the reconciler errors or has not converged after
     /// `max_rounds` reconciles. If the last reconcile asked for a requeue, the clock moves to it:
     /// the time the host would reconcile the key again.
-    pub fn converge<R: Reconciler>(&self, key: &ObjectKey, max_rounds: usize) -> Result<Vec<Outcome>, String> {
+    pub fn converge<R: Reconciler>(&self, key: &ObjectKey, max_rounds: usize) -> Result<Vec<Outcome>, ConvergeError> {
         let (done, requeue) = self.settle::<R>(key, max_rounds)?;
         if let Some(after) = requeue {
             self.advance(after);
@@ -476,7 +476,7 @@ impl FakeCache {
     /// requeue is not after `until`; then the clock is set to `until`. Returns every outcome that
     /// had actions, in order; fails as [`Self::converge`] does, or after `max_reconciles`
     /// reconciles in all. A schedule test: `fake.run_until::<CronJobs>(&key, "…T03:00:00Z", 100)`.
-    pub fn run_until<R: Reconciler>(&self, key: &ObjectKey, until: &str, max_reconciles: usize) -> Result<Vec<Outcome>, String> {
+    pub fn run_until<R: Reconciler>(&self, key: &ObjectKey, until: &str, max_reconciles: usize) -> Result<Vec<Outcome>, ConvergeError> {
         let until = crate::time::parse_micros(until).unwrap_or_else(|| panic!("FakeCache: not an RFC 3339 timestamp: {until:?}"));
         let mut all = Vec::new();
         let mut left = max_reconciles;
@@ -497,7 +497,7 @@ impl FakeCache {
 
     /// Reconcile and execute until no actions are left: the outcomes that had actions, and the
     /// requeue the last (empty) outcome asked for.
-    fn settle<R: Reconciler>(&self, key: &ObjectKey, max_rounds: usize) -> Result<(Vec<Outcome>, Option<Duration>), String> {
+    fn settle<R: Reconciler>(&self, key: &ObjectKey, max_rounds: usize) -> Result<(Vec<Outcome>, Option<Duration>), ConvergeError> {
         let mut done = Vec::new();
         for _ in 0..max_rounds {
             let outcome = match self.reconcile::<R>(key) {
@@ -508,7 +508,7 @@ impl FakeCache {
                     let mut failed = Outcome::new();
                     actions.into_iter().for_each(|a| failed.push(a));
                     self.execute(&failed);
-                    return Err(format!("reconcile of {key} failed: {e}"));
+                    return Err(ConvergeError::Failed { key: key.clone(), error: e.to_string() });
                 }
             };
             if outcome.is_empty() {
@@ -516,11 +516,11 @@ impl FakeCache {
             }
             self.execute(&outcome);
             if let Some(failed) = self.last_error(key) {
-                return Err(format!("an action of the reconcile of {key} failed: {failed} (the host retries it with backoff)"));
+                return Err(ConvergeError::ActionFailed { key: key.clone(), why: failed });
             }
             done.push(outcome);
         }
-        Err(format!("{key} did not converge in {max_rounds} reconciles; last outcome: {:?}", done.last()))
+        Err(ConvergeError::NotConverged { key: key.clone(), rounds: max_rounds, last: format!("{:?}", done.last()) })
     }
 
     /// The keys of the reconciled kind the host would queue for an event on `related` (an
@@ -773,8 +773,8 @@ fn index_values(index: &str, path: Option<&str>, obj: &Value) -> Vec<String> {
 }
 
 /// Check a declared index path the way the host does when it loads the plugin.
-fn check_index_path(path: &str) -> Result<(), String> {
-    IndexPath::parse(path).map(|_| ())
+fn check_index_path(path: &str) -> Result<(), PathError> {
+    IndexPath::parse(path).map(drop)
 }
 
 /// An action as the host names it in `last_error`: `<verb> <object>` (a generateName as `prefix*`).
@@ -815,10 +815,10 @@ fn merge_patch(target: &mut Value, patch: &Value) {
 /// `a in (x,y)`, `a notin (x,y)`, comma-separated (all must hold).
 /// Label selectors, with the host's grammar and matching rules (`wasmloop_model::selector`).
 mod selector {
-    pub(super) use wasmloop_model::selector::Selector;
+    pub(super) use wasmloop_model::selector::{Reason, Selector};
 
     /// Parse `s`, the error being the reason (the callers name the selector).
-    pub(super) fn parse(s: &str) -> Result<Selector, String> {
+    pub(super) fn parse(s: &str) -> Result<Selector, Reason> {
         Selector::parse(s).map_err(|e| e.reason)
     }
 }
@@ -836,5 +836,8 @@ fn has_finalizers(obj: &Value) -> bool {
     obj.pointer("/metadata/finalizers").and_then(Value::as_array).is_some_and(|f| !f.is_empty())
 }
 
+mod error;
 #[cfg(test)]
 mod tests;
+
+pub use error::ConvergeError;

@@ -49,7 +49,7 @@ impl IndexSpec {
         match IndexPath::parse(path) {
             Ok(IndexPath::Label(key)) => Ok(Self::Label(key)),
             Ok(IndexPath::Field(path)) => Ok(Self::Field(path)),
-            Err(reason) => Err(Error::InvalidIndexPath { path: path.into(), reason }),
+            Err(reason) => Err(Error::InvalidIndexPath { path: path.into(), reason: reason.to_string() }),
         }
     }
 

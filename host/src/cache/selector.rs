@@ -14,7 +14,7 @@ impl Labels for CachedObject {
 
 impl From<wasmloop_model::selector::Error> for Error {
     fn from(e: wasmloop_model::selector::Error) -> Self {
-        Error::InvalidSelector { selector: e.selector, reason: e.reason }
+        Error::InvalidSelector { selector: e.selector, reason: e.reason.to_string() }
     }
 }
 

@@ -198,7 +198,7 @@ pub(crate) fn spec_from_metadata(m: wit::PluginMetadata) -> Result<ReconcilerSpe
             if !indexes.iter().any(|x| x.kind == reconciles && x.name == *index) {
                 return Err(MetadataError::UndeclaredIndex { at, index: index.clone(), kind: reconciles });
             }
-            value.check().map_err(|error| MetadataError::IndexField { at, error })?;
+            value.check().map_err(|error| MetadataError::IndexField { at, error: error.to_string() })?;
         }
     }
     let selector = checked_selector(m.selector, "reconciles", "selector")?;
@@ -343,7 +343,7 @@ fn checked_selector(selector: Option<String>, at: &str, what: &'static str) -> R
         Some(s) => wasmloop_model::selector::Selector::parse(s).map(|p| Some(p.to_string())).map_err(|e| MetadataError::Selector {
             at: at.to_owned(),
             what,
-            error: clipped(e.reason, 200),
+            error: clipped(e.reason.to_string(), 200),
         }),
     }
 }

@@ -83,7 +83,7 @@ fn fuzz_selector_parse() {
             Ok(sel) => sel,
             Err(e) => {
                 prop_assert_eq!(&e.selector, &text);
-                prop_assert!(!e.reason.is_empty(), "{text:?}: empty reason");
+                prop_assert!(!e.reason.to_string().is_empty(), "{text:?}: empty reason");
                 return Ok(false);
             }
         };
