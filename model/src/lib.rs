@@ -22,6 +22,8 @@
 #![warn(missing_docs)]
 
 pub mod action;
+#[cfg(any(test, feature = "conformance"))]
+pub mod conformance;
 pub mod field;
 #[cfg(any(test, feature = "fuzz"))]
 pub mod fuzz;
@@ -29,7 +31,9 @@ pub mod index_path;
 pub mod kind;
 pub mod mapping;
 pub mod name;
+pub mod owner;
 pub mod packed;
+pub mod patch;
 pub mod request;
 pub mod selector;
 pub mod target;

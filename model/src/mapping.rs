@@ -6,6 +6,7 @@ use std::borrow::Cow;
 use serde_json::Value;
 
 use crate::index_path::IndexPath;
+use crate::kind::{KindRef, ObjectKey};
 
 /// How events on a watched kind map to keys of the reconciled kind.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -72,6 +73,56 @@ impl IndexValue {
             }
         }
     }
+}
+
+/// The keys of the reconciled kind (`primary`, `namespaced` or not) that an event on `related`
+/// maps to through `mapping`: the reference the host's optimised mapper (over its cache and
+/// indexes) and every language's test fake follow. `primaries` are the reconciled objects an
+/// [`Mapping::Index`] looks among, `index_values` the values of the named index for one of them.
+/// Each key once, in the order found.
+pub fn keys(
+    mapping: &Mapping,
+    primary: &KindRef,
+    namespaced: bool,
+    related: &Value,
+    primaries: &[Value],
+    index_values: impl Fn(&str, &Value) -> Vec<String>,
+) -> Vec<ObjectKey> {
+    let meta = |o: &'_ Value, f: &str| o.get("metadata").and_then(|m| m.get(f)).and_then(Value::as_str).map(str::to_owned);
+    let ns = meta(related, "namespace").filter(|n| !n.is_empty());
+    let name = meta(related, "name").unwrap_or_default();
+    let key = |n: &str| primary.key(if namespaced { ns.as_deref() } else { None }, n);
+    let found: Vec<ObjectKey> = match mapping {
+        Mapping::Owner => crate::owner::controller(related)
+            .filter(|r| {
+                let field = |f: &str| r.get(f).and_then(Value::as_str).unwrap_or_default();
+                field("kind") == primary.kind && KindRef::new(field("apiVersion"), field("kind")).group() == primary.group()
+            })
+            .and_then(|r| r.get("name").and_then(Value::as_str))
+            .map(key)
+            .into_iter()
+            .collect(),
+        Mapping::Label(label) => crate::selector::Labels::label(related, label).filter(|v| !v.is_empty()).map(key).into_iter().collect(),
+        Mapping::SameName => vec![key(&name)],
+        Mapping::Namespace => ns.as_deref().map(|n| primary.key(None, n)).into_iter().collect(),
+        Mapping::Index { index, value } => {
+            let (values, same_namespace) = value.lookup(ns.as_deref(), &name, || Some(related.clone()));
+            let same_namespace = same_namespace && namespaced && ns.is_some();
+            primaries
+                .iter()
+                .filter(|p| !same_namespace || meta(p, "namespace") == ns)
+                .filter(|p| index_values(index, p).iter().any(|v| values.contains(v)))
+                .map(|p| primary.key(meta(p, "namespace").filter(|n| !n.is_empty()).as_deref(), meta(p, "name").unwrap_or_default()))
+                .collect()
+        }
+    };
+    let mut out: Vec<ObjectKey> = Vec::new();
+    for k in found {
+        if !out.contains(&k) {
+            out.push(k);
+        }
+    }
+    out
 }
 
 #[cfg(test)]

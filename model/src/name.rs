@@ -32,6 +32,22 @@ pub enum NameError {
     Whitespace,
 }
 
+impl NameError {
+    /// A stable name of the rule broken, as the conformance corpus records it.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            NameError::Empty => "empty",
+            NameError::TooLong(_) => "too_long",
+            NameError::Characters(_) => "characters",
+            NameError::Edges => "edges",
+            NameError::Dots => "dots",
+            NameError::Slash => "slash",
+            NameError::Percent => "percent",
+            NameError::Whitespace => "whitespace",
+        }
+    }
+}
+
 /// The result of a name check.
 pub type Result<T = (), E = NameError> = std::result::Result<T, E>;
 

@@ -69,6 +69,40 @@ pub enum TargetError {
     },
 }
 
+impl TargetError {
+    /// A stable name of the kind of error, as the conformance corpus records it (a bad name is
+    /// `name:<rule>`, the rule being [`NameError::kind`]).
+    pub fn kind(&self) -> String {
+        match self {
+            TargetError::NotAnObject(_) => "not_an_object".into(),
+            TargetError::Missing(_) => "missing".into(),
+            TargetError::NotAString(_) => "not_a_string".into(),
+            TargetError::ApiVersion(_) => "api_version".into(),
+            TargetError::Kind(_) => "kind".into(),
+            TargetError::ListKind(_) => "list_kind".into(),
+            TargetError::Name { why, .. } => format!("name:{}", why.kind()),
+            TargetError::Namespace(_) => "namespace".into(),
+            TargetError::GenerateNameNotAllowed(_) => "generate_name_not_allowed".into(),
+            TargetError::NamespaceOnClusterScoped { .. } => "namespace_on_cluster_scoped".into(),
+            TargetError::NoNamespaceOnNamespaced { .. } => "no_namespace_on_namespaced".into(),
+        }
+    }
+
+    /// The field at fault, where one is: `metadata.name`, `metadata.generateName`, …
+    pub fn field(&self) -> Option<&'static str> {
+        match self {
+            TargetError::Missing(f) | TargetError::NotAString(f) | TargetError::Name { field: f, .. } => Some(f),
+            TargetError::ApiVersion(_) => Some("apiVersion"),
+            TargetError::Kind(_) | TargetError::ListKind(_) => Some("kind"),
+            TargetError::Namespace(_) | TargetError::NamespaceOnClusterScoped { .. } | TargetError::NoNamespaceOnNamespaced { .. } => {
+                Some("metadata.namespace")
+            }
+            TargetError::GenerateNameNotAllowed(_) => Some("metadata.generateName"),
+            TargetError::NotAnObject(_) => None,
+        }
+    }
+}
+
 /// The name part of a target.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum TargetName {
