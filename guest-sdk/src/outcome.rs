@@ -4,7 +4,8 @@ use crate::invalid::InvalidObject;
 use std::time::Duration;
 
 use serde::Serialize;
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
+use wasmloop_model::owner::AdoptError;
 
 use crate::action::{Action, Deletion, Event, EventType};
 use crate::object;
@@ -301,37 +302,14 @@ pub(crate) fn controller_ref(owner: &Value) -> Result<(Option<String>, Value), I
 
 /// `child` in `owner_ns` (if it names no namespace) with `owner_ref` as its controller; an error
 /// if it is in another namespace or already has another controller.
-pub(crate) fn set_owner(mut child: Value, owner_ns: Option<&str>, owner_ref: Value) -> Result<Value, InvalidObject> {
-    let Some(obj) = child.as_object_mut() else {
-        return Err(InvalidObject::NotAnObject("child"));
-    };
-    let meta = obj.entry("metadata").or_insert_with(|| Value::Object(Map::new()));
-    let Some(meta) = meta.as_object_mut() else {
-        return Err(InvalidObject::NotAnObject("child metadata"));
-    };
-    if let Some(owner_ns) = owner_ns {
-        match meta.get("namespace").and_then(Value::as_str) {
-            None => {
-                meta.insert("namespace".into(), owner_ns.into());
-            }
-            Some(ns) if ns != owner_ns => {
-                return Err(InvalidObject::OtherNamespace { child: ns.to_owned(), owner: owner_ns.to_owned() });
-            }
-            Some(_) => {}
-        }
-    }
-    let refs = meta.entry("ownerReferences").or_insert_with(|| Value::Array(Vec::new()));
-    let Some(refs) = refs.as_array_mut() else {
-        return Err(InvalidObject::OwnerReferencesNotAList);
-    };
-    if let Some(other) = refs.iter().find(|r| r.get("controller").and_then(Value::as_bool) == Some(true)) {
-        if other.get("uid") != owner_ref.get("uid") {
-            return Err(InvalidObject::OtherController(other.to_string()));
-        }
-        return Ok(child);
-    }
-    refs.push(owner_ref);
-    Ok(child)
+pub(crate) fn set_owner(child: Value, owner_ns: Option<&str>, owner_ref: Value) -> Result<Value, InvalidObject> {
+    // The rule is the model's (one definition for every SDK's fake, pinned by the conformance corpus).
+    wasmloop_model::owner::adopt(child, owner_ns, &owner_ref).map_err(|e| match e {
+        AdoptError::NotAnObject(what) => InvalidObject::NotAnObject(what),
+        AdoptError::OwnerReferencesNotAList => InvalidObject::OwnerReferencesNotAList,
+        AdoptError::OtherNamespace { child, owner } => InvalidObject::OtherNamespace { child, owner },
+        AdoptError::OtherController(other) => InvalidObject::OtherController(other),
+    })
 }
 
 #[cfg(test)]

@@ -22,7 +22,7 @@
 #![warn(missing_docs)]
 
 pub mod action;
-#[cfg(any(test, feature = "conformance"))]
+#[cfg(feature = "conformance")]
 pub mod conformance;
 pub mod field;
 #[cfg(any(test, feature = "fuzz"))]
@@ -33,6 +33,7 @@ pub mod mapping;
 pub mod name;
 pub mod owner;
 pub mod packed;
+#[cfg(feature = "patch")]
 pub mod patch;
 pub mod request;
 pub mod selector;

@@ -6,9 +6,12 @@ use serde_json::{Map, Value};
 /// Why a child cannot be given its owner.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum AdoptError {
-    /// The child (or its metadata, or its ownerReferences) has the wrong JSON type.
-    #[error("child {0} is not {1}")]
-    Shape(&'static str, &'static str),
+    /// The child (`child`), or its metadata (`child metadata`), is not a JSON object.
+    #[error("{0} is not a JSON object")]
+    NotAnObject(&'static str),
+    /// The child's ownerReferences are not a list.
+    #[error("child ownerReferences is not an array")]
+    OwnerReferencesNotAList,
     /// The child names a namespace other than its owner's (owner references do not cross
     /// namespaces: the garbage collector would delete the child).
     #[error("child in namespace {child:?} cannot be owned by an object in {owner:?}")]
@@ -27,7 +30,7 @@ impl AdoptError {
     /// A stable name of the kind of error, as the conformance corpus records it.
     pub fn kind(&self) -> &'static str {
         match self {
-            AdoptError::Shape(..) => "shape",
+            AdoptError::NotAnObject(_) | AdoptError::OwnerReferencesNotAList => "shape",
             AdoptError::OtherNamespace { .. } => "other_namespace",
             AdoptError::OtherController(_) => "other_controller",
         }
@@ -43,9 +46,9 @@ pub fn controller(object: &Value) -> Option<&Value> {
 /// if it is in another namespace or already has another controller (one with the same uid is
 /// kept as it is).
 pub fn adopt(mut child: Value, owner_namespace: Option<&str>, owner_ref: &Value) -> Result<Value, AdoptError> {
-    let obj = child.as_object_mut().ok_or(AdoptError::Shape("", "a JSON object"))?;
+    let obj = child.as_object_mut().ok_or(AdoptError::NotAnObject("child"))?;
     let meta = obj.entry("metadata").or_insert_with(|| Value::Object(Map::new()));
-    let meta = meta.as_object_mut().ok_or(AdoptError::Shape("metadata", "a JSON object"))?;
+    let meta = meta.as_object_mut().ok_or(AdoptError::NotAnObject("child metadata"))?;
     if let Some(owner) = owner_namespace {
         match meta.get("namespace").and_then(Value::as_str) {
             None => {
@@ -56,7 +59,7 @@ pub fn adopt(mut child: Value, owner_namespace: Option<&str>, owner_ref: &Value)
         }
     }
     let refs = meta.entry("ownerReferences").or_insert_with(|| Value::Array(Vec::new()));
-    let refs = refs.as_array_mut().ok_or(AdoptError::Shape("ownerReferences", "a list"))?;
+    let refs = refs.as_array_mut().ok_or(AdoptError::OwnerReferencesNotAList)?;
     if let Some(other) = refs.iter().find(|r| r.get("controller").and_then(Value::as_bool) == Some(true)) {
         if other.get("uid") != owner_ref.get("uid") {
             return Err(AdoptError::OtherController(other.to_string()));

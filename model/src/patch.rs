@@ -120,8 +120,14 @@ pub fn check_json(ops: &Value) -> Result<()> {
 pub fn merge(before: &Value, patch: &Value) -> Result<Value> {
     check_merge(patch)?;
     let mut after = before.clone();
-    json_patch::merge(&mut after, patch);
+    merge_into(&mut after, patch);
     Ok(after)
+}
+
+/// Merge `patch` into `target` in place (RFC 7386), unchecked: an apply's object or a status
+/// merged into what is stored.
+pub fn merge_into(target: &mut Value, patch: &Value) {
+    json_patch::merge(target, patch);
 }
 
 /// `before` with JSON patch `ops` applied, all or nothing (RFC 6902).

@@ -55,6 +55,8 @@ use std::time::Duration;
 use serde::Serialize;
 use serde_json::{Map, Value};
 use wasmloop_model::index_path::{IndexPath, PathError};
+use wasmloop_model::mapping;
+use wasmloop_model::patch::{self, PatchError};
 use wasmloop_model::{Naming, Target, TargetName};
 
 use crate::action::{Action, Deletion, Event};
@@ -371,7 +373,7 @@ impl FakeCache {
                     let key = object::key(obj).unwrap_or_else(|e| panic!("FakeCache: apply: {e}"));
                     let merged = match self.get(&key) {
                         Some(mut current) => {
-                            merge_patch(&mut current, obj);
+                            patch::merge_into(&mut current, obj);
                             current
                         }
                         None => self.created(obj.clone()),
@@ -400,7 +402,7 @@ impl FakeCache {
                     if let Some(mut current) = self.get(key) {
                         let map = current.as_object_mut().expect("stored objects are JSON objects");
                         let slot = map.entry("status").or_insert_with(|| Value::Object(Map::new()));
-                        merge_patch(slot, status);
+                        patch::merge_into(slot, status);
                         self.insert(current);
                     }
                 }
@@ -426,18 +428,13 @@ impl FakeCache {
         if !preconditions_hold(&p.preconditions, &current) {
             return;
         }
-        let mut patched = current.clone();
-        match p.patch_type {
-            crate::patch::PatchType::Merge => merge_patch(&mut patched, &p.body),
-            crate::patch::PatchType::Json => {
-                let Ok(ops) = serde_json::from_value::<json_patch::Patch>(p.body.clone()) else {
-                    panic!("FakeCache: patch of {}: not a JSON patch: {}", p.key, p.body)
-                };
-                if json_patch::patch(&mut patched, &ops).is_err() {
-                    return;
-                }
-            }
-        }
+        let patched = match patched(p.patch_type, &current, &p.body) {
+            Ok(patched) => patched,
+            // As the API server: a failed `test`, or a path not in the object, is a conflict.
+            Err(PatchError::TestFailed { .. } | PatchError::DoesNotApply { .. }) => return,
+            // As the host: a patch it refuses fails the outcome.
+            Err(e) => panic!("FakeCache: patch of {}: {e}", p.key),
+        };
         // A status patch changes only the status; an object patch everything but the status.
         if p.status {
             current["status"] = patched.get("status").cloned().unwrap_or(Value::Null);
@@ -508,7 +505,7 @@ impl FakeCache {
                     let mut failed = Outcome::new();
                     actions.into_iter().for_each(|a| failed.push(a));
                     self.execute(&failed);
-                    return Err(ConvergeError::Failed { key: key.clone(), error: e.to_string() });
+                    return Err(ConvergeError::Failed { key: key.to_string(), error: e.to_string() });
                 }
             };
             if outcome.is_empty() {
@@ -516,11 +513,11 @@ impl FakeCache {
             }
             self.execute(&outcome);
             if let Some(failed) = self.last_error(key) {
-                return Err(ConvergeError::ActionFailed { key: key.clone(), why: failed });
+                return Err(ConvergeError::ActionFailed { key: key.to_string(), why: failed });
             }
             done.push(outcome);
         }
-        Err(ConvergeError::NotConverged { key: key.clone(), rounds: max_rounds, last: format!("{:?}", done.last()) })
+        Err(ConvergeError::NotConverged { key: key.to_string(), rounds: max_rounds, last: format!("{:?}", done.last()) })
     }
 
     /// The keys of the reconciled kind the host would queue for an event on `related` (an
@@ -535,42 +532,16 @@ impl FakeCache {
         let primary_namespaced = self.inner.objects.borrow().get(&primary).and_then(|o| o.keys().next().map(|(ns, _)| ns.is_some()));
         // Unknown (no primary stored yet): as the related object is.
         let namespaced = primary_namespaced.unwrap_or(related.namespace.is_some());
-        let key = |ns: Option<&str>, name: &str| primary.key(if namespaced { ns } else { None }, name);
         let mut keys: Vec<ObjectKey> = Vec::new();
         for w in m.watches.iter().filter(|w| w.kind == related.kind) {
             if !Selection::of(&w.selector, &w.annotation_selector).matches(&obj) {
                 continue;
             }
-            let ns = related.ns();
-            let found: Vec<ObjectKey> = match &w.mapping {
-                Mapping::Owner => obj
-                    .pointer("/metadata/ownerReferences")
-                    .and_then(Value::as_array)
-                    .into_iter()
-                    .flatten()
-                    .find(|r| r.get("controller").and_then(Value::as_bool) == Some(true))
-                    .filter(|r| {
-                        let field = |f: &str| r.get(f).and_then(Value::as_str).unwrap_or_default();
-                        field("kind") == primary.kind && KindRef::new(field("apiVersion"), "x").group() == primary.group()
-                    })
-                    .and_then(|r| r.get("name").and_then(Value::as_str))
-                    .map(|name| key(ns, name))
-                    .into_iter()
-                    .collect(),
-                Mapping::Label(label) => object::label(&obj, label).filter(|v| !v.is_empty()).map(|v| key(ns, v)).into_iter().collect(),
-                Mapping::SameName => vec![key(ns, &related.name)],
-                Mapping::Namespace => ns.map(|n| primary.key(None, n)).into_iter().collect(),
-                Mapping::Index { index, value } => {
-                    let (values, same_namespace) = value.lookup(ns, &related.name, || Some(obj.clone()));
-                    let path = m.indexes.iter().find(|i| i.kind == primary && &i.name == index).map(|i| i.path.as_str());
-                    self.objects(&primary)
-                        .iter()
-                        .filter(|p| !(same_namespace && namespaced && ns.is_some()) || object::namespace(p) == ns)
-                        .filter(|p| index_values(index, path, p).iter().any(|v| values.contains(v)))
-                        .filter_map(|p| object::key(p).ok())
-                        .collect()
-                }
-            };
+            let path = |index: &str| m.indexes.iter().find(|i| i.kind == primary && i.name == index).map(|i| i.path.clone());
+            let primaries = if matches!(w.mapping, Mapping::Index { .. }) { self.objects(&primary) } else { Vec::new() };
+            let found = mapping::keys(&w.mapping, &primary, namespaced, &obj, &primaries, |index, p| {
+                index_values(index, path(index).as_deref(), p)
+            });
             for k in found {
                 if !keys.contains(&k) {
                     keys.push(k);
@@ -792,25 +763,6 @@ fn describe(action: &Action) -> String {
     }
 }
 
-/// JSON merge patch (RFC 7386): objects merge recursively, `null` removes, anything else replaces.
-fn merge_patch(target: &mut Value, patch: &Value) {
-    let Value::Object(patch) = patch else {
-        *target = patch.clone();
-        return;
-    };
-    if !target.is_object() {
-        *target = Value::Object(Map::new());
-    }
-    let target = target.as_object_mut().expect("just made an object");
-    for (k, v) in patch {
-        if v.is_null() {
-            target.remove(k);
-        } else {
-            merge_patch(target.entry(k.clone()).or_insert(Value::Null), v);
-        }
-    }
-}
-
 /// Label selectors as the API server parses them: `a=b`, `a==b`, `a!=b`, `a`, `!a`,
 /// `a in (x,y)`, `a notin (x,y)`, comma-separated (all must hold).
 /// Label selectors, with the host's grammar and matching rules (`wasmloop_model::selector`).
@@ -826,16 +778,25 @@ mod selector {
 /// Whether `obj` is the object the preconditions name (same uid and resourceVersion, where given;
 /// the host reads an empty precondition as none).
 fn preconditions_hold(pre: &crate::patch::Preconditions, obj: &Value) -> bool {
-    let holds = |want: &Option<String>, f: &str| {
-        want.as_deref().filter(|w| !w.is_empty()).is_none_or(|w| obj.pointer(&format!("/metadata/{f}")).and_then(Value::as_str) == Some(w))
-    };
-    holds(&pre.uid, "uid") && holds(&pre.resource_version, "resourceVersion")
+    patch::preconditions_hold(pre.uid.as_deref(), pre.resource_version.as_deref(), obj)
+}
+
+/// `before` patched with `body` by the host's rules (wasmloop-model): a patch the host refuses
+/// (a merge patch that is not an object, a JSON patch `move` or `copy`) is an error, as is one
+/// that does not apply.
+fn patched(patch_type: crate::patch::PatchType, before: &Value, body: &Value) -> Result<Value, PatchError> {
+    match patch_type {
+        crate::patch::PatchType::Merge => patch::merge(before, body),
+        crate::patch::PatchType::Json => patch::json(before, body),
+    }
 }
 
 fn has_finalizers(obj: &Value) -> bool {
     obj.pointer("/metadata/finalizers").and_then(Value::as_array).is_some_and(|f| !f.is_empty())
 }
 
+#[cfg(test)]
+mod conformance;
 mod error;
 #[cfg(test)]
 mod tests;

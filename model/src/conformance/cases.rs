@@ -250,7 +250,13 @@ pub fn mappings() -> Vec<(&'static str, Value)> {
     let foo_kind = json!({"apiVersion": "example.com/v1", "kind": "Foo", "namespaced": true});
     let pod = |owners: Value, labels: Value| json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "ns", "uid": "up", "ownerReferences": owners, "labels": labels}});
     let owner = |api: &str, kind: &str, name: &str, controller: Value| json!({"apiVersion": api, "kind": kind, "name": name, "uid": format!("u-{name}"), "controller": controller});
-    let by = |primary: &Value, mapping: Value, related: Value| json!({"primary": primary, "mapping": mapping, "primaries": [], "related": related});
+    // A fake learns whether the reconciled kind is namespaced from the primaries it holds: every
+    // case on a cluster-scoped kind holds one.
+    let namespace_object = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "other", "uid": "n-other"}});
+    let by = |primary: &Value, mapping: Value, related: Value| {
+        let primaries = if primary["namespaced"] == false { json!([namespace_object]) } else { json!([]) };
+        json!({"primary": primary, "mapping": mapping, "primaries": primaries, "related": related})
+    };
     let f = |ns: &str, name: &str, dep: &str, source: &str| json!({"apiVersion": "example.com/v1", "kind": "Foo", "metadata": {"name": name, "namespace": ns, "uid": name}, "spec": {"deploymentName": dep, "source": source, "targets": [dep, "shared"]}});
     let foos =
         json!([f("a", "f1", "web", "shared/cfg"), f("a", "f2", "web", "a/cfg"), f("b", "f3", "web", "shared/cfg"), f("a", "f4", "db", "")]);
