@@ -139,8 +139,14 @@ pub fn json(before: &Value, ops: &Value) -> Result<Value> {
     for (index, op) in ops.as_array().into_iter().flatten().enumerate() {
         parsed.push(serde_json::from_value::<json_patch::PatchOperation>(op.clone()).map_err(|_| PatchError::DoesNotApply { index })?);
     }
+    apply_ops(before, &json_patch::Patch(parsed))
+}
+
+/// `before` with JSON patch operations applied that were checked ([`check_json`]) and parsed
+/// already (the host parses a plugin's patch once, at planning), all or nothing.
+pub fn apply_ops(before: &Value, ops: &json_patch::Patch) -> Result<Value> {
     let mut after = before.clone();
-    json_patch::patch(&mut after, &parsed).map_err(|e| match e.kind {
+    json_patch::patch(&mut after, ops).map_err(|e| match e.kind {
         json_patch::PatchErrorKind::TestFailed => PatchError::TestFailed { index: e.operation },
         _ => PatchError::DoesNotApply { index: e.operation },
     })?;

@@ -25,6 +25,7 @@
 use kube::api::{Api, DynamicObject, PatchParams};
 use serde_json::{Value, json};
 use wasmloop_model::Target;
+use wasmloop_model::patch::PatchError;
 
 use super::Context;
 use super::rbac::{self, Stores};
@@ -112,7 +113,8 @@ pub(super) fn effect(stores: Option<&Stores>, planned: &Planned) -> Result<Effec
             let before = cached(before)?;
             let guard = guard_of(&before, preconditions)?;
             let doc = planned.patch().expect("a planned patch has its document");
-            let after = patched(&before, doc).map_err(Error::Invalid)?;
+            let after =
+                patched(&before, doc).map_err(|e| Error::Invalid(Invalid(format!("the patch does not apply to the object: {e}"))))?;
             Ok(Effect { before: Some(before), after: After::Result(after), guard })
         }
         // What the body sets first (refused without a round trip if that breaks a rule); the
@@ -152,16 +154,17 @@ fn guard_of(before: &Value, pre: &Preconditions) -> Result<Guard, Error> {
     Ok(if rv.is_empty() { Guard::None } else { Guard::ResourceVersion(rv.to_owned()) })
 }
 
-/// `patch` applied to `before` as the API server applies it (RFC 7386 or RFC 6902).
-pub fn patched(before: &Value, patch: PatchDoc<'_>) -> Result<Value, Invalid> {
-    let mut after = before.clone();
+/// `patch` applied to `before` as the API server applies it (RFC 7386 or RFC 6902), by the one
+/// rule every SDK's fake follows too ([`wasmloop_model::patch`]).
+pub fn patched(before: &Value, patch: PatchDoc<'_>) -> Result<Value, PatchError> {
     match patch {
-        PatchDoc::Merge(patch) => json_patch::merge(&mut after, patch),
-        PatchDoc::Json(ops) => {
-            json_patch::patch(&mut after, ops).map_err(|e| Invalid(format!("the JSON patch does not apply to the object: {e}")))?;
+        PatchDoc::Merge(patch) => {
+            let mut after = before.clone();
+            wasmloop_model::patch::merge_into(&mut after, patch);
+            Ok(after)
         }
+        PatchDoc::Json(ops) => wasmloop_model::patch::apply_ops(before, ops),
     }
-    Ok(after)
 }
 
 /// Whether `effect` of `action` is only what the body sets and needs the API server's merge
@@ -253,6 +256,9 @@ fn merge_into(into: &mut Value, from: Value) {
 }
 
 #[cfg(test)]
+mod conformance;
+
+#[cfg(test)]
 mod tests {
     use super::*;
 
@@ -287,7 +293,7 @@ mod tests {
         assert_eq!(after["subjects"], json!([{"kind": "Group", "name": "system:authenticated"}]), "merge patches replace lists");
         assert_eq!(after["metadata"]["name"], "b");
         let failing = json!([{"op": "test", "path": "/metadata/name", "value": "other"}]);
-        assert!(patched(&before, PatchDoc::Json(&ops(&failing))).unwrap_err().0.contains("does not apply"));
+        assert_eq!(patched(&before, PatchDoc::Json(&ops(&failing))).unwrap_err(), PatchError::TestFailed { index: 0 });
     }
 
     #[test]

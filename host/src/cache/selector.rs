@@ -33,4 +33,21 @@ mod tests {
             "{err:?}"
         );
     }
+
+    /// The cache's selectors against the conformance corpus (`model/conformance/selectors.json`):
+    /// each case's selector matched against cached objects carrying its label sets.
+    #[test]
+    fn conformance_selectors() {
+        wasmloop_model::conformance::check("selectors", |case| {
+            match Selector::parse(case.input["selector"].as_str().unwrap_or_default()) {
+                Ok(sel) => {
+                    let objects = case.input["labels"].as_array().into_iter().flatten().map(|labels| {
+                        CachedObject::from_value(serde_json::json!({"metadata": {"name": "o", "labels": labels}})).expect("cacheable")
+                    });
+                    serde_json::json!({"matches": objects.map(|o| sel.matches(&o)).collect::<Vec<_>>()})
+                }
+                Err(e) => serde_json::json!({"error": {"kind": e.reason.kind(), "at": e.reason.at()}}),
+            }
+        });
+    }
 }

@@ -24,6 +24,8 @@
 
 mod apply;
 pub mod budget;
+#[cfg(test)]
+mod conformance_tests;
 mod expectations;
 #[cfg(test)]
 mod harness;
