@@ -11,6 +11,7 @@
 // into the component, and `@wasmloop/sdk/testing` binds a FakeCache in unit tests under Node.
 
 import { host } from "./host.js";
+import { adopt, checkTarget } from "./rules.js";
 
 export { time } from "./time.js";
 
@@ -403,9 +404,7 @@ export class Outcome {
   create(obj) {
     return this._with("create", () => {
       const o = clone(obj);
-      if (!o?.apiVersion) throw new Error("object has no apiVersion");
-      if (!o?.kind) throw new Error("object has no kind");
-      if (!o.metadata?.name && !o.metadata?.generateName) throw new Error("object has neither metadata.name nor metadata.generateName");
+      checkTarget(o, "create");
       return { type: "create", object: o };
     });
   }
@@ -418,13 +417,12 @@ export class Outcome {
     } catch (e) {
       return this._problem("createOwned", e);
     }
-    const c = clone(child) ?? {};
-    c.metadata ??= {};
-    const ns = namespace(owner);
-    if (ns && !c.metadata.namespace) c.metadata.namespace = ns;
-    const refs = (c.metadata.ownerReferences ?? []).filter((r) => r.uid !== ref.uid);
-    if (refs.some((r) => r.controller === true)) return this._problem("createOwned", "the child already has a controller");
-    c.metadata.ownerReferences = [...refs, ref];
+    let c;
+    try {
+      c = adopt(child ?? {}, namespace(owner) || undefined, ref);
+    } catch (e) {
+      return this._problem("createOwned", e);
+    }
     return this.create(c);
   }
 
@@ -432,7 +430,7 @@ export class Outcome {
   apply(obj) {
     return this._with("apply", () => {
       const o = clone(obj);
-      objectKey(o);
+      checkTarget(o, "apply");
       return { type: "apply", object: o };
     });
   }

@@ -1,61 +1,9 @@
 // Label selectors, index paths and field paths, with the host's rules (wasmloop-model), for the
 // FakeCache: what the host's cache does with them, in JavaScript.
 
-const KEY = /^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*\/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$/;
+import { checkKey, parseSelector } from "./rules.js";
 
-function checkKey(key) {
-  if (!key || key.length > 317 || !KEY.test(key)) throw new Error(`invalid label key ${JSON.stringify(key)}`);
-}
-
-/** Split a selector on commas outside parentheses. */
-function terms(text) {
-  const out = [];
-  let depth = 0;
-  let cur = "";
-  for (const ch of text) {
-    if (ch === "(") depth++;
-    if (ch === ")") depth--;
-    if (ch === "," && depth === 0) {
-      out.push(cur);
-      cur = "";
-    } else cur += ch;
-  }
-  out.push(cur);
-  return out.map((t) => t.trim());
-}
-
-/**
- * Parse a label selector (`a=b`, `a==b`, `a!=b`, `a`, `!a`, `a in (x,y)`, `a notin (x,y)`,
- * comma-separated, all must hold) into a matcher `(labels) => boolean`; throws naming what is wrong.
- */
-export function parseSelector(text) {
-  if (text.trim() === "") return () => true;
-  const reqs = terms(text).map((t) => {
-    if (t === "") throw new Error("empty requirement");
-    let m;
-    if ((m = /^!\s*(\S+)$/.exec(t))) {
-      checkKey(m[1]);
-      return (l) => !(m[1] in l);
-    }
-    if ((m = /^(\S+?)\s+(in|notin)\s+\((.*)\)$/.exec(t))) {
-      checkKey(m[1]);
-      const values = m[3].split(",").map((v) => v.trim());
-      const k = m[1];
-      return m[2] === "in" ? (l) => k in l && values.includes(l[k]) : (l) => !(k in l) || !values.includes(l[k]);
-    }
-    if ((m = /^([^=!\s]+)\s*(==|=|!=)\s*(\S*)$/.exec(t))) {
-      checkKey(m[1]);
-      const [k, op, v] = [m[1], m[2], m[3]];
-      return op === "!=" ? (l) => l[k] !== v : (l) => l[k] === v;
-    }
-    if (/^\S+$/.test(t)) {
-      checkKey(t);
-      return (l) => t in l;
-    }
-    throw new Error(`cannot parse ${JSON.stringify(t)}`);
-  });
-  return (labels) => reqs.every((r) => r(labels ?? {}));
-}
+export { parseSelector };
 
 /** Whether `obj`'s labels match the selector text. */
 export function matchesSelector(text, obj) {

@@ -5,6 +5,8 @@ import type { Action, KindRef, KubeObject, Metadata, ObjectKey, Outcome, Reconci
 export class FakeCache {
   constructor(metadataOrReconciler: Metadata | Reconciler);
   static forReconciler(reconciler: Reconciler): FakeCache;
+  /** `before` patched as the host would ("json" or "merge"); undefined on a conflict; throws for a patch the host refuses. */
+  static patched(patchType: "json" | "merge", before: unknown, body: unknown): unknown;
   readonly metadata: Metadata;
   with(obj: KubeObject | KubeObject[]): this;
   withJson(text: string): this;

@@ -20,6 +20,7 @@ import { toWitFailure, toWitOutcome } from "./guest.js";
 import { bindHost } from "./host.js";
 import { Metadata, Outcome, ReconcileError, keyString, objectKey, permanent, request as makeRequest, sameKind } from "./index.js";
 import { checkFieldPath, checkPath, fieldValue, indexValues, matchesAnnotationSelector, matchesSelector, parseSelector } from "./paths.js";
+import { checkTarget, jsonPatch, mappedKeys, mergeInto, mergePatch, preconditionsHold } from "./rules.js";
 import { format as formatSecs, parseMicros } from "./time.js";
 import { parseYamlStream } from "./yaml.js";
 
@@ -30,100 +31,6 @@ function clone(v) {
   return JSON.parse(JSON.stringify(v));
 }
 
-function mergePatch(target, patch) {
-  if (patch === null || typeof patch !== "object" || Array.isArray(patch)) return clone(patch);
-  const out = target && typeof target === "object" && !Array.isArray(target) ? { ...target } : {};
-  for (const [k, v] of Object.entries(patch)) {
-    if (v === null) delete out[k];
-    else out[k] = mergePatch(out[k], v);
-  }
-  return out;
-}
-
-function pointer(path) {
-  if (path === "") return [];
-  return path
-    .slice(1)
-    .split("/")
-    .map((s) => s.replaceAll("~1", "/").replaceAll("~0", "~"));
-}
-
-/** RFC 6902 on a copy (add, remove, replace, test, move, copy); undefined if an operation fails. */
-function jsonPatch(doc, ops) {
-  let out = clone(doc);
-  const parentOf = (path) => {
-    const segs = pointer(path);
-    let at = out;
-    for (const s of segs.slice(0, -1)) {
-      at = Array.isArray(at) ? at[Number(s)] : at?.[s];
-      if (at === undefined || at === null || typeof at !== "object") throw new Error("path");
-    }
-    return [at, segs[segs.length - 1]];
-  };
-  const get = (path) => {
-    let at = out;
-    for (const s of pointer(path)) {
-      at = Array.isArray(at) ? at[Number(s)] : at?.[s];
-      if (at === undefined) throw new Error("path");
-    }
-    return at;
-  };
-  const add = (path, value) => {
-    if (path === "") return void (out = value);
-    const [parent, last] = parentOf(path);
-    if (Array.isArray(parent)) {
-      const i = last === "-" ? parent.length : Number(last);
-      if (!(i >= 0 && i <= parent.length)) throw new Error("index");
-      parent.splice(i, 0, value);
-    } else parent[last] = value;
-  };
-  const remove = (path) => {
-    const [parent, last] = parentOf(path);
-    if (Array.isArray(parent)) {
-      const i = Number(last);
-      if (!(i >= 0 && i < parent.length)) throw new Error("index");
-      parent.splice(i, 1);
-    } else {
-      if (!(last in parent)) throw new Error("missing");
-      delete parent[last];
-    }
-  };
-  try {
-    for (const op of ops) {
-      switch (op.op) {
-        case "add":
-          add(op.path, clone(op.value));
-          break;
-        case "remove":
-          remove(op.path);
-          break;
-        case "replace":
-          get(op.path);
-          remove(op.path);
-          add(op.path, clone(op.value));
-          break;
-        case "test":
-          if (JSON.stringify(get(op.path)) !== JSON.stringify(op.value)) return undefined;
-          break;
-        case "move": {
-          const v = get(op.from);
-          remove(op.from);
-          add(op.path, v);
-          break;
-        }
-        case "copy":
-          add(op.path, clone(get(op.from)));
-          break;
-        default:
-          throw new Error(`unknown op ${op.op}`);
-      }
-    }
-  } catch {
-    return undefined;
-  }
-  return out;
-}
-
 function hasFinalizers(obj) {
   return (obj?.metadata?.finalizers ?? []).length > 0;
 }
@@ -131,12 +38,6 @@ function hasFinalizers(obj) {
 /** What one informer of the host caches: a label selector and an annotation selector, both optional. */
 function selection(labels, annotations) {
   return (obj) => (labels == null || matchesSelector(labels, obj)) && (annotations == null || matchesAnnotationSelector(annotations, obj));
-}
-
-/** The API group of an apiVersion (`""` for the core group). */
-function group(apiVersion) {
-  const i = apiVersion.indexOf("/");
-  return i < 0 ? "" : apiVersion.slice(0, i);
 }
 
 /** The values an index mapping looks up for a related object, and whether matches stay in its namespace (wasmloop-model's `IndexValue::lookup`). */
@@ -556,42 +457,12 @@ export class FakeCache {
     const stored = this.objects(primary);
     // Whether the primary kind is namespaced: as its stored objects are; unknown (none stored yet): as the related object is.
     const namespaced = stored.length > 0 ? stored[0].metadata.namespace != null && stored[0].metadata.namespace !== "" : related.namespace != null;
-    const key = (ns, name) => ({ apiVersion: primary.apiVersion, kind: primary.kind, namespace: (namespaced ? ns : undefined) ?? undefined, name });
-    const ns = related.namespace ?? undefined;
     const keys = [];
     for (const w of m.watches.filter((w) => sameKind(w.kind, related))) {
       if (!selection(w.selector, w.annotationSelector)(obj)) continue;
-      let found = [];
-      switch (w.mapping.tag) {
-        case "owner": {
-          const ref = (obj.metadata.ownerReferences ?? []).find((r) => r.controller === true);
-          if (ref && ref.kind === primary.kind && group(ref.apiVersion ?? "") === group(primary.apiVersion) && ref.name) found = [key(ns, ref.name)];
-          break;
-        }
-        case "label": {
-          const v = obj.metadata.labels?.[w.mapping.val];
-          if (v) found = [key(ns, v)];
-          break;
-        }
-        case "same-name":
-          found = [key(ns, related.name)];
-          break;
-        case "namespace":
-          if (ns) found = [{ apiVersion: primary.apiVersion, kind: primary.kind, namespace: undefined, name: ns }];
-          break;
-        case "index": {
-          const { index, value } = w.mapping.val;
-          const [values, sameNamespace] = lookup(value, ns, related.name, obj);
-          const decl = m.indexes.find((i) => sameKind(i.kind, primary) && i.name === index);
-          found = stored
-            .filter((p) => !(sameNamespace && namespaced && ns) || p.metadata.namespace === ns)
-            .filter((p) => decl && indexValues(decl.path, p).some((v) => values.includes(v)))
-            .map((p) => objectKey(p));
-          break;
-        }
-        default:
-          throw new Error(`FakeCache: unknown mapping ${w.mapping.tag}`);
-      }
+      const path = (index) => m.indexes.find((i) => sameKind(i.kind, primary) && i.name === index)?.path;
+      const values = (index, p) => (path(index) === undefined ? [] : indexValues(path(index), p));
+      const found = mappedKeys(w.mapping, primary, namespaced, obj, w.mapping.tag === "index" ? stored : [], values, lookup);
       for (const k of found) if (!keys.some((o) => keyString(o) === keyString(k))) keys.push(k);
     }
     return keys;
@@ -620,6 +491,8 @@ export class FakeCache {
       }
       switch (a.type) {
         case "create": {
+          // The host's rule for what an action targets: a create the host would refuse fails here too.
+          checkTarget(a.object, "create");
           const obj = clone(a.object);
           if (!obj.metadata.name) obj.metadata.name = `${obj.metadata.generateName}${String(this.nextUid++).padStart(5, "0")}`;
           obj.metadata.creationTimestamp ??= this.nowRfc3339();
@@ -627,6 +500,7 @@ export class FakeCache {
           break;
         }
         case "apply": {
+          checkTarget(a.object, "apply");
           const key = objectKey(a.object);
           const current = this.get(key);
           const created = () => {
@@ -634,7 +508,7 @@ export class FakeCache {
             obj.metadata.creationTimestamp ??= this.nowRfc3339();
             return obj;
           };
-          this._insert(current ? mergePatch(current, a.object) : created());
+          this._insert(current ? mergeInto(current, a.object) : created());
           break;
         }
         case "delete": {
@@ -648,7 +522,7 @@ export class FakeCache {
         case "status": {
           const obj = this.get(a.key);
           if (obj) {
-            obj.status = mergePatch(obj.status ?? {}, a.status);
+            obj.status = mergeInto(obj.status ?? {}, a.status);
             this._insert(obj);
           }
           break;
@@ -668,10 +542,8 @@ export class FakeCache {
   _patch(p) {
     let current = this.get(p.key);
     if (!current) return;
-    const pre = p.preconditions ?? {};
-    if (pre.uid != null && pre.uid !== current.metadata.uid) return;
-    if (pre.resourceVersion != null && pre.resourceVersion !== current.metadata.resourceVersion) return;
-    const patched = p.patchType === "json" ? jsonPatch(current, p.body) : mergePatch(current, p.body);
+    if (!preconditionsHold(p.preconditions, current)) return;
+    const patched = FakeCache.patched(p.patchType, current, p.body);
     if (patched === undefined) return;
     if (p.status) current.status = patched.status;
     else {
@@ -684,6 +556,21 @@ export class FakeCache {
     if (current.metadata.resourceVersion !== undefined && Number.isInteger(rv)) current.metadata.resourceVersion = String(rv + 1);
     if (current.metadata.deletionTimestamp != null && !hasFinalizers(current)) this.remove(p.key);
     else this._insert(current);
+  }
+
+  /**
+   * `before` patched as the host and the API server would (`patchType` "json" or "merge"):
+   * undefined if a `test` fails or a path is not in the object (a conflict: nothing happens);
+   * throws, as the host refuses the outcome, for a patch it does not take (a merge patch that is
+   * not an object, JSON-patch `move` or `copy`).
+   */
+  static patched(patchType, before, body) {
+    try {
+      return patchType === "json" ? jsonPatch(before, body) : mergePatch(before, body);
+    } catch (e) {
+      if (e.kind === "test_failed" || e.kind === "does_not_apply") return undefined;
+      throw e;
+    }
   }
 
   /**

@@ -120,7 +120,7 @@ test("outcome builders check their objects; the first problem is the permanent e
   assert.throws(() => new Outcome().statusKey(out.deleted()[0], "nope").intoResult(), /expected a JSON object/);
   assert.throws(() => new Outcome().event(owner, "normal", "", "m").intoResult(), /empty reason/);
   const bad = new Outcome().apply({ kind: "ConfigMap", metadata: { name: "x" } }).create({ apiVersion: "v1", kind: "Pod", metadata: {} });
-  assert.throws(() => bad.intoResult(), (e) => e.kind === "permanent" && e.message === "invalid action: apply: object has no apiVersion");
+  assert.throws(() => bad.intoResult(), (e) => e.kind === "permanent" && e.message === "invalid action: apply: the object has no apiVersion");
   assert.throws(() => new Outcome().createOwned({ apiVersion: "v1", kind: "X", metadata: { name: "o" } }, {}).intoResult(), /has no metadata.uid/);
   assert.ok(new Outcome().requeueAfter(5).isEmpty(), "a requeue alone changes nothing");
 });
@@ -338,7 +338,7 @@ test("0.3 a failure carries its actions: the component sends them, execute and c
   // A list of actions works too; unusable ones are not sent, and the message says so.
   assert.equal(toWitFailure(transient("t").withActions(new Outcome().statusKey(keyOf(FOO, "a", "f1"), { a: 1 }).actions)).actions[0].tag, "update-status");
   const bad = toWitFailure(transient("t").withActions(new Outcome().apply({ kind: "X", metadata: { name: "x" } })));
-  assert.deepEqual(bad, { error: { tag: "transient", val: "its actions were not sent (invalid action: apply: object has no apiVersion): t" }, actions: [] });
+  assert.deepEqual(bad, { error: { tag: "transient", val: "its actions were not sent (invalid action: apply: the object has no apiVersion): t" }, actions: [] });
 
   const fake = FakeCache.forReconciler(namer).withYaml(NAMER_FIXTURE);
   const broken = fake.get(keyOf(FOO, "a", "f1"));
