@@ -133,7 +133,7 @@ def test_outcome_builders_check_their_objects() -> None:
     assert out.patches()[0].preconditions["uid"] == "u1"
     assert out.into_result() is out
     bad = Outcome().apply({"kind": "ConfigMap", "metadata": {"name": "x"}}).create({"apiVersion": "v1", "kind": "Pod", "metadata": {}})
-    with pytest.raises(ReconcileError, match="invalid action: apply: object has no apiVersion") as e:
+    with pytest.raises(ReconcileError, match="invalid action: apply: the object has no apiVersion") as e:
         bad.into_result()
     assert e.value.kind == "permanent"
     with pytest.raises(ReconcileError, match="has no metadata.uid"):
@@ -338,7 +338,7 @@ def test_a_failure_carries_its_actions_and_execute_and_converge_carry_them_out()
     # A list of actions works too; unusable ones are not sent, and the message says so.
     assert [a.type for a in failure_parts(transient("t").with_actions(Outcome().status_key(key, {"a": 1}).actions))[1]] == ["status"]
     error, actions = failure_parts(transient("t").with_actions(Outcome().apply({"kind": "X", "metadata": {"name": "x"}})))
-    assert (error.message, actions) == ("its actions were not sent (invalid action: apply: object has no apiVersion): t", [])
+    assert (error.message, actions) == ("its actions were not sent (invalid action: apply: the object has no apiVersion): t", [])
 
     fake = FakeCache.for_reconciler(Namer()).with_yaml(NAMER_FIXTURE)
     broken = fake.get(key)

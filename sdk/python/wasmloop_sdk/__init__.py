@@ -18,6 +18,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Literal, Optional, Protocol, TypeVar, Union
 
+from . import rules
 from ._host import HostCacheError, host
 
 __all__ = [
@@ -492,12 +493,7 @@ class Outcome:
 
         def make() -> Action:
             o = copy.deepcopy(obj)
-            if not o.get("apiVersion"):
-                raise ValueError("object has no apiVersion")
-            if not o.get("kind"):
-                raise ValueError("object has no kind")
-            if not (_meta(o).get("name") or _meta(o).get("generateName")):
-                raise ValueError("object has neither metadata.name nor metadata.generateName")
+            rules.check_target(o, "create")
             return Action("create", object=o)
 
         return self._with("create", make)
@@ -508,22 +504,17 @@ class Outcome:
             ref = controller_ref(owner)
         except ValueError as e:
             return self._problem("create_owned", e)
-        c = copy.deepcopy(child)
-        meta = c.setdefault("metadata", {})
-        ns = namespace(owner)
-        if ns and not meta.get("namespace"):
-            meta["namespace"] = ns
-        refs = [r for r in meta.get("ownerReferences") or [] if r.get("uid") != ref["uid"]]
-        if any(r.get("controller") is True for r in refs):
-            return self._problem("create_owned", "the child already has a controller")
-        meta["ownerReferences"] = [*refs, ref]
+        try:
+            c = rules.adopt(child if child is not None else {}, namespace(owner) or None, ref)
+        except rules.RuleError as e:
+            return self._problem("create_owned", e)
         return self.create(c)
 
     def apply(self, obj: Object) -> "Outcome":
         """Server-side apply ``obj`` (needs apiVersion, kind, metadata.name); field manager = the plugin."""
 
         def make() -> Action:
-            object_key(obj)
+            rules.check_target(obj, "apply")
             return Action("apply", object=copy.deepcopy(obj))
 
         return self._with("apply", make)

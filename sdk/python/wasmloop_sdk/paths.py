@@ -7,63 +7,10 @@ import json
 import re
 from typing import Any, Callable, Optional
 
-_KEY = re.compile(r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+from .rules import Labels, parse_selector
+from .rules import check_key as _check_key
 
-Labels = dict[str, str]
-
-
-def _check_key(key: str) -> None:
-    if not key or len(key) > 317 or not _KEY.match(key):
-        raise ValueError(f"invalid label key {json.dumps(key)}")
-
-
-def _terms(text: str) -> list[str]:
-    out, depth, cur = [], 0, ""
-    for ch in text:
-        depth += ch == "("
-        depth -= ch == ")"
-        if ch == "," and depth == 0:
-            out.append(cur)
-            cur = ""
-        else:
-            cur += ch
-    out.append(cur)
-    return [t.strip() for t in out]
-
-
-def parse_selector(text: str) -> Callable[[Labels], bool]:
-    """A matcher for a label selector (``a=b``, ``a==b``, ``a!=b``, ``a``, ``!a``, ``a in (x,y)``,
-    ``a notin (x,y)``, comma-separated: all must hold); raises ``ValueError`` naming what is wrong."""
-    if text.strip() == "":
-        return lambda labels: True
-    reqs: list[Callable[[Labels], bool]] = []
-    for t in _terms(text):
-        if t == "":
-            raise ValueError("empty requirement")
-        if m := re.fullmatch(r"!\s*(\S+)", t):
-            k = m[1]
-            _check_key(k)
-            reqs.append(lambda l, k=k: k not in l)
-        elif m := re.fullmatch(r"(\S+?)\s+(in|notin)\s+\((.*)\)", t):
-            k, op, values = m[1], m[2], [v.strip() for v in m[3].split(",")]
-            _check_key(k)
-            if op == "in":
-                reqs.append(lambda l, k=k, vs=values: k in l and l[k] in vs)
-            else:
-                reqs.append(lambda l, k=k, vs=values: k not in l or l[k] not in vs)
-        elif m := re.fullmatch(r"([^=!\s]+)\s*(==|=|!=)\s*(\S*)", t):
-            k, op, v = m[1], m[2], m[3]
-            _check_key(k)
-            if op == "!=":
-                reqs.append(lambda l, k=k, v=v: l.get(k) != v)
-            else:
-                reqs.append(lambda l, k=k, v=v: l.get(k) == v)
-        elif re.fullmatch(r"\S+", t):
-            _check_key(t)
-            reqs.append(lambda l, k=t: k in l)
-        else:
-            raise ValueError(f"cannot parse {json.dumps(t)}")
-    return lambda labels: all(r(labels or {}) for r in reqs)
+__all__ = ["Labels", "parse_selector"]
 
 
 def matches_selector(text: str, obj: dict[str, Any]) -> bool:

@@ -34,86 +34,10 @@ from ._host import HostCacheError, bind_host
 from .guest import failure_parts, to_wit_outcome_checked
 from .time import format as _format_secs
 from .time import parse_micros as _parse_micros
+from . import rules
 from .paths import check_field_path, check_path, field_value, index_values, matches_annotation_selector, matches_selector, parse_selector
 
 T = TypeVar("T")
-
-
-def _merge_patch(target: Any, patch: Any) -> Any:
-    if not isinstance(patch, dict):
-        return copy.deepcopy(patch)
-    out = dict(target) if isinstance(target, dict) else {}
-    for k, v in patch.items():
-        if v is None:
-            out.pop(k, None)
-        else:
-            out[k] = _merge_patch(out.get(k), v)
-    return out
-
-
-def _pointer(path: str) -> list[str]:
-    return [] if path == "" else [s.replace("~1", "/").replace("~0", "~") for s in path[1:].split("/")]
-
-
-def _json_patch(doc: Any, ops: list[dict[str, Any]]) -> Any:
-    """RFC 6902 on a copy (add, remove, replace, test, move, copy); ``None`` if an operation fails."""
-    out = copy.deepcopy(doc)
-
-    def parent(path: str) -> tuple[Any, str]:
-        segs = _pointer(path)
-        at = out
-        for s in segs[:-1]:
-            at = at[int(s)] if isinstance(at, list) else at[s]
-        return at, segs[-1]
-
-    def get(path: str) -> Any:
-        at = out
-        for s in _pointer(path):
-            at = at[int(s)] if isinstance(at, list) else at[s]
-        return at
-
-    def add(path: str, value: Any) -> None:
-        p, last = parent(path)
-        if isinstance(p, list):
-            i = len(p) if last == "-" else int(last)
-            if not 0 <= i <= len(p):
-                raise IndexError(i)
-            p.insert(i, value)
-        else:
-            p[last] = value
-
-    def remove(path: str) -> None:
-        p, last = parent(path)
-        if isinstance(p, list):
-            del p[int(last)]
-        else:
-            del p[last]
-
-    try:
-        for op in ops:
-            kind = op["op"]
-            if kind == "add":
-                add(op["path"], copy.deepcopy(op["value"]))
-            elif kind == "remove":
-                remove(op["path"])
-            elif kind == "replace":
-                get(op["path"])
-                remove(op["path"])
-                add(op["path"], copy.deepcopy(op["value"]))
-            elif kind == "test":
-                if get(op["path"]) != op["value"]:
-                    return None
-            elif kind == "move":
-                v = get(op["from"])
-                remove(op["from"])
-                add(op["path"], v)
-            elif kind == "copy":
-                add(op["path"], copy.deepcopy(get(op["from"])))
-            else:
-                raise ValueError(kind)
-    except (KeyError, IndexError, ValueError, TypeError):
-        return None
-    return out
 
 
 def _has_finalizers(obj: Object) -> bool:
@@ -123,11 +47,6 @@ def _has_finalizers(obj: Object) -> bool:
 def _selection(labels: Optional[str], annotations: Optional[str]) -> Callable[[Object], bool]:
     """What one informer of the host caches: a label selector and an annotation selector, both optional."""
     return lambda o: (labels is None or matches_selector(labels, o)) and (annotations is None or matches_annotation_selector(annotations, o))
-
-
-def _group(api_version: str) -> str:
-    """The API group of an apiVersion (``""`` for the core group)."""
-    return api_version.split("/", 1)[0] if "/" in api_version else ""
 
 
 def _lookup(value: IndexValueValue, namespace: Optional[str], name: str, obj: Object) -> tuple[list[str], bool]:
@@ -547,42 +466,23 @@ class FakeCache:
         stored = self.objects(primary)
         # Whether the primary kind is namespaced: as its stored objects are; unknown (none stored yet): as the related object is.
         namespaced = bool(stored[0]["metadata"].get("namespace")) if stored else related.namespace is not None
-        ns = related.namespace
-
-        def key(namespace: Optional[str], name: str) -> ObjectKey:
-            return primary.key(namespace if namespaced else None, name)
-
         keys: list[ObjectKey] = []
         for w in m.watches_:
             if w.kind != related.kind_ref or not _selection(w.label_selector, w.annotation_selector_)(obj):
                 continue
-            found: list[ObjectKey] = []
-            meta = obj.get("metadata") or {}
-            if w.mapping.tag == "owner":
-                ref = next((r for r in meta.get("ownerReferences") or [] if r.get("controller") is True), None)
-                if ref and ref.get("kind") == primary.kind and _group(ref.get("apiVersion") or "") == _group(primary.api_version) and ref.get("name"):
-                    found = [key(ns, ref["name"])]
-            elif w.mapping.tag == "label":
-                v = (meta.get("labels") or {}).get(w.mapping.value or "")
-                if v:
-                    found = [key(ns, v)]
-            elif w.mapping.tag == "same-name":
-                found = [key(ns, related.name)]
-            elif w.mapping.tag == "namespace":
-                if ns:
-                    found = [primary.key(None, ns)]
-            elif w.mapping.tag == "index":
-                assert w.mapping.index_value is not None
-                values, same_namespace = _lookup(w.mapping.index_value, ns, related.name, obj)
-                decl = next((i for i in m.indexes if i.kind == primary and i.name == w.mapping.value), None)
-                found = [
-                    object_key(p)
-                    for p in stored
-                    if (not (same_namespace and namespaced and ns) or p["metadata"].get("namespace") == ns)
-                    and decl is not None
-                    and any(v in values for v in index_values(decl.path, p))
-                ]
-            for k in found:
+            decl = next((i for i in m.indexes if i.kind == primary and i.name == w.mapping.value), None) if w.mapping.tag == "index" else None
+            value = w.mapping.index_value
+            found = rules.mapped_keys(
+                w.mapping.tag,
+                w.mapping.value,
+                (primary.api_version, primary.kind),
+                namespaced,
+                obj,
+                stored if w.mapping.tag == "index" else [],
+                lambda p: index_values(decl.path, p) if decl is not None else [],
+                lambda ns, name, o: _lookup(value, ns, name, o) if value is not None else ([], True),
+            )
+            for k in (ObjectKey(*f) for f in found):
                 if k not in keys:
                     keys.append(k)
         return keys
@@ -603,6 +503,8 @@ class FakeCache:
                     self._last_errors[self._current] = f"{_describe(a)}: {why}"
                 return
             if a.type == "create" and a.object is not None:
+                # The host's rule for what an action targets: a create the host would refuse fails here too.
+                rules.check_target(a.object, "create")
                 obj = copy.deepcopy(a.object)
                 if not obj["metadata"].get("name"):
                     obj["metadata"]["name"] = f"{obj['metadata']['generateName']}{self._next_uid:05d}"
@@ -611,9 +513,10 @@ class FakeCache:
                 if self.get(object_key(obj)) is None:
                     self._insert(obj)
             elif a.type == "apply" and a.object is not None:
+                rules.check_target(a.object, "apply")
                 current = self.get(object_key(a.object))
                 if current:
-                    self._insert(_merge_patch(current, a.object))
+                    self._insert(rules.merge_into(current, a.object))
                 else:
                     created = copy.deepcopy(a.object)
                     created["metadata"].setdefault("creationTimestamp", self.now_rfc3339())
@@ -628,7 +531,7 @@ class FakeCache:
             elif a.type == "status" and a.key is not None:
                 obj = self.get(a.key)
                 if obj is not None:
-                    obj["status"] = _merge_patch(obj.get("status") or {}, a.status)
+                    obj["status"] = rules.merge_into(obj.get("status") or {}, a.status)
                     self._insert(obj)
             elif a.type == "patch" and a.key is not None:
                 self._patch(a)
@@ -641,12 +544,9 @@ class FakeCache:
         if current is None:
             return
         pre = p.preconditions or {}
-        if pre.get("uid") is not None and pre["uid"] != current["metadata"].get("uid"):
+        if not rules.preconditions_hold(pre.get("uid"), pre.get("resource_version"), current):
             return
-        rv = pre.get("resource_version")
-        if rv is not None and rv != current["metadata"].get("resourceVersion"):
-            return
-        patched = _json_patch(current, p.body) if p.patch_type == "json" else _merge_patch(current, p.body)
+        patched = FakeCache.patched(p.patch_type or "merge", current, p.body)
         if patched is None:
             return
         if p.status_subresource:
@@ -665,6 +565,19 @@ class FakeCache:
             self.remove(p.key)
         else:
             self._insert(current)
+
+    @staticmethod
+    def patched(patch_type: str, before: Any, body: Any) -> Any:
+        """``before`` patched as the host and the API server would (``patch_type`` "json" or
+        "merge"): None if a ``test`` fails or a path is not in the object (a conflict: nothing
+        happens); raises, as the host refuses the outcome, for a patch it does not take (a merge
+        patch that is not an object, JSON-patch ``move`` or ``copy``)."""
+        try:
+            return rules.json_patch(before, body) if patch_type == "json" else rules.merge_patch(before, body)
+        except rules.RuleError as e:
+            if e.kind in ("test_failed", "does_not_apply"):
+                return None
+            raise
 
     def converge(self, key: ObjectKey, max_rounds: int = 10, reconciler: Optional[Reconciler] = None) -> list[Outcome]:
         """Reconcile ``key`` and execute the outcome until a reconcile returns no actions; returns
