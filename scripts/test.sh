@@ -20,7 +20,15 @@ say "monitoring rules: promtool check and unit tests (deploy/monitoring)"
 promtool check rules deploy/monitoring/rules.yaml
 promtool test rules deploy/monitoring/rules.test.yaml
 
-say "JavaScript/TypeScript and Python SDKs: unit tests, types"
+# One rulebook (docs/architecture.md): the corpus of model/conformance is what wasmloop-model
+# computes (checked here first, it is quick); the JavaScript and Python fakes run it in their unit
+# tests below (test/conformance.test.js, tests/test_conformance.py), the host and the Rust fake in
+# `cargo test --workspace` (admission::result::conformance, controller::conformance_tests,
+# testing::conformance).
+say "conformance corpus: the model's own check (model/conformance)"
+cargo test --locked -p wasmloop-model --lib conformance
+
+say "JavaScript/TypeScript and Python SDKs: unit tests (the conformance corpus too), types"
 # shellcheck source=scripts/polyglot-env.sh
 source ./scripts/polyglot-env.sh
 (cd sdk/js && node --test test/ && npx --no-install tsc -p tsconfig.json)

@@ -16,7 +16,12 @@
 //! - [`selector`]: label selectors, parsed and matched;
 //! - [`index_path`]: declared index paths, parsed and evaluated;
 //! - [`packed`]: the one buffer a packed metadata read returns (contract 0.3.1), written by the
-//!   host and read in place by the SDK.
+//!   host and read in place by the SDK;
+//! - [`owner`]: which owner reference is the controller, and how a child is given its owner;
+//! - `patch` (feature `patch`): merge and JSON patches as the host admits and applies them, and
+//!   preconditions;
+//! - `conformance` (feature `conformance`): the corpus of cases (`model/conformance/`) every
+//!   runner (the host, the Rust, JavaScript and Python fakes) checks itself against.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
