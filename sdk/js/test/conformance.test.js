@@ -79,11 +79,26 @@ test("conformance: action targets (the Outcome builders and the fake's execute)"
 
 test("conformance: a child given its owner (createOwned)", () => {
   check("children", ({ child, ownerNamespace, ownerRef }) => {
+    // The builder, given the owner the reference is of: refuses what the rule refuses, and
+    // creates the child the rule makes (when that child is a valid create).
+    const owner = { apiVersion: ownerRef.apiVersion, kind: ownerRef.kind, metadata: { name: ownerRef.name, uid: ownerRef.uid, namespace: ownerNamespace ?? undefined } };
+    const built = new Outcome().createOwned(owner, child);
+    let adopted;
     try {
-      return { child: adopt(child, ownerNamespace ?? undefined, ownerRef) };
+      adopted = adopt(child, ownerNamespace ?? undefined, ownerRef);
     } catch (e) {
+      assert.ok(built.invalid !== undefined, `createOwned took what the rule refuses: ${e.message}`);
       return ruleError(e);
     }
+    let valid = true;
+    try {
+      checkTarget(adopted, "create");
+    } catch {
+      valid = false;
+    }
+    if (valid) assert.deepStrictEqual(built.actions[0]?.object, adopted, "createOwned made another child");
+    else assert.ok(built.invalid !== undefined, "createOwned created an invalid child");
+    return { child: adopted };
   });
 });
 

@@ -76,10 +76,23 @@ def test_targets() -> None:
 
 def test_children() -> None:
     def run(i: dict[str, Any]) -> Any:
+        # The builder, given the owner the reference is of: refuses what the rule refuses, and
+        # creates the child the rule makes (when that child is a valid create).
+        ref = i["ownerRef"]
+        owner = {"apiVersion": ref["apiVersion"], "kind": ref["kind"], "metadata": {"name": ref["name"], "uid": ref["uid"], "namespace": i["ownerNamespace"]}}
+        built = Outcome().create_owned(owner, i["child"])
         try:
-            return {"child": rules.adopt(i["child"], i["ownerNamespace"], i["ownerRef"])}
+            adopted = rules.adopt(i["child"], i["ownerNamespace"], ref)
         except rules.RuleError as e:
+            assert built.invalid is not None, f"create_owned took what the rule refuses: {e}"
             return rule_error(e)
+        try:
+            rules.check_target(adopted, "create")
+        except rules.RuleError:
+            assert built.invalid is not None, "create_owned created an invalid child"
+        else:
+            assert built.actions and built.actions[0].object == adopted, "create_owned made another child"
+        return {"child": adopted}
 
     check("children", run)
 
