@@ -44,6 +44,12 @@ pub fn families() -> Vec<Family> {
             expect: expect::selector,
         },
         Family {
+            name: "index_paths",
+            rule: "Declared index paths: what parses (else the error kind: empty, key, segment) and the values a path gives for an object, sorted and distinct.",
+            cases: cases::index_paths,
+            expect: expect::index_path,
+        },
+        Family {
             name: "targets",
             rule: "What an action targets: apiVersion, kind, namespace, name or generateName (create only), checked as request-path segments; with `namespaced`, the scope from discovery too.",
             cases: cases::targets,

@@ -32,6 +32,18 @@ pub enum PathError {
     Segment(String),
 }
 
+impl PathError {
+    /// A stable name of the kind of error (`empty`, `key`, `segment`), as the conformance corpus
+    /// records it.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            PathError::Empty => "empty",
+            PathError::Key(_) => "key",
+            PathError::Segment(_) => "segment",
+        }
+    }
+}
+
 /// A parsed index path.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum IndexPath {

@@ -32,6 +32,17 @@ fn selectors() {
     });
 }
 
+#[test]
+fn index_paths() {
+    conformance::check("index_paths", |case| {
+        let path = case.input["path"].as_str().unwrap_or_default();
+        match check_index_path(path) {
+            Ok(()) => json!({"values": index_values("conformance", Some(path), &case.input["object"])}),
+            Err(e) => json!({"error": {"kind": e.kind()}}),
+        }
+    });
+}
+
 /// Whether the fake carries out a case's create or apply (it panics on one the host refuses).
 fn executed(case: &Case) -> bool {
     let obj = case.input["object"].clone();

@@ -282,4 +282,23 @@ mod tests {
         assert!(values(&IndexSpec::Namespace, cluster.clone()).is_empty());
         assert!(values(&IndexSpec::ControllerOwner, cluster).is_empty());
     }
+
+    /// The cache's index paths against the conformance corpus (`model/conformance/index_paths.json`):
+    /// parsed as a plugin's declared index, evaluated on the cached object.
+    #[test]
+    fn conformance_index_paths() {
+        wasmloop_model::conformance::check("index_paths", |case| match IndexSpec::parse(case.input["path"].as_str().unwrap_or_default()) {
+            Ok(spec) => json!({"values": values(&spec, case.input["object"].clone())}),
+            // The cache keeps the model's reason as text: its kind, read back.
+            Err(Error::InvalidIndexPath { reason, .. }) => {
+                let kind = match reason.as_str() {
+                    "the path is empty" => "empty",
+                    r if r.starts_with("invalid label key") => "key",
+                    _ => "segment",
+                };
+                json!({"error": {"kind": kind}})
+            }
+            Err(other) => json!({"error": {"kind": other.to_string()}}),
+        });
+    }
 }

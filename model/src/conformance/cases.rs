@@ -67,6 +67,72 @@ pub fn selectors() -> Vec<(&'static str, Value)> {
     cases.into_iter().map(|(name, sel)| (name, json!({"selector": sel, "labels": label_sets()}))).collect()
 }
 
+/// Index path cases: `{"path", "object"}`, all on one object.
+pub fn index_paths() -> Vec<(&'static str, Value)> {
+    let job = json!({
+        "metadata": {
+            "name": "j", "namespace": "a",
+            "labels": {"app": "web", "app.kubernetes.io/name": "shop", "n": 1},
+            "annotations": {"example.com/owner": "team-a"},
+            "ownerReferences": [
+                {"apiVersion": "batch.tutorial.kubebuilder.io/v1", "kind": "CronJob", "name": "nightly", "controller": true},
+                {"apiVersion": "v1", "kind": "ConfigMap", "name": "settings"},
+                {"apiVersion": "other.io/v1", "kind": "CronJob", "name": "impostor", "controller": true},
+            ],
+        },
+        "spec": {
+            "nodeName": "n1",
+            "replicas": 3,
+            "paused": false,
+            "containers": [{"name": "a", "image": "nginx"}, {"name": "b", "image": "redis"}, {"name": "c", "image": "nginx"}],
+            "ports": [{"port": 80, "name": "http"}, {"port": 443, "name": "https"}],
+            "mode": {"on": true, "v": "x"},
+            "empty": null,
+            "nested": {"deep": {"list": [["x", "y"], ["z"]]}},
+        },
+    });
+    let paths = [
+        ("a label", "labels.app"),
+        ("a label under metadata", "metadata.labels.app"),
+        ("a dotted label key", "labels.app.kubernetes.io/name"),
+        ("a label that is not a string", "labels.n"),
+        ("a missing label", "labels.tier"),
+        ("an annotation with a slash", "metadata.annotations.example.com/owner"),
+        ("a field", "spec.nodeName"),
+        ("a number", "spec.replicas"),
+        ("a boolean", "spec.paused"),
+        ("null", "spec.empty"),
+        ("an object gives nothing", "spec.mode"),
+        ("a missing field", "spec.missing"),
+        ("fan out over a list, distinct and sorted", "spec.containers.image"),
+        ("a list position", "spec.containers.1.image"),
+        ("a list position past the end", "spec.containers.9.image"),
+        ("nested lists", "spec.nested.deep.list"),
+        ("a filter on a list", "metadata.ownerReferences[controller=true][kind=CronJob][apiVersion=batch.tutorial.kubebuilder.io/v1].name"),
+        ("a filter keeping two", "metadata.ownerReferences[kind=CronJob].name"),
+        ("a filter on a number", "spec.ports[port=443].name"),
+        ("a filter on an object", "spec.mode[on=true].v"),
+        ("a filter that keeps nothing", "spec.mode[on=false].v"),
+        ("empty", ""),
+        ("a doubled dot", "spec..x"),
+        ("a leading dot", ".spec"),
+        ("a trailing dot", "spec."),
+        ("a bad character", "spec.node$"),
+        ("a position in brackets", "spec.containers[0].image"),
+        ("an unclosed filter", "spec.ports[port=443"),
+        ("a filter without a value", "spec.ports[port]"),
+        ("a filter without a field", "spec.ports[=443].name"),
+        ("a filter with an empty value", "spec.ports[port=].name"),
+        ("a filter ending the path", "metadata.ownerReferences[kind=CronJob]"),
+        ("a filter on a position", "spec.containers.0[name=a].image"),
+        ("a bad label key", "labels.-app"),
+        ("a label key too long", "labels.aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"),
+        ("an empty label key", "labels."),
+        ("a bad annotation key", "metadata.annotations.Example.com/x"),
+    ];
+    paths.into_iter().map(|(name, path)| (name, json!({"path": path, "object": job}))).collect()
+}
+
 fn object(api_version: Value, kind: Value, metadata: Value) -> Value {
     json!({"apiVersion": api_version, "kind": kind, "metadata": metadata})
 }

@@ -34,6 +34,14 @@ pub fn selector(input: &Value) -> Value {
     }
 }
 
+/// `{"path", "object"}` → `{"values": [sorted]}` or `{"error": {"kind"}}`.
+pub fn index_path(input: &Value) -> Value {
+    match IndexPath::parse(text(input, "path")) {
+        Ok(path) => json!({"values": path.values(&input["object"])}),
+        Err(e) => json!({"error": {"kind": e.kind()}}),
+    }
+}
+
 /// `{"object", "verb", "namespaced"?}` → `{"target"}` or `{"error": {"kind", "field"}}`.
 pub fn target(input: &Value) -> Value {
     let naming = match text(input, "verb") {

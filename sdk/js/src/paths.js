@@ -1,7 +1,7 @@
 // Label selectors, index paths and field paths, with the host's rules (wasmloop-model), for the
 // FakeCache: what the host's cache does with them, in JavaScript.
 
-import { checkKey, parseSelector } from "./rules.js";
+import { RuleError, checkKey, parseSelector } from "./rules.js";
 
 export { parseSelector };
 
@@ -31,28 +31,28 @@ function segments(fields) {
   let rest = fields;
   for (;;) {
     const name = /^[^.[]*/.exec(rest)[0];
-    if (name === "") throw new Error("empty segment (leading, trailing or doubled `.`)");
-    if (!/^[A-Za-z0-9_-]+$/.test(name)) throw new Error(`segment \`${name}\` may contain only letters, digits, \`_\` and \`-\` (a filter is \`[field=value]\`)`);
+    if (name === "") throw new RuleError("segment", "empty segment (leading, trailing or doubled `.`)");
+    if (!/^[A-Za-z0-9_-]+$/.test(name)) throw new RuleError("segment", `segment \`${name}\` may contain only letters, digits, \`_\` and \`-\` (a filter is \`[field=value]\`)`);
     rest = rest.slice(name.length);
     const filters = [];
     while (rest.startsWith("[")) {
       const close = rest.indexOf("]");
-      if (close < 0) throw new Error(`filter \`${rest}\` of segment \`${name}\` has no \`]\``);
+      if (close < 0) throw new RuleError("segment", `filter \`${rest}\` of segment \`${name}\` has no \`]\``);
       const filter = rest.slice(1, close);
-      if (/^[0-9]+$/.test(filter)) throw new Error(`segment \`${name}[${filter}]\`: write \`${name}.${filter}\` to pick a list position (a filter is \`[field=value]\`)`);
+      if (/^[0-9]+$/.test(filter)) throw new RuleError("segment", `segment \`${name}[${filter}]\`: write \`${name}.${filter}\` to pick a list position (a filter is \`[field=value]\`)`);
       const eq = filter.indexOf("=");
-      if (eq < 0) throw new Error(`filter \`[${filter}]\` of segment \`${name}\` is not \`[field=value]\``);
+      if (eq < 0) throw new RuleError("segment", `filter \`[${filter}]\` of segment \`${name}\` is not \`[field=value]\``);
       const [field, value] = [filter.slice(0, eq), filter.slice(eq + 1)];
-      if (!/^[A-Za-z0-9_-]+$/.test(field)) throw new Error(`filter \`[${filter}]\` of segment \`${name}\`: \`${field}\` is not a field name`);
-      if (value === "" || value.includes("[")) throw new Error(`filter \`[${filter}]\` of segment \`${name}\`: the value is empty or holds \`[\``);
-      if (/^[0-9]+$/.test(name)) throw new Error(`segment \`${name}\` picks a list position: it takes no filter`);
+      if (!/^[A-Za-z0-9_-]+$/.test(field)) throw new RuleError("segment", `filter \`[${filter}]\` of segment \`${name}\`: \`${field}\` is not a field name`);
+      if (value === "" || value.includes("[")) throw new RuleError("segment", `filter \`[${filter}]\` of segment \`${name}\`: the value is empty or holds \`[\``);
+      if (/^[0-9]+$/.test(name)) throw new RuleError("segment", `segment \`${name}\` picks a list position: it takes no filter`);
       filters.push([field, value]);
       rest = rest.slice(close + 1);
     }
     out.push({ name, filters });
-    if (rest === "" && filters.length > 0) throw new Error(`segment \`${name}\` ends the path with a filter: it keeps objects, which have no value to index (name the field to index after it: \`${name}[…].name\`)`);
+    if (rest === "" && filters.length > 0) throw new RuleError("segment", `segment \`${name}\` ends the path with a filter: it keeps objects, which have no value to index (name the field to index after it: \`${name}[…].name\`)`);
     if (rest === "") return out;
-    if (!rest.startsWith(".")) throw new Error(`after segment \`${name}\`: \`${rest}\` (expected \`.\` or \`[field=value]\`)`);
+    if (!rest.startsWith(".")) throw new RuleError("segment", `after segment \`${name}\`: \`${rest}\` (expected \`.\` or \`[field=value]\`)`);
     rest = rest.slice(1);
   }
 }
@@ -61,7 +61,7 @@ function segments(fields) {
 export function checkPath(path) {
   const label = path.startsWith("labels.") ? path.slice(7) : path.startsWith("metadata.labels.") ? path.slice(16) : undefined;
   if (label !== undefined) return checkKey(label);
-  if (path === "") throw new Error("the path is empty");
+  if (path === "") throw new RuleError("empty", "the path is empty");
   const [fields, mapKey] = splitMapKey(path);
   if (mapKey !== undefined) checkKey(mapKey);
   segments(fields);

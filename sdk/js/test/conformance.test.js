@@ -9,7 +9,7 @@ import { test } from "node:test";
 import { Metadata, Outcome, Watch, keyString, objectKey } from "@wasmloop/sdk";
 import { FakeCache } from "@wasmloop/sdk/testing";
 
-import { parseSelector } from "../src/paths.js";
+import { checkPath, indexValues, parseSelector } from "../src/paths.js";
 import { adopt, checkTarget, jsonPatch, mergePatch, preconditionsHold } from "../src/rules.js";
 
 const corpus = new URL("../../../model/conformance/", import.meta.url);
@@ -50,6 +50,17 @@ test("conformance: label selectors", () => {
       return ruleError(e, "at");
     }
     return { matches: labels.map((l) => matches(l)) };
+  });
+});
+
+test("conformance: index paths", () => {
+  check("index_paths", ({ path, object }) => {
+    try {
+      checkPath(path);
+    } catch (e) {
+      return ruleError(e);
+    }
+    return { values: indexValues(path, object) };
   });
 });
 

@@ -11,7 +11,7 @@ from typing import Any, Callable
 import pytest
 
 from wasmloop_sdk import IndexValueValue, KindRef, Metadata, MappingValue, Outcome, Watch, object_key, rules
-from wasmloop_sdk.paths import parse_selector
+from wasmloop_sdk.paths import check_path, index_values, parse_selector
 from wasmloop_sdk.testing import FakeCache
 
 CORPUS = pathlib.Path(__file__).resolve().parents[3] / "model" / "conformance"
@@ -46,6 +46,17 @@ def test_selectors() -> None:
         return {"matches": [matches(labels) for labels in i["labels"]]}
 
     check("selectors", run)
+
+
+def test_index_paths() -> None:
+    def run(i: dict[str, Any]) -> Any:
+        try:
+            check_path(i["path"])
+        except rules.RuleError as e:
+            return rule_error(e)
+        return {"values": index_values(i["path"], i["object"])}
+
+    check("index_paths", run)
 
 
 def key_text(t: dict[str, Any]) -> str:

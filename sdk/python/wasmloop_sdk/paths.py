@@ -7,7 +7,7 @@ import json
 import re
 from typing import Any, Callable, Optional
 
-from .rules import Labels, parse_selector
+from .rules import Labels, RuleError, parse_selector
 from .rules import check_key as _check_key
 
 __all__ = ["Labels", "parse_selector"]
@@ -45,37 +45,37 @@ def _segments(fields: str) -> list[tuple[str, list[tuple[str, str]]]]:
     while True:
         name = re.match(r"[^.\[]*", rest).group(0)  # type: ignore[union-attr]
         if name == "":
-            raise ValueError("empty segment (leading, trailing or doubled `.`)")
+            raise RuleError("segment", "empty segment (leading, trailing or doubled `.`)")
         if not re.fullmatch(r"[A-Za-z0-9_-]+", name):
-            raise ValueError(f"segment `{name}` may contain only letters, digits, `_` and `-` (a filter is `[field=value]`)")
+            raise RuleError("segment", f"segment `{name}` may contain only letters, digits, `_` and `-` (a filter is `[field=value]`)")
         rest = rest[len(name):]
         filters: list[tuple[str, str]] = []
         while rest.startswith("["):
             close = rest.find("]")
             if close < 0:
-                raise ValueError(f"filter `{rest}` of segment `{name}` has no `]`")
+                raise RuleError("segment", f"filter `{rest}` of segment `{name}` has no `]`")
             flt = rest[1:close]
             if flt.isdigit():
-                raise ValueError(f"segment `{name}[{flt}]`: write `{name}.{flt}` to pick a list position (a filter is `[field=value]`)")
+                raise RuleError("segment", f"segment `{name}[{flt}]`: write `{name}.{flt}` to pick a list position (a filter is `[field=value]`)")
             if "=" not in flt:
-                raise ValueError(f"filter `[{flt}]` of segment `{name}` is not `[field=value]`")
+                raise RuleError("segment", f"filter `[{flt}]` of segment `{name}` is not `[field=value]`")
             field, value = flt.split("=", 1)
             if not re.fullmatch(r"[A-Za-z0-9_-]+", field):
-                raise ValueError(f"filter `[{flt}]` of segment `{name}`: `{field}` is not a field name")
+                raise RuleError("segment", f"filter `[{flt}]` of segment `{name}`: `{field}` is not a field name")
             if value == "" or "[" in value:
-                raise ValueError(f"filter `[{flt}]` of segment `{name}`: the value is empty or holds `[`")
+                raise RuleError("segment", f"filter `[{flt}]` of segment `{name}`: the value is empty or holds `[`")
             if name.isdigit():
-                raise ValueError(f"segment `{name}` picks a list position: it takes no filter")
+                raise RuleError("segment", f"segment `{name}` picks a list position: it takes no filter")
             filters.append((field, value))
             rest = rest[close + 1:]
         out.append((name, filters))
         if rest == "" and filters:
-            raise ValueError(f"segment `{name}` ends the path with a filter: it keeps objects, which have no value to index "
+            raise RuleError("segment", f"segment `{name}` ends the path with a filter: it keeps objects, which have no value to index "
                              f"(name the field to index after it: `{name}[…].name`)")
         if rest == "":
             return out
         if not rest.startswith("."):
-            raise ValueError(f"after segment `{name}`: `{rest}` (expected `.` or `[field=value]`)")
+            raise RuleError("segment", f"after segment `{name}`: `{rest}` (expected `.` or `[field=value]`)")
         rest = rest[1:]
 
 
@@ -85,7 +85,7 @@ def check_path(path: str) -> None:
     if label is not None:
         return _check_key(label)
     if path == "":
-        raise ValueError("the path is empty")
+        raise RuleError("empty", "the path is empty")
     fields, map_key = _split_map_key(path)
     if map_key is not None:
         _check_key(map_key)
