@@ -18,6 +18,9 @@ pub enum PatchError {
     /// A merge patch that is not a JSON object.
     #[error("a merge patch must be a JSON object, got {0}")]
     MergeNotAnObject(&'static str),
+    /// A merge patch whose `metadata` is not an object (`null` would remove all of it).
+    #[error("a merge patch's metadata must be a JSON object, got {0}")]
+    MergeMetadataNotAnObject(&'static str),
     /// A JSON patch that is not a list.
     #[error("a JSON patch must be a list of operations, got {0}")]
     JsonNotAList(&'static str),
@@ -65,6 +68,7 @@ impl PatchError {
     pub fn kind(&self) -> &'static str {
         match self {
             PatchError::MergeNotAnObject(_) => "merge_not_an_object",
+            PatchError::MergeMetadataNotAnObject(_) => "merge_metadata_not_an_object",
             PatchError::JsonNotAList(_) => "json_not_a_list",
             PatchError::Refused { why: Refusal::Op(_), .. } => "op_refused",
             PatchError::Refused { why: Refusal::Path, .. } => "path_not_a_string",
@@ -79,7 +83,7 @@ impl PatchError {
     pub fn index(&self) -> Option<usize> {
         match self {
             PatchError::Refused { index, .. } | PatchError::TestFailed { index } | PatchError::DoesNotApply { index } => Some(*index),
-            PatchError::MergeNotAnObject(_) | PatchError::JsonNotAList(_) => None,
+            PatchError::MergeNotAnObject(_) | PatchError::MergeMetadataNotAnObject(_) | PatchError::JsonNotAList(_) => None,
         }
     }
 }
@@ -87,9 +91,13 @@ impl PatchError {
 /// The result of checking or applying a patch.
 pub type Result<T, E = PatchError> = std::result::Result<T, E>;
 
-/// Check a merge patch: a JSON object.
+/// Check a merge patch: a JSON object, whose `metadata`, if given, is an object too.
 pub fn check_merge(patch: &Value) -> Result<()> {
-    if patch.is_object() { Ok(()) } else { Err(PatchError::MergeNotAnObject(json_type(patch))) }
+    let object = patch.as_object().ok_or_else(|| PatchError::MergeNotAnObject(json_type(patch)))?;
+    match object.get("metadata") {
+        Some(meta) if !meta.is_object() => Err(PatchError::MergeMetadataNotAnObject(json_type(meta))),
+        _ => Ok(()),
+    }
 }
 
 /// Check a JSON patch: a list of `add`, `remove`, `replace`, `test` operations, each with a path

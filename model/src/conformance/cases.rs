@@ -251,6 +251,8 @@ pub fn merge_patches() -> Vec<(&'static str, Value)> {
         ("a list is refused", case(json!({"a": 1}), json!([{"op": "add"}]))),
         ("a string is refused", case(json!({"a": 1}), json!("x"))),
         ("null is refused", case(json!({"a": 1}), Value::Null)),
+        ("metadata not an object is refused", case(json!({"metadata": {"name": "x"}}), json!({"metadata": 1}))),
+        ("null metadata is refused", case(json!({"metadata": {"name": "x"}}), json!({"metadata": null}))),
     ]
 }
 

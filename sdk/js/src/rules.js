@@ -292,6 +292,9 @@ export function mergeInto(target, patch) {
 /** `before` with merge patch `patch` applied; throws a RuleError `merge_not_an_object`. */
 export function mergePatch(before, patch) {
   if (!isObject(patch)) throw new RuleError("merge_not_an_object", `a merge patch must be a JSON object, got ${typeOf(patch)}`);
+  if (Object.hasOwn(patch, "metadata") && !isObject(patch.metadata)) {
+    throw new RuleError("merge_metadata_not_an_object", `a merge patch's metadata must be a JSON object, got ${typeOf(patch.metadata)}`);
+  }
   return mergeInto(before, patch);
 }
 

@@ -362,6 +362,8 @@ def merge_patch(before: Any, patch: Any) -> Any:
     """``before`` with merge patch ``patch`` applied; raises a :class:`RuleError` ``merge_not_an_object``."""
     if not isinstance(patch, dict):
         raise RuleError("merge_not_an_object", f"a merge patch must be a JSON object, got {_type_of(patch)}")
+    if "metadata" in patch and not isinstance(patch["metadata"], dict):
+        raise RuleError("merge_metadata_not_an_object", f"a merge patch's metadata must be a JSON object, got {_type_of(patch['metadata'])}")
     return merge_into(before, patch)
 
 

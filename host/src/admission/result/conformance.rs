@@ -13,6 +13,7 @@ use crate::kinds::KindRef;
 fn refusal_kind(e: &PlanError) -> Value {
     match e {
         PlanError::MergePatchNotAnObject(_) => json!({"kind": "merge_not_an_object"}),
+        PlanError::MergePatchMetadata(_) => json!({"kind": "merge_metadata_not_an_object"}),
         PlanError::JsonPatchNotAList(_) => json!({"kind": "json_not_a_list", "index": null}),
         PlanError::JsonPatchOperation { index, why } => {
             let kind = if why.starts_with("op ") {
