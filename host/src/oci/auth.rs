@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use base64::Engine;
-use oci_client::secrets::RegistryAuth;
+pub use oci_client::secrets::RegistryAuth;
 use serde::Deserialize;
 
 /// What is wrong with a docker config.

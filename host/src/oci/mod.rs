@@ -13,6 +13,7 @@
 pub mod auth;
 pub mod cache;
 pub mod pull;
+pub mod push;
 pub mod verify;
 
 use std::fmt;
@@ -147,7 +148,10 @@ mod tests {
     #[test]
     fn references_parse_with_a_digest_or_a_tag() {
         let r = OciRef::parse(&format!("oci://127.0.0.1:5000/plugins/podset@{D}")).unwrap();
-        assert_eq!((r.registry.as_str(), r.repository.as_str(), r.digest.as_deref(), r.tag.as_deref()), ("127.0.0.1:5000", "plugins/podset", Some(D), None));
+        assert_eq!(
+            (r.registry.as_str(), r.repository.as_str(), r.digest.as_deref(), r.tag.as_deref()),
+            ("127.0.0.1:5000", "plugins/podset", Some(D), None)
+        );
         assert_eq!(r.to_string(), format!("oci://127.0.0.1:5000/plugins/podset@{D}"));
         let t = OciRef::parse("oci://registry.example.com/podset:v1").unwrap();
         assert_eq!((t.digest.as_deref(), t.tag.as_deref()), (None, Some("v1")));

@@ -72,9 +72,7 @@ pub enum Error {
         media_type: String,
     },
     /// The manifest is not a Wasm OCI artifact.
-    #[error(
-        "{reference} is not a Wasm OCI artifact (config {WASM_CONFIG_MEDIA_TYPE}, one layer {WASM_LAYER_MEDIA_TYPE}): {detail}"
-    )]
+    #[error("{reference} is not a Wasm OCI artifact (config {WASM_CONFIG_MEDIA_TYPE}, one layer {WASM_LAYER_MEDIA_TYPE}): {detail}")]
     NotWasm {
         /// The artifact.
         reference: String,
@@ -226,10 +224,10 @@ impl Puller {
     }
 
     async fn pull_inner(&self, reference: &OciRef, auth: &RegistryAuth, policy: &TrustPolicy, started: Instant) -> Result<Pulled> {
-        let digest = reference.digest.clone().ok_or_else(|| Error::Refused {
-            reference: reference.to_string(),
-            reason: "not resolved to a digest".into(),
-        })?;
+        let digest = reference
+            .digest
+            .clone()
+            .ok_or_else(|| Error::Refused { reference: reference.to_string(), reason: "not resolved to a digest".into() })?;
         let name = reference.to_string();
         let mut fetched = 0;
         let manifest_bytes = self.manifest(reference, &digest, auth, &mut fetched).await?;

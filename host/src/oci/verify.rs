@@ -84,8 +84,8 @@ impl TrustPolicy {
             .iter()
             .enumerate()
             .map(|(index, pem)| {
-                let key = VerifyingKey::from_public_key_pem(pem.as_ref().trim())
-                    .map_err(|e| Error::BadKey { index, reason: e.to_string() })?;
+                let key =
+                    VerifyingKey::from_public_key_pem(pem.as_ref().trim()).map_err(|e| Error::BadKey { index, reason: e.to_string() })?;
                 Ok(TrustedKey { id: key_id(&key), key })
             })
             .collect::<Result<_>>()?;
