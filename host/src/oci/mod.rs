@@ -105,7 +105,7 @@ impl OciRef {
     }
 
     /// As `oci-client` addresses it.
-    pub(crate) fn client_ref(&self) -> oci_client::Reference {
+    pub fn client_ref(&self) -> oci_client::Reference {
         match (&self.digest, &self.tag) {
             (Some(d), _) => oci_client::Reference::with_digest(self.registry.clone(), self.repository.clone(), d.clone()),
             (None, tag) => oci_client::Reference::with_tag(
