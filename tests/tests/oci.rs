@@ -240,3 +240,35 @@ async fn pull_and_verify_times_of_the_python_plugin_cold_and_cached() -> Result<
     );
     Ok(())
 }
+
+/// A registry that accepts connections and never answers (a tarpit: fault injection the real
+/// registry cannot do): resolving a tag and pulling a digest both give up after the time-out, as
+/// transient errors (the host waits and tries again, the last good version serving).
+#[tokio::test]
+async fn a_registry_that_never_answers_times_out() -> Result<()> {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let address = listener.local_addr()?;
+    let tarpit = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((connection, _)) = listener.accept().await {
+            held.push(connection);
+        }
+    });
+    let puller = Puller::new(PullConfig { timeout: Duration::from_secs(1), ..PullConfig::default() }, None).map_err(anyhow::Error::msg)?;
+    let policy = TrustPolicy::default();
+    let pinned = OciRef::parse(&format!("oci://{address}/plugins/x@sha256:{}", "0".repeat(64)))?;
+    let tagged = OciRef::parse(&format!("oci://{address}/plugins/x:v1"))?;
+    for what in ["pull", "resolve"] {
+        let started = Instant::now();
+        let result = match what {
+            "pull" => puller.pull(&pinned, &RegistryAuth::Anonymous, &policy).await.map(|_| ()),
+            _ => puller.resolve(&tagged, &RegistryAuth::Anonymous, None).await.map(|_| ()),
+        };
+        let took = started.elapsed();
+        let err = result.err().with_context(|| format!("{what}: a tarpit answered"))?;
+        ensure!(matches!(err, oci::pull::Error::TimedOut { .. }) && err.is_transient(), "{what}: {err}");
+        ensure!(took < Duration::from_secs(5), "{what} gave up after {took:?}");
+    }
+    tarpit.abort();
+    Ok(())
+}
