@@ -48,10 +48,20 @@ async fn sign(registry: &TestRegistry, repo: &str, digest: &str, key: &str) -> R
 }
 
 async fn start_manager(host: &Host, ns: &str, registry: &TestRegistry, cache: &Path) -> Result<PluginManager> {
+    start_manager_limited(host, ns, registry, cache, wasmloop::plugin::ByteSize::mib(1)).await
+}
+
+async fn start_manager_limited(
+    host: &Host,
+    ns: &str,
+    registry: &TestRegistry,
+    cache: &Path,
+    max_component_size: wasmloop::plugin::ByteSize,
+) -> Result<PluginManager> {
     let engine = tokio::task::spawn_blocking(wasmloop::plugin::PluginEngine::new).await??;
     let config = PluginManagerConfig {
         shutdown_grace: Duration::from_secs(2),
-        max_component_size: wasmloop::plugin::ByteSize::mib(1),
+        max_component_size,
         oci: OciSettings {
             pull: PullConfig { ca_pem: vec![registry.ca_pem.clone()], timeout: Duration::from_secs(10), ..PullConfig::default() },
             cache_dir: Some(cache.to_path_buf()),
@@ -205,9 +215,10 @@ async fn a_signed_artifact_serves_and_every_hostile_input_keeps_the_last_good() 
     ns.cleanup().await
 }
 
-/// Pull and verify times of the guide's Python plugin (18 MB), cold and from the cache.
+/// The guide's Python plugin (18 MB) through the registry: pull and verify times, cold and from
+/// the cache (with the registry down), then loaded by a host from the registry and reconciling.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn pull_and_verify_times_of_the_python_plugin_cold_and_cached() -> Result<()> {
+async fn the_python_plugin_through_the_registry_cold_cached_and_loaded() -> Result<()> {
     init_tracing();
     let registry = TestRegistry::start()?;
     let wasm = std::fs::read(plugin_path("namespace-config-py")?)?;
@@ -230,6 +241,53 @@ async fn pull_and_verify_times_of_the_python_plugin_cold_and_cached() -> Result<
     let err = puller(&registry, None)?.pull(&reference, &auth(&registry), &policy).await.unwrap_err();
     ensure!(err.is_transient(), "{err}");
     registry.restart()?;
+
+    // The guide's Python plugin delivered through the registry into a host: it loads and reconciles.
+    let host = Host::new().await?;
+    let plugins = TestNamespace::create(&host.client, "oci-py").await?;
+    let mut secret = Secret::default();
+    secret.metadata.name = Some("regcred".into());
+    secret.type_ = Some("kubernetes.io/dockerconfigjson".into());
+    secret.data = Some(BTreeMap::from([(".dockerconfigjson".to_string(), ByteString(registry.docker_config.clone()))]));
+    Api::<Secret>::namespaced(host.client.clone(), &plugins.name).create(&PostParams::default(), &secret).await?;
+    let manifest = std::fs::read_to_string(wasmloop_tests::workspace_root().join("deploy/plugins/namespace-config.plugin.yaml"))?;
+    let key = std::fs::read_to_string(keys.path().join("k.pub"))?.trim().replace('\n', "\\n");
+    let manifest = format!(
+        "{}\noci:\n  ref: {}\n  pullSecret: regcred\n  signedBy: [\"{key}\"]\n",
+        manifest.trim_end(),
+        registry.reference("plugins/py", &format!("@{digest}"))
+    );
+    let mut cm = ConfigMap::default();
+    cm.metadata.name = Some("namespace-config".into());
+    cm.metadata.labels = Some(BTreeMap::from([("wasmloop.dev/plugin".to_string(), "true".to_string())]));
+    cm.data = Some(BTreeMap::from([("plugin.yaml".to_string(), manifest)]));
+    let host_cache = tempfile::tempdir()?;
+    let manager = start_manager_limited(&host, &plugins.name, &registry, host_cache.path(), wasmloop::plugin::ByteSize::mib(32)).await?;
+    let loading = Instant::now();
+    apply_configmap(&host.client, &plugins.name, cm).await?;
+    let s = eventually("the Python plugin loaded from the registry", Duration::from_secs(180), || async {
+        let cm = Api::<ConfigMap>::namespaced(host.client.clone(), &plugins.name).get("namespace-config").await?;
+        let text = cm.metadata.annotations.unwrap_or_default().get("wasmloop.dev/status").cloned().unwrap_or_else(|| "null".into());
+        let s: Value = serde_json::from_str(&text)?;
+        ensure!(s["state"] != "Rejected", "refused: {s}");
+        Ok((s["state"] == "Loaded").then_some(s))
+    })
+    .await?;
+    let load_time = loading.elapsed();
+    ensure!(s["payload"].as_str().is_some_and(|p| p.ends_with(&digest)), "{s}");
+    let labelled = format!("oci-py-target-{}", &plugins.name[plugins.name.len() - 8..]);
+    let namespaces = Api::<k8s_openapi::api::core::v1::Namespace>::all(host.client.clone());
+    let ns: k8s_openapi::api::core::v1::Namespace =
+        serde_json::from_value(serde_json::json!({"metadata": {"name": labelled, "labels": {"wasmloop.dev/config": "gold"}}}))?;
+    namespaces.create(&PostParams::default(), &ns).await?;
+    eventually("the Python plugin's ConfigMap in the labelled Namespace", Duration::from_secs(60), || async {
+        Ok(Api::<ConfigMap>::namespaced(host.client.clone(), &labelled).get_opt("wasmloop-config").await?.map(|_| ()))
+    })
+    .await?;
+    namespaces.delete(&labelled, &Default::default()).await?;
+    manager.shutdown().await;
+    plugins.cleanup().await?;
+    eprintln!("python plugin: loaded by the host from the registry (pull + verify + compile) in {load_time:?}");
     eprintln!(
         "python plugin {} bytes: push {push_time:?}; cold pull {:?} (signature {:?}); cached pull {:?} (signature {:?}); registry down: {err}",
         wasm.len(),
