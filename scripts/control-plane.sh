@@ -25,8 +25,9 @@ ETCD=${ETCD_BIN:-/usr/bin/etcd}
 
 die() { echo "control-plane: $*" >&2; exit 1; }
 log() { echo "control-plane: $*" >&2; }
+# shellcheck source=scripts/processes.sh
+. "$(dirname "${BASH_SOURCE[0]}")/processes.sh"
 
-as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
 
 have_binaries() {
   [ -x "$BIN/kube-apiserver" ] && [ -x "$BIN/kube-controller-manager" ] && [ -x "$BIN/kubectl" ]
@@ -97,12 +98,6 @@ build() {
   rm -rf "$BIN"; mv "$BIN.tmp" "$BIN"
   log "built into $BIN"
 }
-
-free_port() {
-  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'
-}
-
-alive() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
 
 wait_ready() { # url token ca deadline_s pidfile what
   local url=$1 token=$2 ca=$3 deadline=$4 pidfile=$5 what=$6 i=0
@@ -244,18 +239,6 @@ restart_one() {
   stop_pid "$dir/$what.pid" "$what"
   "launch_$what" "$dir" || die "$what did not come back (log above)"
   log "restarted $what of $dir"
-}
-
-stop_pid() { # pidfile name
-  local f=$1 name=$2
-  [ -f "$f" ] || return 0
-  local pid; pid=$(cat "$f")
-  if kill -0 "$pid" 2>/dev/null; then
-    kill "$pid" 2>/dev/null || true
-    for _ in $(seq 1 40); do kill -0 "$pid" 2>/dev/null || break; sleep 0.25; done
-    kill -0 "$pid" 2>/dev/null && { log "$name ($pid) ignored SIGTERM; killing"; kill -9 "$pid" 2>/dev/null || true; }
-  fi
-  rm -f "$f"
 }
 
 stop() {

@@ -19,7 +19,8 @@ set -euo pipefail
 
 die() { echo "registry: $*" >&2; exit 1; }
 log() { echo "registry: $*" >&2; }
-as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
+# shellcheck source=scripts/processes.sh
+. "$(dirname "${BASH_SOURCE[0]}")/processes.sh"
 
 install() {
   local need=()
@@ -32,12 +33,6 @@ install() {
     DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
   fi
 }
-
-free_port() {
-  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'
-}
-
-alive() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
 
 # A CA and a server certificate for 127.0.0.1/localhost signed by it.
 make_certs() {
@@ -119,24 +114,12 @@ ENV
   echo "$dir"
 }
 
-stop_pid() {
-  local f=$1
-  [ -f "$f" ] || return 0
-  local pid; pid=$(cat "$f")
-  if kill -0 "$pid" 2>/dev/null; then
-    kill "$pid" 2>/dev/null || true
-    for _ in $(seq 1 40); do kill -0 "$pid" 2>/dev/null || break; sleep 0.25; done
-    kill -0 "$pid" 2>/dev/null && kill -9 "$pid" 2>/dev/null || true
-  fi
-  rm -f "$f"
-}
-
 stop() {
   local dir=${1:-}
   [ -n "$dir" ] || die "usage: $0 stop DIR"
   if [ ! -d "$dir" ]; then log "nothing to stop: $dir does not exist"; return 0; fi
   [ -f "$dir/config.yml" ] || die "$dir does not look like a registry directory; refusing to remove it"
-  stop_pid "$dir/registry.pid"
+  stop_pid "$dir/registry.pid" docker-registry
   rm -rf "$dir"
   log "stopped and removed $dir"
 }
@@ -154,7 +137,7 @@ kill_it() {
 restart() {
   local dir=${1:?dir}
   [ -f "$dir/config.yml" ] || die "$dir has no registry configuration"
-  stop_pid "$dir/registry.pid"
+  stop_pid "$dir/registry.pid" docker-registry
   launch "$dir" || die "docker-registry did not come back (log above)"
   log "restarted the registry of $dir"
 }
