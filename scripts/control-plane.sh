@@ -25,8 +25,8 @@ ETCD=${ETCD_BIN:-/usr/bin/etcd}
 
 die() { echo "control-plane: $*" >&2; exit 1; }
 log() { echo "control-plane: $*" >&2; }
-# shellcheck source=scripts/processes.sh
-. "$(dirname "${BASH_SOURCE[0]}")/processes.sh"
+# shellcheck source=scripts/script-lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/script-lib.sh"
 
 
 have_binaries() {
@@ -34,15 +34,7 @@ have_binaries() {
 }
 
 install_packages() {
-  local need=()
-  for p in etcd-server golang-1.19-go rsync golang-github-modern-go-reflect2-dev dpkg-dev openssl curl; do
-    dpkg -s "$p" >/dev/null 2>&1 || need+=("$p")
-  done
-  if [ ${#need[@]} -gt 0 ]; then
-    log "installing ${need[*]}"
-    as_root apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
-  fi
+  install_missing etcd-server golang-1.19-go rsync golang-github-modern-go-reflect2-dev dpkg-dev openssl curl
   # etcd-server's package starts a system etcd on :2379; we run our own on free ports, so stop it.
   if command -v systemctl >/dev/null 2>&1 && systemctl is-active --quiet etcd 2>/dev/null; then
     as_root systemctl stop etcd || true
@@ -222,13 +214,7 @@ launch_apiserver() {
 kill_one() {
   local dir=${1:?dir} what=${2:?etcd or apiserver}
   case $what in etcd | apiserver) ;; *) die "kill: $what is not etcd or apiserver" ;; esac
-  alive "$dir/$what.pid" || die "the $what of $dir is not running"
-  local pid; pid=$(cat "$dir/$what.pid")
-  kill -9 "$pid"
-  # Gone (its ports free) before a restart binds them again.
-  for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-  rm -f "$dir/$what.pid"
-  log "killed $what of $dir"
+  kill_pid "$dir/$what.pid" "$what of $dir"
 }
 
 # Start one process of DIR again (after `kill`, or stopping it first) on the same ports and data.

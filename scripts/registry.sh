@@ -19,19 +19,11 @@ set -euo pipefail
 
 die() { echo "registry: $*" >&2; exit 1; }
 log() { echo "registry: $*" >&2; }
-# shellcheck source=scripts/processes.sh
-. "$(dirname "${BASH_SOURCE[0]}")/processes.sh"
+# shellcheck source=scripts/script-lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/script-lib.sh"
 
 install() {
-  local need=()
-  for p in docker-registry apache2-utils openssl curl; do
-    dpkg -s "$p" >/dev/null 2>&1 || need+=("$p")
-  done
-  if [ ${#need[@]} -gt 0 ]; then
-    log "installing ${need[*]}"
-    as_root apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
-  fi
+  install_missing docker-registry apache2-utils openssl curl
 }
 
 # A CA and a server certificate for 127.0.0.1/localhost signed by it.
@@ -126,12 +118,7 @@ stop() {
 
 kill_it() {
   local dir=${1:?dir}
-  alive "$dir/registry.pid" || die "the registry of $dir is not running"
-  local pid; pid=$(cat "$dir/registry.pid")
-  kill -9 "$pid"
-  for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-  rm -f "$dir/registry.pid"
-  log "killed the registry of $dir"
+  kill_pid "$dir/registry.pid" "the registry of $dir"
 }
 
 restart() {
