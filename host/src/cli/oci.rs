@@ -177,3 +177,30 @@ pub fn inspect(reference: &str, registry: &RegistryArgs) -> anyhow::Result<ExitC
     }
     Ok(ExitCode::SUCCESS)
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Parser, Debug)]
+    struct Probe {
+        #[command(flatten)]
+        oci: OciRunArgs,
+    }
+
+    #[test]
+    fn the_blob_cache_defaults_to_beside_the_precompiled_cache() {
+        let p = Probe::try_parse_from(["probe"]).unwrap();
+        let settings = p.oci.settings(Some(Path::new("/var/cache/wasmloop/precompiled"))).unwrap();
+        assert_eq!(settings.cache_dir.as_deref(), Some(Path::new("/var/cache/wasmloop/oci")));
+        assert_eq!(settings.pull.timeout, Duration::from_secs(60));
+        assert!(settings.trust.is_empty());
+        let p = Probe::try_parse_from(["probe", "--oci-cache-dir", "/x", "--oci-pull-timeout", "5s"]).unwrap();
+        let settings = p.oci.settings(None).unwrap();
+        assert_eq!((settings.cache_dir.as_deref(), settings.pull.timeout), (Some(Path::new("/x")), Duration::from_secs(5)));
+        let p = Probe::try_parse_from(["probe", "--oci-trusted-key", "/nonexistent.pub"]).unwrap();
+        assert!(p.oci.settings(None).unwrap_err().to_string().contains("/nonexistent.pub"));
+    }
+}

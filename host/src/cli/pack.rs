@@ -251,6 +251,20 @@ mod tests {
     use wasmloop::controller::{IndexDecl, Mapping, WatchSpec};
     use wasmloop::kinds::KindRef;
 
+    #[test]
+    fn oci_packs_only_the_plugin_configmap_naming_the_artifact() {
+        let reference = format!("oci://127.0.0.1:5000/plugins/podset@sha256:{}", "ab".repeat(32));
+        let yaml = oci_config_map("name: podset\n", "podset", Some("wasmloop".into()), &reference, Some("regcred")).unwrap();
+        assert!(!yaml.contains("binaryData") && !yaml.contains("plugin.wasm.ref"), "{yaml}");
+        let cm: k8s_openapi::api::core::v1::ConfigMap = serde_saphyr::from_str(&yaml).unwrap();
+        let manifest = PluginManifest::parse(&cm.data.unwrap()["plugin.yaml"], "podset").unwrap();
+        let oci = manifest.oci.unwrap();
+        assert_eq!((oci.reference.to_string(), oci.pull_secret.as_deref()), (reference.clone(), Some("regcred")));
+        assert!(oci_config_map("name: podset\n", "podset", None, "oci://no-registry", None).is_err());
+        let twice = oci_config_map("name: podset\noci: {ref: x}\n", "podset", None, &reference, None).unwrap_err();
+        assert!(twice.to_string().contains("already has an oci: section"), "{twice}");
+    }
+
     fn spec() -> ReconcilerSpec {
         ReconcilerSpec {
             name: "podset".into(),

@@ -286,6 +286,26 @@ namespace: shop
 "#;
 
     #[test]
+    fn oci_payloads_are_parsed_and_bad_ones_named() {
+        let digest = format!("sha256:{}", "ab".repeat(32));
+        let ok = format!("oci:\n  ref: oci://127.0.0.1:5000/plugins/x@{digest}\n  pullSecret: regcred\n");
+        let oci = PluginManifest::parse(&ok, "x").unwrap().oci.unwrap();
+        assert_eq!(oci.reference.digest.as_deref(), Some(digest.as_str()));
+        assert_eq!(oci.pull_secret.as_deref(), Some("regcred"));
+        assert!(oci.signed_by.is_empty());
+        assert!(PluginManifest::parse("name: x", "x").unwrap().oci.is_none());
+        for (yaml, want) in [
+            ("oci: {ref: https://x.io/a:v1}".to_string(), "oci.ref"),
+            ("oci: {ref: oci://x.io/a:v1, pullSecret: Bad_Name}".to_string(), "oci.pullSecret"),
+            ("oci: {ref: oci://x.io/a:v1, signedBy: [nope]}".to_string(), "oci.signedBy: trusted key 0"),
+            ("oci: {ref: oci://x.io/a:v1, tag: v2}".to_string(), "unknown field"),
+        ] {
+            let err = PluginManifest::parse(&yaml, "x").unwrap_err().to_string();
+            assert!(err.contains(want), "{yaml}: {err}");
+        }
+    }
+
+    #[test]
     fn full_manifest_parses() {
         let m = PluginManifest::parse(FULL, "ignored").unwrap();
         assert_eq!(m.name, "podset");
