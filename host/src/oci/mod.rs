@@ -5,7 +5,7 @@
 //! - [`auth`]: registry credentials from a `kubernetes.io/dockerconfigjson` Secret's content;
 //! - [`pull`]: [`Puller`] fetches the manifest and the `application/wasm` layer with
 //!   `oci-client`, checking every digest itself, refusing a manifest list, a layer over the size
-//!   limit (before reading it whole), a slow registry (time-outs);
+//!   limit (before reading it whole), a slow registry (time-outs), a redirect to another host;
 //! - [`verify`]: cosign's key-based signatures (`sha256-<hex>.sig`, simple signing, ECDSA P-256)
 //!   and [`verify::sign`] producing the same format;
 //! - [`cache`]: blobs on disk by digest, so a host restart pulls nothing again.

@@ -1,6 +1,8 @@
 //! [`Puller`]: a plugin's component from an OCI registry, every digest checked here (not taken on
 //! the client's word), a manifest list refused, the layer's size checked against the limit before
-//! it is read (and the stream cut at its declared size), the whole pull within a time-out, and
+//! it is read (and the stream cut at its declared size), a redirect to another host refused
+//! (manifests and blobs are fetched by a client of its own; `oci-client` authenticates, resolves
+//! tags and pushes), the whole pull within a time-out, and
 //! every verified blob kept in the [`BlobCache`] (a second pull of the same digest reads nothing
 //! from the network).
 
@@ -163,6 +165,8 @@ struct Manifest {
 /// Pulls plugin artifacts.
 pub struct Puller {
     client: oci_client::Client,
+    /// What pulls manifests and blobs: redirects followed only on the registry's own host.
+    http: reqwest::Client,
     config: PullConfig,
     cache: Option<BlobCache>,
 }
@@ -184,7 +188,8 @@ impl Puller {
             ..Default::default()
         };
         let client = oci_client::Client::try_from(client_config).map_err(|e| format!("OCI client: {e}"))?;
-        Ok(Self { client, config, cache })
+        let http = same_host_client(&config)?;
+        Ok(Self { client, http, config, cache })
     }
 
     /// The underlying client (pushes by the CLI).
@@ -252,7 +257,7 @@ impl Puller {
             Some(wasm) => wasm,
             None => {
                 fetched += 1;
-                let wasm = self.layer(reference, &layer, size).await?;
+                let wasm = self.layer(reference, &layer, size, auth).await?;
                 if let Some(cache) = &self.cache {
                     cache.put(&layer.digest, &wasm);
                 }
@@ -273,14 +278,11 @@ impl Puller {
         *fetched += 1;
         let accepted = [OCI_MANIFEST_MEDIA_TYPE, DOCKER_MANIFEST_MEDIA_TYPE, OCI_INDEX_MEDIA_TYPE, DOCKER_LIST_MEDIA_TYPE];
         let name = reference.to_string();
-        let (bytes, _) = self
-            .client
-            .pull_manifest_raw(&reference.at(digest).client_ref(), auth, &accepted)
-            .await
-            .map_err(|e| classify(reference, "manifest", digest, e))?;
-        if bytes.len() as u64 > MAX_MANIFEST_BYTES {
-            return Err(Error::TooLarge { reference: name, size: bytes.len() as u64, limit: MAX_MANIFEST_BYTES });
-        }
+        let path = format!("manifests/{digest}");
+        let bytes = self
+            .fetch(reference, &path, &accepted, auth, MAX_MANIFEST_BYTES)
+            .await?
+            .ok_or_else(|| Error::Refused { reference: name.clone(), reason: "manifest unknown to the registry".into() })?;
         let actual = digest_of(&bytes);
         if actual != digest {
             return Err(Error::DigestMismatch { reference: name, what: "manifest", expected: digest.into(), actual });
@@ -289,43 +291,66 @@ impl Puller {
     }
 
     /// The layer's bytes, read only up to its declared `size` and checked against its digest.
-    async fn layer(&self, reference: &OciRef, layer: &OciDescriptor, size: u64) -> Result<Vec<u8>> {
+    async fn layer(&self, reference: &OciRef, layer: &OciDescriptor, size: u64, auth: &RegistryAuth) -> Result<Vec<u8>> {
         let name = reference.to_string();
-        let mut stream = self
-            .client
-            .pull_blob_stream(&reference.client_ref(), layer)
-            .await
-            .map_err(|e| classify(reference, "layer", &layer.digest, e))?;
-        if let Some(length) = stream.content_length.filter(|&l| l > size) {
-            return Err(Error::TooLarge { reference: name, size: length, limit: size });
-        }
-        let mut wasm = Vec::with_capacity(usize::try_from(size).unwrap_or(0));
-        let mut failed = None;
-        while let Some(chunk) = stream.stream.next().await {
-            match chunk {
-                Ok(chunk) => {
-                    if wasm.len() as u64 + chunk.len() as u64 > size {
-                        return Err(Error::TooLarge { reference: name, size: wasm.len() as u64 + chunk.len() as u64, limit: size });
-                    }
-                    wasm.extend_from_slice(&chunk);
-                }
-                Err(e) => {
-                    failed = Some(e.to_string());
-                    break;
-                }
-            }
-        }
+        let path = format!("blobs/{}", layer.digest);
+        let wasm = self
+            .fetch(reference, &path, &["*/*"], auth, size)
+            .await?
+            .ok_or_else(|| Error::Refused { reference: name.clone(), reason: format!("blob {} unknown to the registry", layer.digest) })?;
         let actual = digest_of(&wasm);
-        if wasm.len() as u64 == size && actual != layer.digest {
-            return Err(Error::DigestMismatch { reference: name, what: "layer", expected: layer.digest.clone(), actual });
-        }
-        if let Some(reason) = failed {
-            return Err(Error::Unreachable { registry: reference.registry.clone(), reference: name, reason });
-        }
         if actual != layer.digest {
             return Err(Error::DigestMismatch { reference: name, what: "layer", expected: layer.digest.clone(), actual });
         }
         Ok(wasm)
+    }
+
+    /// GET `/v2/<repository>/<path>` of `reference`'s registry, its body read up to `cap` bytes
+    /// (more: [`Error::TooLarge`]); `None` if the registry does not know it (404).
+    async fn fetch(&self, reference: &OciRef, path: &str, accept: &[&str], auth: &RegistryAuth, cap: u64) -> Result<Option<Vec<u8>>> {
+        let name = reference.to_string();
+        let scheme = if self.config.insecure_http { "http" } else { "https" };
+        let url = format!("{scheme}://{}/v2/{}/{path}", reference.registry, reference.repository);
+        let token = self
+            .client
+            .auth(&reference.client_ref(), auth, oci_client::RegistryOperation::Pull)
+            .await
+            .map_err(|e| classify(reference, "authentication", path, e))?;
+        let mut request = self.http.get(&url).header(reqwest::header::ACCEPT, accept.join(", "));
+        request = match (token, auth) {
+            (Some(token), _) => request.bearer_auth(token),
+            (None, RegistryAuth::Basic(user, password)) => request.basic_auth(user, Some(password)),
+            (None, _) => request,
+        };
+        let transport = |e: reqwest::Error| match e.is_redirect() {
+            true => Error::Refused { reference: name.clone(), reason: error_chain(&e) },
+            false => Error::Unreachable { registry: reference.registry.clone(), reference: name.clone(), reason: error_chain(&e) },
+        };
+        let response = request.send().await.map_err(transport)?;
+        let status = response.status();
+        if status == reqwest::StatusCode::NOT_FOUND {
+            return Ok(None);
+        }
+        if status.is_server_error() {
+            let reason = format!("GET {path}: {status}");
+            return Err(Error::Unreachable { registry: reference.registry.clone(), reference: name, reason });
+        }
+        if !status.is_success() {
+            return Err(Error::Refused { reference: name, reason: format!("GET {path}: {status}") });
+        }
+        if let Some(length) = response.content_length().filter(|&l| l > cap) {
+            return Err(Error::TooLarge { reference: name, size: length, limit: cap });
+        }
+        let mut body = Vec::new();
+        let mut stream = response.bytes_stream();
+        while let Some(chunk) = stream.next().await {
+            let chunk = chunk.map_err(transport)?;
+            if body.len() as u64 + chunk.len() as u64 > cap {
+                return Err(Error::TooLarge { reference: name, size: body.len() as u64 + chunk.len() as u64, limit: cap });
+            }
+            body.extend_from_slice(&chunk);
+        }
+        Ok(Some(body))
     }
 
     /// Check cosign signatures of `digest` against `policy`: the trusted key that signed it.
@@ -348,13 +373,9 @@ impl Puller {
             None => {
                 *fetched += 1;
                 let accepted = [OCI_MANIFEST_MEDIA_TYPE, DOCKER_MANIFEST_MEDIA_TYPE];
-                match self.client.pull_manifest_raw(&signatures.client_ref(), auth, &accepted).await {
-                    Ok((bytes, _)) if bytes.len() as u64 <= MAX_MANIFEST_BYTES => (digest_of(&bytes), bytes.to_vec()),
-                    Ok(_) => return Err(Error::TooLarge { reference: signatures.to_string(), size: 0, limit: MAX_MANIFEST_BYTES }),
-                    Err(e) if not_found(&e) => {
-                        return Err(verify::Error::Unsigned { artifact, tag, keys: policy.describe() }.into());
-                    }
-                    Err(e) => return Err(classify(reference, "signature", &tag, e)),
+                match self.fetch(&signatures, &format!("manifests/{tag}"), &accepted, auth, MAX_MANIFEST_BYTES).await? {
+                    Some(bytes) => (digest_of(&bytes), bytes),
+                    None => return Err(verify::Error::Unsigned { artifact, tag, keys: policy.describe() }.into()),
                 }
             }
         };
@@ -376,7 +397,7 @@ impl Puller {
                 Some(p) => p,
                 None => {
                     *fetched += 1;
-                    let p = self.layer(&signatures, layer, size).await?;
+                    let p = self.layer(&signatures, layer, size, auth).await?;
                     if let Some(c) = &self.cache {
                         c.put(&layer.digest, &p);
                     }
@@ -412,6 +433,31 @@ impl Puller {
     }
 }
 
+/// An HTTP client that follows a redirect only to the host and port it was sent to: a registry
+/// sending the host elsewhere is refused, whatever the bytes there would be.
+fn same_host_client(config: &PullConfig) -> Result<reqwest::Client, String> {
+    let policy = reqwest::redirect::Policy::custom(|attempt| {
+        let origin = attempt.previous().first().map(|u| (u.host_str().map(str::to_string), u.port_or_known_default()));
+        let target = (attempt.url().host_str().map(str::to_string), attempt.url().port_or_known_default());
+        if origin.as_ref() != Some(&target) {
+            let to = attempt.url().host_str().unwrap_or("?").to_string();
+            attempt.error(format!("the registry redirected to another host ({to}); refused"))
+        } else if attempt.previous().len() > 5 {
+            attempt.error("more than 5 redirects")
+        } else {
+            attempt.follow()
+        }
+    });
+    let certs = config.ca_pem.iter().map(|pem| reqwest::Certificate::from_pem(pem)).collect::<Result<Vec<_>, _>>();
+    reqwest::Client::builder()
+        .redirect(policy)
+        .connect_timeout(config.connect_timeout)
+        .read_timeout(config.timeout)
+        .tls_certs_merge(certs.map_err(|e| format!("CA certificate: {e}"))?)
+        .build()
+        .map_err(|e| format!("HTTP client: {e}"))
+}
+
 /// The one `application/wasm` layer of a Wasm artifact manifest.
 fn wasm_layer(reference: &str, manifest: &Manifest) -> Result<OciDescriptor> {
     let not_wasm = |detail: String| Error::NotWasm { reference: reference.to_string(), detail };
@@ -423,22 +469,6 @@ fn wasm_layer(reference: &str, manifest: &Manifest) -> Result<OciDescriptor> {
         [layer] if layer.media_type == WASM_LAYER_MEDIA_TYPE && is_sha256(&layer.digest) && layer.size >= 0 => Ok(layer.clone()),
         [layer] => Err(not_wasm(format!("layer media type {} (digest {})", layer.media_type, layer.digest))),
         layers => Err(not_wasm(format!("{} layers", layers.len()))),
-    }
-}
-
-fn not_found(e: &OciDistributionError) -> bool {
-    match e {
-        OciDistributionError::ImageManifestNotFoundError(_) => true,
-        OciDistributionError::RegistryError { envelope, .. } => envelope.errors.iter().any(|e| {
-            matches!(
-                e.code,
-                oci_client::errors::OciErrorCode::ManifestUnknown
-                    | oci_client::errors::OciErrorCode::NotFound
-                    | oci_client::errors::OciErrorCode::NameUnknown
-            )
-        }),
-        OciDistributionError::ServerError { code, .. } => *code == 404,
-        _ => false,
     }
 }
 
