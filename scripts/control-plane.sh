@@ -25,23 +25,16 @@ ETCD=${ETCD_BIN:-/usr/bin/etcd}
 
 die() { echo "control-plane: $*" >&2; exit 1; }
 log() { echo "control-plane: $*" >&2; }
+# shellcheck source=scripts/script-lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/script-lib.sh"
 
-as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
 
 have_binaries() {
   [ -x "$BIN/kube-apiserver" ] && [ -x "$BIN/kube-controller-manager" ] && [ -x "$BIN/kubectl" ]
 }
 
 install_packages() {
-  local need=()
-  for p in etcd-server golang-1.19-go rsync golang-github-modern-go-reflect2-dev dpkg-dev openssl curl; do
-    dpkg -s "$p" >/dev/null 2>&1 || need+=("$p")
-  done
-  if [ ${#need[@]} -gt 0 ]; then
-    log "installing ${need[*]}"
-    as_root apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
-  fi
+  install_missing etcd-server golang-1.19-go rsync golang-github-modern-go-reflect2-dev dpkg-dev openssl curl
   # etcd-server's package starts a system etcd on :2379; we run our own on free ports, so stop it.
   if command -v systemctl >/dev/null 2>&1 && systemctl is-active --quiet etcd 2>/dev/null; then
     as_root systemctl stop etcd || true
@@ -97,12 +90,6 @@ build() {
   rm -rf "$BIN"; mv "$BIN.tmp" "$BIN"
   log "built into $BIN"
 }
-
-free_port() {
-  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'
-}
-
-alive() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
 
 wait_ready() { # url token ca deadline_s pidfile what
   local url=$1 token=$2 ca=$3 deadline=$4 pidfile=$5 what=$6 i=0
@@ -227,13 +214,7 @@ launch_apiserver() {
 kill_one() {
   local dir=${1:?dir} what=${2:?etcd or apiserver}
   case $what in etcd | apiserver) ;; *) die "kill: $what is not etcd or apiserver" ;; esac
-  alive "$dir/$what.pid" || die "the $what of $dir is not running"
-  local pid; pid=$(cat "$dir/$what.pid")
-  kill -9 "$pid"
-  # Gone (its ports free) before a restart binds them again.
-  for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-  rm -f "$dir/$what.pid"
-  log "killed $what of $dir"
+  kill_pid "$dir/$what.pid" "$what of $dir"
 }
 
 # Start one process of DIR again (after `kill`, or stopping it first) on the same ports and data.
@@ -244,18 +225,6 @@ restart_one() {
   stop_pid "$dir/$what.pid" "$what"
   "launch_$what" "$dir" || die "$what did not come back (log above)"
   log "restarted $what of $dir"
-}
-
-stop_pid() { # pidfile name
-  local f=$1 name=$2
-  [ -f "$f" ] || return 0
-  local pid; pid=$(cat "$f")
-  if kill -0 "$pid" 2>/dev/null; then
-    kill "$pid" 2>/dev/null || true
-    for _ in $(seq 1 40); do kill -0 "$pid" 2>/dev/null || break; sleep 0.25; done
-    kill -0 "$pid" 2>/dev/null && { log "$name ($pid) ignored SIGTERM; killing"; kill -9 "$pid" 2>/dev/null || true; }
-  fi
-  rm -f "$f"
 }
 
 stop() {

@@ -17,9 +17,10 @@ for component in rustfmt clippy; do
 done
 # Debian packages, by the command each provides: zstd; wasm-opt; for scripts/image.sh (the container image,
 # built without a container engine) umoci, musl-gcc for the static binary's C parts, readelf, jq;
-# promtool and prometheus (deploy/monitoring: the rules' unit tests, and tests/tests/monitoring.rs).
+# promtool and prometheus (deploy/monitoring: the rules' unit tests, and tests/tests/monitoring.rs);
+# docker-registry and htpasswd (scripts/registry.sh: the OCI tests' registry, TLS + basic auth).
 missing=()
-for pair in zstd:zstd wasm-opt:binaryen umoci:umoci musl-gcc:musl-tools readelf:binutils jq:jq promtool:prometheus; do
+for pair in zstd:zstd wasm-opt:binaryen umoci:umoci musl-gcc:musl-tools readelf:binutils jq:jq promtool:prometheus docker-registry:docker-registry htpasswd:apache2-utils; do
   command -v "${pair%%:*}" >/dev/null 2>&1 || missing+=("${pair#*:}")
 done
 if [ ${#missing[@]} -gt 0 ] && [ "$(id -u)" = 0 ]; then

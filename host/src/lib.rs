@@ -44,6 +44,7 @@ pub(crate) mod labels;
 pub mod leader;
 pub mod lease;
 pub mod native;
+pub mod oci;
 pub mod plugin;
 pub mod plugin_state;
 pub mod queue;

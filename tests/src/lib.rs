@@ -24,6 +24,7 @@ pub mod fault_proxy;
 pub mod hostile;
 pub mod kcm;
 pub mod kubelet;
+pub mod registry;
 
 pub fn workspace_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("tests/ has a parent").to_path_buf()

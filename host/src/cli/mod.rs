@@ -3,6 +3,7 @@
 mod dev;
 mod diff;
 mod new;
+mod oci;
 mod offline;
 mod optimize;
 mod pack;
@@ -29,7 +30,7 @@ pub struct Cli {
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Run the host: load plugins from ConfigMaps and reconcile.
-    Run(run::RunArgs),
+    Run(Box<run::RunArgs>),
     /// Run a plugin once against objects from files, without a cluster; print its actions as YAML.
     Reconcile(offline::ReconcileArgs),
     /// Run a recorded reconcile again with exactly its inputs; print the outcome and how it
@@ -37,11 +38,20 @@ enum Command {
     Replay(replay::ReplayArgs),
     /// Describe a plugin: name, version, contract version, size, exports, metadata.
     Inspect {
-        /// The plugin component (.wasm).
+        /// The plugin component (.wasm), or an OCI artifact `oci://REGISTRY/REPO@sha256:…|:TAG`
+        /// (digest, sizes, media types, signatures found).
         plugin: PathBuf,
         #[command(flatten)]
         load: LoadArgs,
+        #[command(flatten)]
+        registry: oci::RegistryArgs,
     },
+    /// Push a plugin component as a Wasm OCI artifact (config application/vnd.wasm.config.v0+json,
+    /// one application/wasm layer); prints `oci://…@sha256:…` for the manifest's `oci.ref`.
+    Push(oci::PushArgs),
+    /// Sign an OCI artifact as cosign does (key-based: a simple-signing payload at tag
+    /// `sha256-<hex>.sig`), with a PEM PKCS#8 ECDSA P-256 key.
+    Sign(oci::SignArgs),
     /// Create a plugin crate: a reconciler, a native test, fixtures and the admin's manifest.
     New(new::NewArgs),
     /// Develop a plugin against a cluster: on every save, build, pack, apply, load into a host
@@ -202,12 +212,15 @@ pub fn main(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Run(args) => {
             let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
-            rt.block_on(run::run(args))?;
+            rt.block_on(run::run(*args))?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Reconcile(args) => offline::run(args),
         Command::Replay(args) => Ok(replay::run(args)),
-        Command::Inspect { plugin, load } => {
+        Command::Inspect { plugin, registry, .. } if plugin.to_str().is_some_and(|p| p.starts_with(wasmloop::oci::SCHEME)) => {
+            oci::inspect(plugin.to_str().unwrap_or_default(), &registry)
+        }
+        Command::Inspect { plugin, load, .. } => {
             init_tracing(LogFormat::Text);
             let bytes = load.read_plugin(&plugin)?;
             let load_limits = load.load_limits()?;
@@ -223,6 +236,8 @@ pub fn main(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(if inspection.compatible { ExitCode::SUCCESS } else { ExitCode::FAILURE })
         }
         Command::Pack(args) => pack::run(args),
+        Command::Push(args) => oci::push(args),
+        Command::Sign(args) => oci::sign(args),
         Command::Diff(args) => diff::run(args),
         Command::Status(args) => status::run(args),
         Command::Optimize(args) => optimize::run(args),

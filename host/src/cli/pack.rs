@@ -55,6 +55,14 @@ pub struct PackArgs {
     /// several (`<name>-wasm-<digest>-<i>-of-<n>`, read back together by the host).
     #[arg(long, default_value_t = pack::DEFAULT_PART_BYTES, value_parser = parse_part_size)]
     part_size: usize,
+    /// The component comes from this OCI artifact (`oci://REGISTRY/REPO@sha256:…`, as `wasmloop
+    /// push` prints): print only the small plugin ConfigMap, its manifest naming it (`oci.ref`).
+    #[arg(long, value_name = "REF", conflicts_with_all = ["inline", "rbac_only"])]
+    oci: Option<String>,
+    /// With --oci: the `kubernetes.io/dockerconfigjson` Secret (in the plugin's namespace) with
+    /// the registry's credentials.
+    #[arg(long, requires = "oci")]
+    pull_secret: Option<String>,
 }
 
 fn parse_part_size(s: &str) -> Result<usize, wasmloop::plugin::limits::Error> {
@@ -111,6 +119,14 @@ pub fn run(args: PackArgs) -> anyhow::Result<ExitCode> {
         String::new()
     };
     let path = args.plugin.display().to_string();
+    if let Some(reference) = &args.oci {
+        let yaml = rbac + &oci_config_map(&manifest, &name, args.namespace.clone(), reference, args.pull_secret.as_deref())?;
+        match args.output {
+            Some(out) => std::fs::write(&out, yaml).with_context(|| format!("writing {}", out.display()))?,
+            None => print!("{yaml}"),
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
     let input = pack::PackInput { wasm: &wasm, path: &path, manifest, name, namespace: args.namespace };
     let (yaml, raw, compressed, how, warning) = if args.inline {
         let packed = pack::pack(input)?;
@@ -136,6 +152,31 @@ pub fn run(args: PackArgs) -> anyhow::Result<ExitCode> {
         None => print!("{yaml}"),
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The plugin ConfigMap `name` whose `manifest` pulls its component from `reference`.
+fn oci_config_map(manifest: &str, name: &str, namespace: Option<String>, reference: &str, secret: Option<&str>) -> anyhow::Result<String> {
+    let r = wasmloop::oci::OciRef::parse(reference)?;
+    if manifest.lines().any(|l| l.starts_with("oci:")) {
+        bail!("--oci: the manifest already has an oci: section");
+    }
+    let mut manifest = format!("{}\noci:\n  ref: {r}\n", manifest.trim_end());
+    if let Some(secret) = secret {
+        manifest.push_str(&format!("  pullSecret: {secret}\n"));
+    }
+    PluginManifest::parse(&manifest, name).context("the manifest with oci:")?;
+    let cm = k8s_openapi::api::core::v1::ConfigMap {
+        metadata: kube::api::ObjectMeta {
+            name: Some(name.to_string()),
+            namespace,
+            labels: Some(BTreeMap::from([(wasmloop::hotload::source::PLUGIN_LABEL.to_string(), "true".to_string())])),
+            ..Default::default()
+        },
+        data: Some(BTreeMap::from([(wasmloop::hotload::source::MANIFEST_KEY.to_string(), manifest)])),
+        ..Default::default()
+    };
+    eprintln!("wasmloop pack: plugin ConfigMap {name} pulling {r} (no payload ConfigMap)");
+    Ok(pack::to_yaml(&cm)?)
 }
 
 /// The RBAC objects `manifest` needs for a plugin declaring `spec`, as a YAML stream.
@@ -209,6 +250,20 @@ mod tests {
     use super::*;
     use wasmloop::controller::{IndexDecl, Mapping, WatchSpec};
     use wasmloop::kinds::KindRef;
+
+    #[test]
+    fn oci_packs_only_the_plugin_configmap_naming_the_artifact() {
+        let reference = format!("oci://127.0.0.1:5000/plugins/podset@sha256:{}", "ab".repeat(32));
+        let yaml = oci_config_map("name: podset\n", "podset", Some("wasmloop".into()), &reference, Some("regcred")).unwrap();
+        assert!(!yaml.contains("binaryData") && !yaml.contains("plugin.wasm.ref"), "{yaml}");
+        let cm: k8s_openapi::api::core::v1::ConfigMap = serde_saphyr::from_str(&yaml).unwrap();
+        let manifest = PluginManifest::parse(&cm.data.unwrap()["plugin.yaml"], "podset").unwrap();
+        let oci = manifest.oci.unwrap();
+        assert_eq!((oci.reference.to_string(), oci.pull_secret.as_deref()), (reference.clone(), Some("regcred")));
+        assert!(oci_config_map("name: podset\n", "podset", None, "oci://no-registry", None).is_err());
+        let twice = oci_config_map("name: podset\noci: {ref: x}\n", "podset", None, &reference, None).unwrap_err();
+        assert!(twice.to_string().contains("already has an oci: section"), "{twice}");
+    }
 
     fn spec() -> ReconcilerSpec {
         ReconcilerSpec {

@@ -86,6 +86,8 @@ pub struct RunArgs {
     plugin_memory_budget: Option<ByteSize>,
     #[command(flatten)]
     load: super::LoadArgs,
+    #[command(flatten)]
+    oci: super::oci::OciRunArgs,
     /// Reconciles the plugin instance pool holds at once, all plugins together (two of them kept
     /// for loading plugins). Each instance reserves address space for two linear memories: see
     /// --plugin-memory-max.
@@ -276,8 +278,11 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     .await?;
     info!(%addr, %identity, "serving /metrics, /healthz, /readyz, /shadow");
 
+    let precompiled_dir = args.load.precompiled_dir();
+    let oci = args.oci.settings(Some(precompiled_dir.clone().unwrap_or_else(super::default_precompiled_dir).as_path()))?;
     let config = PluginManagerConfig {
-        precompiled_dir: args.load.precompiled_dir(),
+        precompiled_dir,
+        oci,
         shutdown_grace: args.shutdown_grace,
         memory_budget: args.plugin_memory_budget.or_else(container_memory_limit),
         max_component_size: load_limits.max_component_size,

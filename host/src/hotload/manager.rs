@@ -31,6 +31,7 @@ use super::lifecycle::{self, Attempt, Content, Effects, GonePolicy, Input, Lifec
 use super::manifest::PluginManifest;
 use super::metrics::PluginMetrics;
 use super::payloads::{Found, PayloadName, Payloads, Resolved};
+use super::registry::{OciSettings, Registry};
 use super::report::{LoadEvent, Notes, Reporter, Version};
 use super::served;
 use super::source::{self, PAYLOAD_LABEL, PLUGIN_LABEL, PayloadRef};
@@ -56,6 +57,9 @@ pub enum Error {
     /// The precompiled cache's directory cannot be used.
     #[error("precompiled cache: {0}")]
     Cache(#[from] crate::plugin::engine::Error),
+    /// The OCI client or blob cache cannot be set up.
+    #[error("OCI registry client: {0}")]
+    Oci(String),
 }
 
 /// A result whose error is the manager's.
@@ -103,6 +107,9 @@ pub struct PluginManagerConfig {
     /// Record chosen reconciles of every plugin (`--record-dir`): each loaded plugin gets a
     /// [`crate::plugin::Recorder`] writing into its own subdirectory. `None`: nothing is recorded.
     pub record: Option<RecordOptions>,
+    /// How plugins whose manifest says `oci:` are pulled: CA bundle, time-outs, blob cache,
+    /// cluster-wide trusted keys.
+    pub oci: OciSettings,
 }
 
 impl PluginManagerConfig {
@@ -129,6 +136,7 @@ impl PluginManagerConfig {
             rediscovery: Duration::from_secs(10),
             gone: GonePolicy::default(),
             record: None,
+            oci: OciSettings::default(),
         }
     }
 }
@@ -154,6 +162,7 @@ pub(super) struct Inner {
     candidates: Arc<Candidates>,
     compiler: Compiler,
     payloads: Payloads,
+    registry: Registry,
     claims: Claims,
     reporter: Reporter,
     client: kube::Client,
@@ -206,6 +215,7 @@ impl PluginManager {
             candidates: Arc::default(),
             compiler,
             payloads: Payloads::new(payload_informer.store().clone()),
+            registry: Registry::new(&config.oci, config.max_component_size.bytes(), client.clone()).map_err(Error::Oci)?,
             claims: Claims::default(),
             reporter,
             client,
@@ -279,6 +289,8 @@ struct Source {
     cm: ConfigMap,
     reference: source::Result<Option<PayloadRef>>,
     found: Option<Found>,
+    /// Its manifest names an OCI artifact (`oci:`).
+    oci: bool,
 }
 
 impl Source {
@@ -294,7 +306,7 @@ impl Source {
 
     /// Its data, if it can be recorded as the last good version (referenced payloads only).
     fn recordable(&self) -> Option<BTreeMap<String, String>> {
-        let referenced = matches!(self.reference, Ok(Some(_))) && self.cm.binary_data.as_ref().is_none_or(BTreeMap::is_empty);
+        let referenced = (self.oci || matches!(self.reference, Ok(Some(_)))) && self.cm.binary_data.as_ref().is_none_or(BTreeMap::is_empty);
         referenced.then(|| self.cm.data.clone().unwrap_or_default())
     }
 }
@@ -366,7 +378,8 @@ impl Inner {
             version = format!("{version}|{}", found.state());
         }
         let content = Content { version, retry: fingerprint::annotations_digest(&cm) };
-        Source { content, cm, reference, found }
+        let oci = source::manifest(&cm).ok().and_then(|m| PluginManifest::parse(m, &key.name).ok()).is_some_and(|m| m.oci.is_some());
+        Source { content, cm, reference, found, oci }
     }
 
     /// The good version recorded on `cm` by an earlier host, as a ConfigMap of its own.
@@ -411,6 +424,16 @@ impl Inner {
         let reference = source.reference.as_ref().map_err(ToString::to_string)?;
         let input = match (&pending, reference, &source.found) {
             (Some(_), ..) => None,
+            (None, reference, _) if let Some(oci) = &manifest.oci => {
+                let inline = source.cm.binary_data.as_ref().and_then(|b| b.keys().next());
+                if let Some(other) = reference.as_ref().map(PayloadRef::names).or(inline.cloned()) {
+                    return Err(NotLoaded::Refused(format!(
+                        "both oci.ref in plugin.yaml and a payload in the ConfigMap ({other}); keep one"
+                    )));
+                }
+                let uid = source.cm.metadata.uid.as_deref().unwrap_or_default();
+                Some(CompileInput::Wasm(self.registry.component(key, uid, &source.content.version, oci).await?.wasm))
+            }
             (None, Some(reference), Some(found)) => Some(self.component(key, reference, found).await?),
             (None, ..) => Some(CompileInput::Wasm(source::decode(&source.cm).map_err(|e| e.to_string())?.wasm)),
         };
@@ -518,6 +541,7 @@ impl Inner {
     /// Stop and forget everything of `key` (its ConfigMap is gone).
     async fn unload(&self, key: &ObjectKey) {
         self.payloads.forget(key);
+        self.registry.forget(key);
         self.claims.release(key);
         self.reporter.waiting.clear(key);
         if let Some(candidate) = self.candidates.remove(&self.runner, key).await {
@@ -595,7 +619,7 @@ impl Effects<Version> for KeyEffects<'_> {
                 self.inner.reporter.waiting.clear(self.key);
                 notes.held = None;
                 notes.fresh = Some((origin, started.elapsed()));
-                notes.payload = source.payload_names();
+                notes.payload = source.payload_names().or_else(|| self.inner.registry.resolved(self.key));
                 notes.good_data = source.recordable();
                 (Attempt::Served(Version(plugin)), true)
             }

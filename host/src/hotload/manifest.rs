@@ -21,6 +21,10 @@
 //! shards: 30                        # key-space shards spread over replicas (--shard-mode plugin)
 //! serviceAccountName: podset        # the identity its writes carry (default wasmloop-plugin-<name>)
 //! budgets: {watches: 32, indexMemory: 128Mi}  # raise what it may declare, up to the host's maxima
+//! oci:                              # the component from a registry instead of a payload ConfigMap
+//!   ref: oci://registry.example.com/plugins/podset@sha256:…   # or :TAG, resolved once
+//!   pullSecret: regcred             # a kubernetes.io/dockerconfigjson Secret in this namespace
+//!   signedBy: ["-----BEGIN PUBLIC KEY-----\n…"]  # require a cosign signature by one of these keys
 //! ```
 //!
 //! A ConfigMap whose manifest says `shadowOf: <plugin>` holds a **candidate version** of that
@@ -39,6 +43,7 @@ use wasmloop_model::name;
 
 use crate::controller::{Budgets, Canary, ControllerConfig, RateBudget};
 use crate::grants::{Grant, Grants};
+use crate::oci::{OciRef, TrustPolicy};
 use crate::plugin::Limits;
 use crate::queue::RateLimitConfig;
 
@@ -76,6 +81,28 @@ struct Raw {
     shadow_of: Option<String>,
     canary: Option<Canary>,
     budgets: Option<Budgets>,
+    oci: Option<RawOci>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct RawOci {
+    #[serde(rename = "ref")]
+    reference: String,
+    pull_secret: Option<String>,
+    #[serde(default)]
+    signed_by: Vec<String>,
+}
+
+/// `oci:`: the plugin's component is a Wasm OCI artifact in a registry.
+#[derive(Clone, Debug)]
+pub struct OciPayload {
+    /// `ref:`, parsed.
+    pub reference: OciRef,
+    /// `pullSecret:`: a `kubernetes.io/dockerconfigjson` Secret in the plugin ConfigMap's namespace.
+    pub pull_secret: Option<String>,
+    /// `signedBy:`: the cosign public keys one of which must have signed the artifact.
+    pub signed_by: TrustPolicy,
 }
 
 /// A parsed, validated `plugin.yaml`.
@@ -107,6 +134,8 @@ pub struct PluginManifest {
     /// `canary:` (with `shadowOf:`): the shards whose keys the candidate serves, and when it is
     /// rolled back by itself.
     pub canary: Option<Canary>,
+    /// `oci:`: the component comes from a registry.
+    pub oci: Option<OciPayload>,
 }
 
 impl PluginManifest {
@@ -180,7 +209,9 @@ impl PluginManifest {
         events.validate("events").map_err(|e| Error::Invalid(e.to_string()))?;
         let budgets = raw.budgets.unwrap_or_default();
         budgets.validate().map_err(|e| Error::Invalid(e.to_string()))?;
+        let oci = raw.oci.map(oci_payload).transpose()?;
         Ok(Self {
+            oci,
             grants: Grants::new(name.clone(), raw.grants),
             local_name: name.clone(),
             name,
@@ -221,6 +252,17 @@ impl PluginManifest {
     }
 }
 
+fn oci_payload(raw: RawOci) -> Result<OciPayload> {
+    let reference = OciRef::parse(raw.reference.trim()).map_err(|e| Error::Invalid(format!("oci.ref: {e}")))?;
+    if let Some(secret) = raw.pull_secret.as_deref()
+        && let Err(e) = name::dns_subdomain(secret)
+    {
+        return Err(Error::Invalid(format!("oci.pullSecret {secret:?} must be a Secret name: it {e}")));
+    }
+    let signed_by = TrustPolicy::from_pems(&raw.signed_by).map_err(|e| Error::Invalid(format!("oci.signedBy: {e}")))?;
+    Ok(OciPayload { reference, pull_secret: raw.pull_secret, signed_by })
+}
+
 /// The most key-space shards one plugin may have (each is a Lease renewed by its owner).
 pub const MAX_SHARDS: usize = 256;
 
@@ -242,6 +284,26 @@ queue: {baseDelay: 10ms, maxDelay: 60s, qps: 50, burst: 200}
 resync: 5m
 namespace: shop
 "#;
+
+    #[test]
+    fn oci_payloads_are_parsed_and_bad_ones_named() {
+        let digest = format!("sha256:{}", "ab".repeat(32));
+        let ok = format!("oci:\n  ref: oci://127.0.0.1:5000/plugins/x@{digest}\n  pullSecret: regcred\n");
+        let oci = PluginManifest::parse(&ok, "x").unwrap().oci.unwrap();
+        assert_eq!(oci.reference.digest.as_deref(), Some(digest.as_str()));
+        assert_eq!(oci.pull_secret.as_deref(), Some("regcred"));
+        assert!(oci.signed_by.is_empty());
+        assert!(PluginManifest::parse("name: x", "x").unwrap().oci.is_none());
+        for (yaml, want) in [
+            ("oci: {ref: https://x.io/a:v1}".to_string(), "oci.ref"),
+            ("oci: {ref: oci://x.io/a:v1, pullSecret: Bad_Name}".to_string(), "oci.pullSecret"),
+            ("oci: {ref: oci://x.io/a:v1, signedBy: [nope]}".to_string(), "oci.signedBy: trusted key 0"),
+            ("oci: {ref: oci://x.io/a:v1, tag: v2}".to_string(), "unknown field"),
+        ] {
+            let err = PluginManifest::parse(&yaml, "x").unwrap_err().to_string();
+            assert!(err.contains(want), "{yaml}: {err}");
+        }
+    }
 
     #[test]
     fn full_manifest_parses() {

@@ -18,6 +18,8 @@
 //!   `wasmloop.dev/digest`, `wasmloop.dev/status`, `wasmloop.dev/last-good`), written so that a
 //!   deleted ConfigMap is never re-created;
 //! - [`pack`]: `wasmloop pack`, a plugin as ConfigMaps (payload + plugin) ready for `kubectl apply`;
+//! - [`registry`]: the component of a plugin whose manifest names an OCI artifact (`oci:`),
+//!   pulled, verified and cached ([`crate::oci`]);
 //! - [`rbac`]: the RBAC a manifest needs (`wasmloop pack --rbac`): the plugin's ServiceAccount and
 //!   rules, the host's reads and its right to impersonate exactly that account.
 
@@ -34,6 +36,7 @@ pub mod metrics;
 pub mod pack;
 mod payloads;
 pub mod rbac;
+mod registry;
 mod report;
 mod served;
 pub mod source;
@@ -44,8 +47,9 @@ pub use candidates::DIFFERENCE_EVENT_EVERY;
 pub use compile::LoadOrigin;
 pub use lifecycle::GonePolicy;
 pub use manager::{Error, PluginManager, PluginManagerConfig};
-pub use manifest::PluginManifest;
+pub use manifest::{OciPayload, PluginManifest};
 pub use metrics::PluginMetrics;
+pub use registry::{DOCKER_CONFIG_KEY, DOCKER_CONFIG_SECRET_TYPE, OciSettings};
 pub use report::LoadEvent;
 pub use status::{DIGEST_ANNOTATION, LAST_GOOD_ANNOTATION, PluginStatus, STATE_ANNOTATION, State};
 pub use waiting::{WaitPolicy, WaitReason};

@@ -83,6 +83,22 @@ pub enum WaitReason {
         /// What is missing, as the claim check says.
         detail: String,
     },
+    /// The registry of the plugin's OCI artifact is down, slow or answers with server errors.
+    #[error("{error}; the last good version keeps serving and the pull is tried again")]
+    RegistryUnreachable {
+        /// The artifact.
+        reference: String,
+        /// The pull error.
+        error: String,
+    },
+    /// The pull Secret `oci.pullSecret` names does not exist (yet).
+    #[error("pull Secret {namespace}/{name} (oci.pullSecret) not found; the plugin is pulled when it exists")]
+    PullSecretMissing {
+        /// The plugin's namespace.
+        namespace: String,
+        /// The Secret's name.
+        name: String,
+    },
 }
 
 impl WaitReason {
@@ -95,6 +111,8 @@ impl WaitReason {
             WaitReason::NameTaken { .. } => "NameTaken",
             WaitReason::ReadsNotAuthorized { .. } => "ReadsNotAuthorized",
             WaitReason::IdentityNotClaimed { .. } => "IdentityNotClaimed",
+            WaitReason::RegistryUnreachable { .. } => "RegistryUnreachable",
+            WaitReason::PullSecretMissing { .. } => "PullSecretMissing",
         }
     }
 
@@ -106,6 +124,8 @@ impl WaitReason {
             WaitReason::NameTaken { name, .. } => format!("plugin name {name}"),
             WaitReason::ReadsNotAuthorized { identity, .. } => format!("RBAC of {identity}"),
             WaitReason::IdentityNotClaimed { identity, .. } => format!("claim of {identity}"),
+            WaitReason::RegistryUnreachable { reference, .. } => reference.clone(),
+            WaitReason::PullSecretMissing { namespace, name } => format!("v1/Secret/{namespace}/{name}"),
         }
     }
 
@@ -119,6 +139,8 @@ impl WaitReason {
                 | WaitReason::DiscoveryFailed { .. }
                 | WaitReason::ReadsNotAuthorized { .. }
                 | WaitReason::IdentityNotClaimed { .. }
+                | WaitReason::RegistryUnreachable { .. }
+                | WaitReason::PullSecretMissing { .. }
         )
     }
 }
