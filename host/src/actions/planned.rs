@@ -10,11 +10,11 @@ use wasmloop_model::{Naming, Target, TargetError, Verb, json_type};
 use super::action::{Action, Deletion, Event, Patch, PatchType};
 
 /// Most segments of a JSON patch operation's path: as deep as a document the host parses
-/// (serde_json's nesting limit). Admission places each value at its path, one level per
-/// segment, and a path of a million `/a` nested that deep: merging and dropping the result
-/// overflowed the stack and aborted the host (found by the outcome fuzzer;
+/// (serde_json's nesting limit); the model's rule. Admission places each value at its path, one
+/// level per segment, and a path of a million `/a` nested that deep: merging and dropping the
+/// result overflowed the stack and aborted the host (found by the outcome fuzzer;
 /// `deep_json_patch_paths_are_refused`).
-pub const MAX_PATCH_PATH_SEGMENTS: usize = 128;
+pub const MAX_PATCH_PATH_SEGMENTS: usize = wasmloop_model::patch::MAX_PATH_SEGMENTS;
 
 /// Why one action breaks the contract.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -33,23 +33,9 @@ pub enum PlanError {
     /// A status that is not a JSON object.
     #[error("status must be a JSON object, got {0}")]
     StatusNotAnObject(&'static str),
-    /// A merge patch that is not a JSON object.
-    #[error("a merge patch must be a JSON object, got {0}")]
-    MergePatchNotAnObject(&'static str),
-    /// A JSON patch that is not a list.
-    #[error("a JSON patch must be a list, got {0}")]
-    JsonPatchNotAList(&'static str),
-    /// A JSON patch operation the host does not take.
-    #[error("operation {index}: {why}")]
-    JsonPatchOperation {
-        /// Its position in the patch.
-        index: usize,
-        /// What is wrong with it.
-        why: String,
-    },
-    /// A merge patch whose `metadata` is not an object (preconditions go there).
-    #[error("a merge patch's metadata must be a JSON object, got {0}")]
-    MergePatchMetadata(&'static str),
+    /// A patch document the host does not take (by `wasmloop_model::patch`'s rules).
+    #[error(transparent)]
+    Patch(#[from] wasmloop_model::patch::PatchError),
     /// An Event without a reason.
     #[error("reason is required")]
     EventWithoutReason,
@@ -179,37 +165,17 @@ impl Planned {
     }
 }
 
-/// A merge patch must be an object (its `metadata`, if any, too: preconditions go there); a JSON
-/// patch a list of `add`, `remove`, `replace` and `test` operations (`move` and `copy` would write
-/// values admission cannot see) with paths of at most [`MAX_PATCH_PATH_SEGMENTS`] segments,
-/// returned parsed.
+/// Check a patch document by the model's one rule (`wasmloop_model::patch`: a merge patch an
+/// object with an object `metadata`, if any; a JSON patch only `add`, `remove`, `replace` and
+/// `test` operations with bounded paths), and return a JSON patch's operations parsed.
 fn check_patch(patch_type: PatchType, body: &Value) -> Result<Option<json_patch::Patch>, PlanError> {
     match patch_type {
         PatchType::Merge => {
-            let object = body.as_object().ok_or_else(|| PlanError::MergePatchNotAnObject(json_type(body)))?;
-            match object.get("metadata") {
-                Some(meta) if !meta.is_object() => Err(PlanError::MergePatchMetadata(json_type(meta))),
-                _ => Ok(None),
-            }
+            wasmloop_model::patch::check_merge(body)?;
+            Ok(None)
         }
         PatchType::Json => {
-            let ops = body.as_array().ok_or_else(|| PlanError::JsonPatchNotAList(json_type(body)))?;
-            for (index, op) in ops.iter().enumerate() {
-                let bad = |why: String| PlanError::JsonPatchOperation { index, why };
-                let name = op.get("op").and_then(Value::as_str).unwrap_or_default();
-                if !matches!(name, "add" | "remove" | "replace" | "test") {
-                    return Err(bad(format!("op {name:?} is not one of add, remove, replace, test")));
-                }
-                let Some(path) = op.get("path").and_then(Value::as_str) else {
-                    return Err(bad("path must be a string".into()));
-                };
-                if path.matches('/').count() > MAX_PATCH_PATH_SEGMENTS {
-                    return Err(bad(format!("path has more than {MAX_PATCH_PATH_SEGMENTS} segments")));
-                }
-                if name != "remove" && op.get("value").is_none() {
-                    return Err(bad(format!("{name} needs a value")));
-                }
-            }
+            wasmloop_model::patch::check_json(body)?;
             let parsed = <json_patch::Patch as serde::Deserialize>::deserialize(body)
                 .map_err(|e| PlanError::Json { what: "patch ", error: e.to_string() })?;
             Ok(Some(parsed))
@@ -262,7 +228,7 @@ mod tests {
         assert_eq!(err(patch(PatchType::Merge, json!([]))), "a merge patch must be a JSON object, got an array");
         assert_eq!(err(patch(PatchType::Merge, json!({"metadata": null}))), "a merge patch's metadata must be a JSON object, got null");
         assert!(err(patch(PatchType::Json, json!([{"op": "add", "path": "no-slash", "value": 1}]))).starts_with("invalid patch JSON"));
-        assert_eq!(err(patch(PatchType::Json, json!({}))), "a JSON patch must be a list, got an object");
+        assert_eq!(err(patch(PatchType::Json, json!({}))), "a JSON patch must be a list of operations, got an object");
         assert!(err(patch(PatchType::Json, json!([{"op": "copy", "from": "/a", "path": "/b"}]))).contains("operation 0: op \"copy\""));
         let deep = "/a".repeat(MAX_PATCH_PATH_SEGMENTS + 1);
         assert!(err(patch(PatchType::Json, json!([{"op": "remove", "path": deep}]))).contains("more than 128 segments"));

@@ -9,26 +9,13 @@ use super::{guard_of, patched};
 use crate::actions::{Action, Patch, PatchType, PlanError, Planned, Preconditions};
 use crate::kinds::KindRef;
 
-/// The corpus's kind of a plan refusal of a patch (the host words them; the kinds are the model's).
+/// The corpus's kind of a plan refusal of a patch (the model's kinds: the host refuses by the
+/// model's rule).
 fn refusal_kind(e: &PlanError) -> Value {
+    use wasmloop_model::patch::PatchError;
     match e {
-        PlanError::MergePatchNotAnObject(_) => json!({"kind": "merge_not_an_object"}),
-        PlanError::MergePatchMetadata(_) => json!({"kind": "merge_metadata_not_an_object"}),
-        PlanError::JsonPatchNotAList(_) => json!({"kind": "json_not_a_list", "index": null}),
-        PlanError::JsonPatchOperation { index, why } => {
-            let kind = if why.starts_with("op ") {
-                "op_refused"
-            } else if why.starts_with("path must") {
-                "path_not_a_string"
-            } else if why.contains("segments") {
-                "path_too_deep"
-            } else if why.contains("needs a value") {
-                "no_value"
-            } else {
-                "unknown"
-            };
-            json!({"kind": kind, "index": index})
-        }
+        PlanError::Patch(p @ (PatchError::MergeNotAnObject(_) | PatchError::MergeMetadataNotAnObject(_))) => json!({"kind": p.kind()}),
+        PlanError::Patch(p) => json!({"kind": p.kind(), "index": p.index()}),
         other => json!({"kind": format!("unexpected: {other}")}),
     }
 }
