@@ -197,6 +197,12 @@ pub trait Reconciler: Send + Sync + 'static {
     fn runs_guest_code(&self) -> bool {
         false
     }
+    /// Reconcile `request` as a shadow candidate: the same as [`Reconciler::reconcile`], but
+    /// giving way to serving calls (a Wasm plugin pauses while one is in flight). `cache` is
+    /// usually the serving call's reads replayed ([`crate::cache::Kept`]).
+    fn reconcile_as_candidate(&self, request: &Request, cache: &SharedCache) -> Result<Outcome, ReconcileError> {
+        self.reconcile(request, cache)
+    }
 }
 
 /// A panic of reconciler code (or of the host side of a guest call), caught: its message.

@@ -160,6 +160,27 @@ fn an_infinite_loop_times_out_and_the_host_keeps_running() {
     assert_echo_works();
 }
 
+/// A shadow candidate gives way to serving calls: a candidate computing forever is paused while
+/// a serving call is in flight (started 50 ms into its call, held 1 s), and its 200 ms timeout
+/// counts only the time it ran: it times out after about 1.2 s, not 200 ms.
+#[test]
+fn a_candidate_pauses_while_a_serving_call_is_in_flight() {
+    let timeout = Duration::from_millis(200);
+    let spin = Arc::new(load("spin-loop", Limits { timeout, ..Limits::default() }));
+    let cache = cache_of(vec![config_map("default", "web", json!({}))]);
+    let started = Instant::now();
+    let candidate = std::thread::spawn(move || spin.reconcile_as_candidate(&request("default", "web"), &cache));
+    std::thread::sleep(Duration::from_millis(50));
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    rt.block_on(wasmloop::plugin::guest_threads::run(|| std::thread::sleep(Duration::from_secs(1)))).unwrap();
+    let msg = transient(candidate.join().unwrap());
+    let took = started.elapsed();
+    eprintln!("candidate spin-loop failed after {took:?}: {msg}");
+    assert!(msg.contains("plugin spin-loop timed out") && msg.contains("200ms limit"), "{msg}");
+    assert!(took >= Duration::from_millis(1150), "the candidate ran beside the serving call: it ended after {took:?}");
+    assert!(took < Duration::from_secs(4), "the candidate took {took:?}");
+}
+
 /// A guest sleeping in WASI `poll` cannot hold its instance past the deadline: the call is
 /// cancelled at the deadline (no epoch can interrupt a guest waiting in the host).
 #[test]

@@ -335,3 +335,71 @@ async fn a_canary_serves_only_its_shards_and_is_rolled_back_when_it_fails_there(
     ns.cleanup().await?;
     Ok(())
 }
+
+/// A candidate is given the serving call's reads, so it sees what the serving version saw even
+/// when the cache has moved on by the time it runs: with the cache as the serving call read it
+/// (a 3-replica ReplicaSet, no Pods) both create 3 Pods; a candidate reading the moved-on cache
+/// (its 3 Pods there) would create none. No cluster: the replicaset plugin loaded twice.
+#[test]
+fn a_candidate_replays_the_serving_calls_reads_not_the_cache_as_it_is_later() -> Result<()> {
+    use std::sync::Arc;
+    use wasmloop::cache::{CacheView, SharedCache};
+    use wasmloop::controller::Reconciler;
+    use wasmloop::kinds::{KindRef, ObjectKey};
+    use wasmloop::reconciler::Request;
+
+    let rs_uid = "1c2d3e4f-aaaa-bbbb-cccc-000000000001";
+    let replicaset = json!({
+        "apiVersion": "apps/v1", "kind": "ReplicaSet",
+        "metadata": {"name": "web", "namespace": "shop", "uid": rs_uid, "resourceVersion": "4711", "generation": 1,
+                     "labels": {"app": "web"}},
+        "spec": {"replicas": 3, "selector": {"matchLabels": {"app": "web"}},
+                 "template": {"metadata": {"labels": {"app": "web"}}, "spec": {"containers": [{"name": "web", "image": "web:1"}]}}},
+        "status": {"replicas": 0, "observedGeneration": 1}
+    });
+    let pod = |n: usize| {
+        json!({"apiVersion": "v1", "kind": "Pod",
+               "metadata": {"name": format!("web-{n}"), "namespace": "shop", "uid": format!("0b9c2d1e-7f3a-4c5b-9d8e-{n:012x}"),
+                            "resourceVersion": format!("{}", 100 + n), "labels": {"app": "web"},
+                            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web", "uid": rs_uid,
+                                                 "controller": true}]},
+               "spec": {"containers": [{"name": "web", "image": "web:1"}]}})
+    };
+    // Another app's Pod in both (the cache holds Pods at all).
+    let unrelated = json!({"apiVersion": "v1", "kind": "Pod",
+                           "metadata": {"name": "db-0", "namespace": "shop", "uid": "0b9c2d1e-7f3a-4c5b-9d8e-ffffffffffff",
+                                        "resourceVersion": "99", "labels": {"app": "db"}},
+                           "spec": {"containers": [{"name": "db", "image": "db:1"}]}});
+    let before: SharedCache = Arc::new(CacheView::from_objects([replicaset.clone(), unrelated.clone()])?);
+    let later: SharedCache = Arc::new(CacheView::from_objects([replicaset, unrelated, pod(0), pod(1), pod(2)])?);
+    let request = Request::new(ObjectKey::new(KindRef::new("apps/v1", "ReplicaSet"), Some("shop"), "web"));
+
+    let engine = PluginEngine::new()?;
+    let wasm = std::fs::read(plugin_path("replicaset")?)?;
+    let yaml = std::fs::read_to_string(wasmloop_tests::workspace_root().join("deploy/plugins/replicaset.plugin.yaml"))?;
+    let manifest = wasmloop::hotload::PluginManifest::parse(&yaml, "replicaset")?;
+    let load = || wasmloop::plugin::WasmPlugin::load(&engine, &wasm, manifest.limits.clone(), manifest.grants.clone());
+    let (serving, candidate) = (load()?, load()?);
+    let creates = |r: &Result<wasmloop::reconciler::Outcome, wasmloop::reconciler::ReconcileError>| -> Result<usize> {
+        let outcome = r.as_ref().map_err(|e| anyhow::anyhow!("reconcile failed: {e}"))?;
+        Ok(outcome.actions.iter().filter(|a| a.verb() == wasmloop::grants::Verb::Create).count())
+    };
+
+    // The serving call reads through a `Kept` cache, as the worker's does when it is shadowed.
+    let kept = Arc::new(wasmloop::cache::Kept::new(before));
+    let serving_view: SharedCache = kept.clone();
+    let result = std::thread::scope(|s| s.spawn(|| serving.reconcile(&request, &serving_view)).join())
+        .map_err(|_| anyhow::anyhow!("the serving call panicked"))?;
+    assert_eq!(creates(&result)?, 3, "the serving version, on an empty ReplicaSet");
+    assert!(!kept.is_empty(), "the serving call's reads were kept");
+    let replaying = kept.replaying(later.clone());
+    let (replayed, live) = std::thread::scope(|s| {
+        let replayed = s.spawn(|| candidate.reconcile_as_candidate(&request, &replaying)).join();
+        let live = s.spawn(|| candidate.reconcile(&request, &later)).join();
+        (replayed, live)
+    });
+    let (replayed, live) = (replayed.map_err(|_| anyhow::anyhow!("panicked"))?, live.map_err(|_| anyhow::anyhow!("panicked"))?);
+    assert_eq!(creates(&replayed)?, 3, "the candidate given the serving call's reads creates what the serving one did");
+    assert_eq!(creates(&live)?, 0, "reading the cache as it is later, it would have seen the Pods");
+    Ok(())
+}

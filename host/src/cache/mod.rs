@@ -6,6 +6,7 @@
 //! - [`CachedObject`]: an object as cached: its JSON (managedFields stripped) plus parsed metadata.
 //! - [`CacheRead`]: cross-kind reads (`get`, `list`, `by_index`) as reconcilers see them;
 //!   [`CacheView`] implements it over a set of stores (only the kinds a reconciler may read).
+//! - [`Kept`]: the cache as one reconcile saw it, replayed to a shadow candidate.
 
 mod body;
 mod dictionary;
@@ -13,6 +14,7 @@ mod index;
 mod object;
 mod selector;
 mod shared;
+mod snapshot;
 mod store;
 mod view;
 
@@ -21,6 +23,7 @@ pub use index::{IndexSpec, NAMESPACE_INDEX, OWNER_INDEX};
 pub use object::{CachedObject, OwnerRef};
 pub use selector::Selector;
 pub use shared::IndexUse;
+pub use snapshot::Kept;
 pub use store::{Change, IndexedStore, Listed};
 pub use view::CacheView;
 

@@ -2,12 +2,18 @@
 //! reconcile, with the same request against the same cache, and **nothing it returns is
 //! executed**; its outcome is compared with the serving version's.
 //!
-//! - The candidate never delays the serving version: it starts only once the serving call has
-//!   returned (never beside it), on the guest pool's lowest-priority lane ([`CANDIDATE_NICE`]:
-//!   it gets CPU only when the host does not want it), and the
-//!   comparison waits for it on a task of its own after the serving outcome went on to
-//!   admission. Its share is bounded: at most [`Shadow::slots`] candidate calls at once per
-//!   plugin; a reconcile that finds no free slot is not shadowed (`result="skipped"`).
+//! - The candidate never delays the serving version and never runs beside it: the serving
+//!   call's cache answers are kept ([`Kept`]: the cache's own shared objects, no copy), and the
+//!   candidate is given them **later**, once no serving call of any plugin is in flight, on
+//!   the guest pool's lowest-priority lane ([`CANDIDATE_NICE`]); a serving call that starts
+//!   while it runs pauses it. Replaying the reads makes the comparison independent of when the
+//!   candidate runs: both versions saw the same objects (what the candidate reads beyond them
+//!   comes from the cache as it is then; clocks are its own). The comparison waits for it
+//!   on a task of its own after the serving outcome went on to admission. Its share is
+//!   bounded: at most [`Shadow::slots`] candidate calls at once per plugin, taken before the
+//!   serving call; a reconcile that finds no free slot, or whose candidate finds no idle
+//!   moment within [`IDLE_WAIT`], is not shadowed (`result="skipped"`): under a sustained
+//!   load a shadow samples fewer reconciles instead of slowing them.
 //! - Outcomes are compared after normalisation ([`Summary`]): the actions as a multiset of their
 //!   JSON (order does not matter, a repeated action does), the requeue, the error and its retry.
 //! - Every comparison is counted per plugin (`wasmloop_shadow_reconciles_total{result}`); the
@@ -26,7 +32,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, broadcast, oneshot};
 
 use super::invalid::InvalidSetting;
 use super::{Outcome, ReconcileError, Reconciler, Retry};
-use crate::cache::SharedCache;
+use crate::cache::{Kept, SharedCache};
 use crate::executor::Executor;
 use crate::grants::Grants;
 use crate::kinds::ObjectKey;
@@ -200,21 +206,48 @@ impl Shadow {
         self.concurrency
     }
 
-    /// Start the candidate's reconcile of `request` against `view` on one of its low-priority
-    /// threads, if one of its slots is free now: its answer, when it comes (`None`: every slot
-    /// is busy, the reconcile is not shadowed).
-    pub fn start(&self, request: &Request, view: &SharedCache) -> Option<oneshot::Receiver<Result<Outcome, ReconcileError>>> {
-        let slot: OwnedSemaphorePermit = self.slots.clone().try_acquire_owned().ok()?;
-        let (reconciler, request, view) = (self.reconciler.clone(), request.clone(), view.clone());
+    /// Take one of the candidate's slots if one is free now (`None`: every slot is busy, this
+    /// reconcile is not shadowed). Taken before the serving call, which then keeps its reads
+    /// for the candidate.
+    pub fn reserve(&self) -> Option<Slot> {
+        self.slots.clone().try_acquire_owned().ok().map(|permit| Slot { _permit: permit })
+    }
+
+    /// Start the candidate's reconcile of `request` in `slot` on one of its lowest-priority
+    /// threads: it waits there until no serving call is in flight (at most [`IDLE_WAIT`]), then
+    /// reads `kept` (the serving call's reads; what they lack from the cache as it is then) and
+    /// pauses whenever a serving call starts. Its answer, when it comes; the sender is dropped
+    /// unanswered (counted as skipped) if the serving lane was not idle in time or no thread
+    /// could be started.
+    pub fn start(
+        &self,
+        slot: Slot,
+        request: &Request,
+        kept: &Arc<Kept>,
+        view: &SharedCache,
+    ) -> oneshot::Receiver<Result<Outcome, ReconcileError>> {
+        let (reconciler, request, cache) = (self.reconciler.clone(), request.clone(), kept.replaying(view.clone()));
         let (tx, rx) = oneshot::channel();
         let job = move || {
-            let result = reconciler.reconcile(&request, &view);
-            drop(slot);
-            let _ = tx.send(result);
+            let _slot = slot;
+            if guest_threads::wait_until_serving_quiet(IDLE_WAIT) {
+                let _ = tx.send(reconciler.reconcile_as_candidate(&request, &cache));
+            }
         };
-        guest_threads::start(Lane::Candidate, job).then_some(rx)
+        guest_threads::start(Lane::Candidate, job);
+        rx
     }
 }
+
+/// One of a candidate's slots, held from before the serving call until the candidate's call
+/// ends.
+pub struct Slot {
+    _permit: OwnedSemaphorePermit,
+}
+
+/// How long a candidate waits for no serving call to be in flight before it gives up (the
+/// reconcile counts as skipped): a candidate never runs beside a serving call.
+pub const IDLE_WAIT: Duration = Duration::from_secs(2);
 
 /// One reconcile's result, reduced to what comparing two versions looks at.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -319,7 +352,8 @@ pub enum Compared {
     Same,
     /// Different outcomes (a [`Difference`] is recorded).
     Different,
-    /// Not shadowed: every candidate slot was busy, or the candidate's thread failed.
+    /// Not shadowed: every candidate slot was busy, the serving lane was not idle within
+    /// [`IDLE_WAIT`], or the candidate's thread failed.
     Skipped,
 }
 

@@ -202,14 +202,20 @@ impl Inner {
         let view: cache::SharedCache = current.view.clone();
         let serving = reconciler.clone();
         let guest = reconciler.runs_guest_code();
-        let (call_request, call_view) = (request.clone(), view.clone());
+        // Shadowed: a candidate slot is taken first, and the serving call's reads are kept for
+        // the candidate, which replays them later, never beside a serving call.
+        let shadow = shadow.filter(|_| canary.is_none());
+        let slot = shadow.as_ref().and_then(|s| s.reserve());
+        let kept = slot.as_ref().map(|_| Arc::new(cache::Kept::new(view.clone())));
+        let (call_request, call_view) = (request.clone(), kept.clone().map_or_else(|| view.clone(), |k| k as cache::SharedCache));
         let call = move || reconciler.reconcile(&call_request, &call_view);
         let joined = if guest { guest_threads::run(call).await.map_err(|e| Panicked(e.to_string())) } else { run_native(call).await };
         let result = joined.unwrap_or_else(|e| Err(ReconcileError::transient(Cause::Stopped(format!("reconciler panicked: {e}")))));
-        // The candidate runs after the serving call, never beside it: a shadow must not slow
-        // what serves (it ran beside it and cost the serving p99 1.64x; BENCHMARKS.md §9).
-        if let Some(shadow) = shadow.filter(|_| canary.is_none()) {
-            let candidate = start_candidate(&shadow, &request, &view);
+        if let Some(shadow) = shadow {
+            let candidate = slot.zip(kept).map(|(slot, kept)| CandidateCall {
+                reconciler: shadow.reconciler().clone(),
+                answer: shadow.start(slot, &request, &kept, &view),
+            });
             self.compare_later(key, shadow::Side::of(serving.as_ref(), &result), candidate);
         }
         // The actions returned, for the reconcile line (only when someone reads it).
@@ -255,17 +261,10 @@ async fn run_native<T: Send + 'static>(call: impl FnOnce() -> T + Send + 'static
     }
 }
 
-/// A candidate's reconcile running beside the serving one.
+/// A candidate's reconcile, started once the serving one has returned.
 struct CandidateCall {
     reconciler: Arc<dyn crate::reconciler::Reconciler>,
     answer: tokio::sync::oneshot::Receiver<Result<crate::reconciler::Outcome, ReconcileError>>,
-}
-
-/// Start the candidate's reconcile of `request` on one of its threads, if one of its slots is
-/// free (`None`: not shadowed this time).
-fn start_candidate(shadow: &Shadow, request: &Request, view: &cache::SharedCache) -> Option<CandidateCall> {
-    let answer = shadow.start(request, view)?;
-    Some(CandidateCall { reconciler: shadow.reconciler().clone(), answer })
 }
 
 /// One line per reconcile at [`RECONCILE_LOG`]: the key, the actions returned (or why there were

@@ -3,10 +3,11 @@
 //! completion, or to its deadline, from a blocking thread.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use wasmtime::Store;
 use wasmtime::component::Component;
+use wasmtime::{Store, UpdateDeadline};
 
 use super::bindings::{ControllerPre, types as wit, v0_1, v0_2};
 use super::compat;
@@ -14,6 +15,7 @@ use super::contract::{check_contract, compatible};
 use super::engine::PluginEngine;
 use super::error::{Error, Result};
 use super::fault::GuestFault;
+use super::guest_threads::{self, CandidateRunning};
 use super::host::HostState;
 use super::limits::Limits;
 use super::output::OutputRate;
@@ -108,6 +110,46 @@ pub(super) fn new_store(engine: &PluginEngine, state: HostState, limits: &Limits
     store.set_epoch_deadline(limits.deadline_ticks(engine.epoch_tick()));
     store.epoch_deadline_trap();
     store
+}
+
+/// How long a shadow candidate's call may be paused for serving calls in all; past it, it goes
+/// on beside them (at the lowest priority) rather than hold its slot indefinitely.
+pub(super) const CANDIDATE_PAUSES: Duration = Duration::from_secs(5);
+
+/// Make `store` a shadow candidate's: instead of trapping at its deadline, it checks at every
+/// epoch (every tick, and whenever a serving call starts: [`CandidateRunning`]) whether a
+/// serving call is in flight and, if so, waits until none is before going on (up to
+/// [`CANDIDATE_PAUSES`] in all). Its timeout counts only the time it was not paused; it traps
+/// as an interrupt past it, as any call's deadline does. The call must be run within
+/// `limits.timeout + CANDIDATE_PAUSES`.
+pub(super) fn pause_for_serving_calls(store: &mut Store<HostState>, engine: &PluginEngine, limits: &Limits) {
+    let running = Arc::new(parking_lot::Mutex::new(CandidateRunning::enter(engine.engine())));
+    let (budget, started) = (limits.timeout, Instant::now());
+    let paused_nanos = Arc::new(AtomicU64::new(0));
+    store.set_epoch_deadline(1);
+    store.epoch_deadline_callback(move |_| {
+        let paused = Duration::from_nanos(paused_nanos.load(Ordering::Acquire));
+        if started.elapsed().saturating_sub(paused) > budget {
+            return Ok(UpdateDeadline::Interrupt);
+        }
+        let allowance = CANDIDATE_PAUSES.saturating_sub(paused);
+        if !guest_threads::serving_in_flight() || allowance.is_zero() {
+            return Ok(UpdateDeadline::Continue(1));
+        }
+        running.lock().pause();
+        let (running, paused_nanos) = (running.clone(), paused_nanos.clone());
+        Ok(UpdateDeadline::YieldCustom(
+            1,
+            // Blocking here blocks only the candidate's own thread (its call runs there, in
+            // `block_on`): no other task waits on it.
+            Box::pin(async move {
+                let since = Instant::now();
+                guest_threads::wait_until_serving_quiet(allowance);
+                paused_nanos.fetch_add(u64::try_from(since.elapsed().as_nanos()).unwrap_or(u64::MAX), Ordering::AcqRel);
+                running.lock().resume();
+            }),
+        ))
+    });
 }
 
 /// Instantiate in a fresh Store (no cache) and call `metadata()`, within the call deadline.

@@ -19,7 +19,7 @@ use super::convert::{from_wit_error, spec_from_metadata, to_outcome, to_planned,
 use super::engine::{Compiled, PluginEngine};
 use super::fault::GuestFault;
 use super::host::{HostState, Tap};
-use super::instance::{Called, Pre, block_on, call_metadata, new_store, within_deadline};
+use super::instance::{CANDIDATE_PAUSES, Called, Pre, block_on, call_metadata, new_store, pause_for_serving_calls, within_deadline};
 use super::limits::{self, Limits};
 use super::output::OutputRate;
 use super::phases::{CallPhases, Marks};
@@ -32,6 +32,15 @@ use crate::grants::Grants;
 use crate::reconciler::{Cause, FieldDecl, Outcome, ReconcileError, Reconciler, ReconcilerSpec, Request, catch_panic};
 
 pub use super::error::{Error, Result};
+
+/// Whose call a call is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Role {
+    /// A serving version's: trapped at its deadline.
+    Serving,
+    /// A shadow candidate's: paused while serving calls are in flight.
+    Candidate,
+}
 
 /// A loaded plugin. Cheap to share (`Arc<WasmPlugin>`); reconciles may run concurrently.
 pub struct WasmPlugin {
@@ -224,7 +233,7 @@ impl WasmPlugin {
 
     /// One call on the real path: an instance slot, a fresh Store, the guest's `reconcile`
     /// within the deadline, and its answer judged; with the instants it passed.
-    fn call(&self, request: &Request, cache: &SharedCache, tap: Option<Tap>) -> (Result<Outcome, ReconcileError>, Marks) {
+    fn call(&self, request: &Request, cache: &SharedCache, tap: Option<Tap>, role: Role) -> (Result<Outcome, ReconcileError>, Marks) {
         let mut marks = Marks::at(Instant::now());
         bump(&self.counters.calls);
         // An instance slot first (waiting for one is not the plugin's time): every call ends by
@@ -244,6 +253,11 @@ impl WasmPlugin {
         }
         marks.state = Instant::now();
         let mut store = new_store(&self.engine, state, &self.limits);
+        let mut wall_deadline = self.limits.timeout;
+        if role == Role::Candidate {
+            pause_for_serving_calls(&mut store, &self.engine, &self.limits);
+            wall_deadline += CANDIDATE_PAUSES;
+        }
         let output = store.data().output.clone();
         marks.store = Instant::now();
         let wit_request = to_wit_request(request);
@@ -254,7 +268,7 @@ impl WasmPlugin {
             let result = pre.reconcile(&mut store, &wit_request, &mut instantiated).await;
             (result, store, [entered, instantiated, Instant::now()])
         };
-        let finished = within_deadline(self.limits.timeout, run);
+        let finished = within_deadline(wall_deadline, run);
         marks.left = Instant::now();
         output.flush();
         let (answer, store) = match finished {
@@ -319,7 +333,7 @@ impl WasmPlugin {
     /// (`wasmloop-bench call-cost`): counted in [`Self::stats`] as any other call.
     #[doc(hidden)]
     pub fn profile_reconcile(&self, request: &Request, cache: &SharedCache) -> Result<CallPhases, ReconcileError> {
-        let (result, marks) = self.call(request, cache, None);
+        let (result, marks) = self.call(request, cache, None, Role::Serving);
         result.map(|_| marks.phases())
     }
 }
@@ -363,6 +377,12 @@ impl Reconciler for WasmPlugin {
         true
     }
 
+    /// As a shadow candidate: paused whenever a serving call is in flight
+    /// ([`pause_for_serving_calls`]).
+    fn reconcile_as_candidate(&self, request: &Request, cache: &SharedCache) -> Result<Outcome, ReconcileError> {
+        self.guarded_call_as(request, cache, None, Role::Candidate)
+    }
+
     /// Reconcile in a fresh instance. **Blocking**: run it on a blocking thread
     /// ([`super::guest_threads::run`], as the controller does); WASI's sync adapters block on
     /// the Tokio runtime. Never panics; traps, timeouts and out-of-memory become `Transient` errors naming
@@ -386,10 +406,15 @@ impl Reconciler for WasmPlugin {
 impl WasmPlugin {
     /// One call, with a panic of the host side turned into an error.
     fn guarded_call(&self, request: &Request, cache: &SharedCache, tap: Option<Tap>) -> Result<Outcome, ReconcileError> {
+        self.guarded_call_as(request, cache, tap, Role::Serving)
+    }
+
+    /// [`WasmPlugin::guarded_call`] in `role`.
+    fn guarded_call_as(&self, request: &Request, cache: &SharedCache, tap: Option<Tap>, role: Role) -> Result<Outcome, ReconcileError> {
         // Defence in depth: a panic in the host side of a call (e.g. WASI's sync adapters when
         // called on an async worker thread instead of a blocking one) becomes an error. The
         // Store is dropped while unwinding, as on any other exit.
-        match catch_panic(|| self.call(request, cache, tap).0) {
+        match catch_panic(|| self.call(request, cache, tap, role).0) {
             Ok(result) => result,
             Err(what) => {
                 bump(&self.counters.host_panics);
