@@ -24,6 +24,20 @@ enum Query {
     ByIndex { kind: KindRef, index: String, value: String },
 }
 
+impl Query {
+    fn get(kind: &KindRef, namespace: Option<&str>, name: &str) -> Self {
+        Query::Get { kind: kind.clone(), namespace: namespace.map(str::to_owned), name: name.to_owned() }
+    }
+
+    fn list(kind: &KindRef, namespace: Option<&str>, selector: Option<&str>) -> Self {
+        Query::List { kind: kind.clone(), namespace: namespace.map(str::to_owned), selector: selector.map(str::to_owned) }
+    }
+
+    fn by_index(kind: &KindRef, index: &str, value: &str) -> Self {
+        Query::ByIndex { kind: kind.clone(), index: index.to_owned(), value: value.to_owned() }
+    }
+}
+
 /// A cache that keeps every answer it gives (see the module).
 pub struct Kept {
     live: SharedCache,
@@ -65,21 +79,19 @@ impl Kept {
 impl CacheRead for Kept {
     fn get(&self, kind: &KindRef, namespace: Option<&str>, name: &str) -> Result<Option<Arc<CachedObject>>> {
         let found = self.live.get(kind, namespace, name)?;
-        let query = Query::Get { kind: kind.clone(), namespace: namespace.map(str::to_owned), name: name.to_owned() };
-        self.keep(query, found.as_slice());
+        self.keep(Query::get(kind, namespace, name), found.as_slice());
         Ok(found)
     }
 
     fn list(&self, kind: &KindRef, namespace: Option<&str>, selector: Option<&str>) -> Result<Vec<Arc<CachedObject>>> {
         let found = self.live.list(kind, namespace, selector)?;
-        let query = Query::List { kind: kind.clone(), namespace: namespace.map(str::to_owned), selector: selector.map(str::to_owned) };
-        self.keep(query, &found);
+        self.keep(Query::list(kind, namespace, selector), &found);
         Ok(found)
     }
 
     fn by_index(&self, kind: &KindRef, index: &str, value: &str) -> Result<Vec<Arc<CachedObject>>> {
         let found = self.live.by_index(kind, index, value)?;
-        self.keep(Query::ByIndex { kind: kind.clone(), index: index.to_owned(), value: value.to_owned() }, &found);
+        self.keep(Query::by_index(kind, index, value), &found);
         Ok(found)
     }
 }
@@ -92,21 +104,18 @@ struct Replaying {
 
 impl CacheRead for Replaying {
     fn get(&self, kind: &KindRef, namespace: Option<&str>, name: &str) -> Result<Option<Arc<CachedObject>>> {
-        let query = Query::Get { kind: kind.clone(), namespace: namespace.map(str::to_owned), name: name.to_owned() };
-        match self.kept.kept(&query) {
+        match self.kept.kept(&Query::get(kind, namespace, name)) {
             Some(mut objects) => Ok(objects.pop()),
             None => self.live.get(kind, namespace, name),
         }
     }
 
     fn list(&self, kind: &KindRef, namespace: Option<&str>, selector: Option<&str>) -> Result<Vec<Arc<CachedObject>>> {
-        let query = Query::List { kind: kind.clone(), namespace: namespace.map(str::to_owned), selector: selector.map(str::to_owned) };
-        self.kept.kept(&query).map_or_else(|| self.live.list(kind, namespace, selector), Ok)
+        self.kept.kept(&Query::list(kind, namespace, selector)).map_or_else(|| self.live.list(kind, namespace, selector), Ok)
     }
 
     fn by_index(&self, kind: &KindRef, index: &str, value: &str) -> Result<Vec<Arc<CachedObject>>> {
-        let query = Query::ByIndex { kind: kind.clone(), index: index.to_owned(), value: value.to_owned() };
-        self.kept.kept(&query).map_or_else(|| self.live.by_index(kind, index, value), Ok)
+        self.kept.kept(&Query::by_index(kind, index, value)).map_or_else(|| self.live.by_index(kind, index, value), Ok)
     }
 }
 
