@@ -205,6 +205,8 @@ fi
 
 say "8. plugins in other languages: the same plugin in Rust, TypeScript and Python"
 "$bench_bin" polyglot --out "$results/polyglot.json" "${polyglot[@]}"
+# Again with PAGEMAP_SCAN resets (opt-in in the host): what the next step would give.
+"$bench_bin" polyglot --pagemap-scan --keep-resident 64Mi --out "$results/polyglot_pagemap.json" "${polyglot[@]}"
 
 say "9. safe rollout: a shadow version beside the serving one"
 "$bench_bin" shadow --out "$results/shadow.json" "${shadow[@]}"

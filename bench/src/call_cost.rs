@@ -39,7 +39,8 @@ pub struct Args {
     pub keep_resident: Option<ByteSize>,
 }
 
-fn parse_size(s: &str) -> std::result::Result<ByteSize, String> {
+/// A `--keep-resident` value: a Kubernetes quantity of bytes (`0`, `64Ki`, `1Mi`).
+pub fn parse_size(s: &str) -> std::result::Result<ByteSize, String> {
     ByteSize::parse(s).map_err(|e| e.to_string())
 }
 

@@ -31,9 +31,10 @@ use wasmloop::cache::{CacheView, IndexSpec, IndexedStore, SharedCache};
 use wasmloop::controller::{Reconciler, ReconcilerSpec, Request};
 use wasmloop::hotload::{PluginManifest, pack};
 use wasmloop::kinds::{KindRef, ObjectKey};
-use wasmloop::plugin::{PluginEngine, PrecompiledCache, WasmPlugin};
+use wasmloop::plugin::{ByteSize, EngineLimits, PluginEngine, PrecompiledCache, WasmPlugin};
 
 use crate::fixtures::workspace_root;
+use crate::procfs;
 use crate::stats::Summary;
 
 #[derive(clap::Args, Debug, Clone)]
@@ -51,6 +52,14 @@ pub struct Args {
     /// Extra copies loaded per build for the marginal RSS.
     #[arg(long, default_value_t = 4)]
     pub copies: usize,
+    /// Reset memory slots with `PAGEMAP_SCAN` (`EngineLimits::pagemap_scan`; off by default in
+    /// the host, see there why): only the pages a call wrote are restored, in place.
+    #[arg(long)]
+    pub pagemap_scan: bool,
+    /// Bytes of each memory slot reset in place instead of given back to the kernel
+    /// (`EngineLimits::keep_resident`, e.g. `0`, `64Mi`; default: the engine's).
+    #[arg(long, value_parser = crate::call_cost::parse_size)]
+    pub keep_resident: Option<ByteSize>,
     /// Write the results as JSON here.
     #[arg(long)]
     pub out: Option<PathBuf>,
@@ -74,6 +83,10 @@ pub struct Build {
     /// from the `InstancePre`), call (guest code, cache reads, lifting), drop (Store and memory
     /// reset), total.
     pub phases_us: [f64; 4],
+    /// Minor page faults per converged reconcile on the calling thread (the instance's memory
+    /// pages touched afresh: copy-on-write of the image, zero pages of the heap and stack).
+    #[serde(default)]
+    pub faults_per_reconcile: f64,
     /// Marginal RSS per extra loaded idle copy, MiB.
     pub rss_per_plugin_mib: f64,
     /// Size of the precompiled artifact (native code and metadata), MiB: what a deserialised copy
@@ -84,6 +97,12 @@ pub struct Build {
 #[derive(Debug, Serialize, Deserialize)]
 pub struct Results {
     pub builds: Vec<Build>,
+    /// Whether memory slots were reset with `PAGEMAP_SCAN` (`--pagemap-scan`).
+    #[serde(default)]
+    pub pagemap_scan: bool,
+    /// `--keep-resident`, if given.
+    #[serde(default)]
+    pub keep_resident: Option<ByteSize>,
 }
 
 fn thread_cpu() -> Duration {
@@ -111,6 +130,8 @@ const SCENARIOS: &[(&str, &[&str], &str)] = &[
     ("missing ConfigMap: apply + event", &["cluster.yaml"], "team-a"),
     ("converged: no action", &["cluster.yaml", "converged.yaml"], "team-c"),
 ];
+/// The index in [`SCENARIOS`] of the converged reconcile, whose phases and faults are profiled.
+const CONVERGED: usize = 1;
 
 fn default_builds() -> Vec<(String, PathBuf)> {
     let dir = workspace_root().join("target/wasm32-wasip2/plugin");
@@ -157,7 +178,11 @@ pub fn main(args: Args) -> Result<()> {
     };
     let manifest_text = std::fs::read_to_string(workspace_root().join("deploy/plugins/namespace-config.plugin.yaml"))?;
     let manifest = PluginManifest::parse(&manifest_text, "namespace-config")?;
-    let engine = PluginEngine::new()?;
+    let engine = PluginEngine::with_limits(EngineLimits {
+        pagemap_scan: args.pagemap_scan,
+        keep_resident: args.keep_resident,
+        ..EngineLimits::default()
+    })?;
     let dir = tempfile::tempdir()?;
     let cache = PrecompiledCache::new(dir.path())?;
     let namespace = KindRef::new("v1", "Namespace");
@@ -207,21 +232,26 @@ pub fn main(args: Args) -> Result<()> {
 
         let mut cpu = Vec::new();
         let mut mine = Vec::new();
-        for (name, view, request) in scenarios {
+        let mut faults_per_reconcile = f64::NAN;
+        for (index, (name, view, request)) in scenarios.iter().enumerate() {
             mine.push(outcome_of(&plugin, request, view)?);
             for _ in 0..5 {
                 plugin.reconcile(request, view).map_err(|e| anyhow::anyhow!("{e}"))?;
             }
-            let (started, mut calls) = (thread_cpu(), 0usize);
+            let (started, faults_before, mut calls) = (thread_cpu(), procfs::thread_minor_faults()?, 0usize);
             while (thread_cpu() - started).as_secs_f64() < args.cpu_seconds || calls < 10 {
                 plugin.reconcile(request, view).map_err(|e| anyhow::anyhow!("{e}"))?;
                 calls += 1;
             }
             let us = (thread_cpu() - started).as_secs_f64() * 1e6 / calls as f64;
+            if index == CONVERGED {
+                faults_per_reconcile = (procfs::thread_minor_faults()? - faults_before) as f64 / calls as f64;
+                eprintln!("polyglot: {language}: {name}: {faults_per_reconcile:.0} minor page faults per reconcile");
+            }
             eprintln!("polyglot: {language}: {name}: {us:.1} µs CPU per reconcile ({calls} calls)");
             cpu.push((name.to_string(), us, calls));
         }
-        let (_, view, request) = &scenarios[1];
+        let (_, view, request) = &scenarios[CONVERGED];
         let mut phases: [Vec<f64>; 4] = Default::default();
         for _ in 0..100 {
             let p = plugin.profile_reconcile(request, view).map_err(|e| anyhow::anyhow!("{e}"))?;
@@ -255,6 +285,7 @@ pub fn main(args: Args) -> Result<()> {
             cached_load_ms: Summary::of(&loads)?,
             reconcile_cpu_us: cpu,
             phases_us,
+            faults_per_reconcile,
             rss_per_plugin_mib,
             artifact_mib,
         });
@@ -264,7 +295,10 @@ pub fn main(args: Args) -> Result<()> {
     }
     print!("{}", table(&results));
     if let Some(out) = &args.out {
-        std::fs::write(out, serde_json::to_vec_pretty(&Results { builds: results })?)?;
+        std::fs::write(
+            out,
+            serde_json::to_vec_pretty(&Results { builds: results, pagemap_scan: args.pagemap_scan, keep_resident: args.keep_resident })?,
+        )?;
     }
     Ok(())
 }

@@ -32,6 +32,15 @@ pub fn cpu_seconds(pid: u32) -> Result<f64> {
     Ok((utime + stime) / clock_ticks())
 }
 
+/// Minor page faults the calling thread has taken so far (`minflt` of `/proc/thread-self/stat`):
+/// pages first touched, and copy-on-write copies of a memory image.
+pub fn thread_minor_faults() -> Result<u64> {
+    let stat = std::fs::read_to_string("/proc/thread-self/stat").context("reading /proc/thread-self/stat")?;
+    let rest = &stat[stat.rfind(')').context("malformed /proc/thread-self/stat")? + 2..];
+    // After ')': state is field 3, so minflt (10) is at index 7.
+    rest.split_whitespace().nth(7).context("no minflt")?.parse().context("minflt")
+}
+
 fn clock_ticks() -> f64 {
     static TICKS: std::sync::OnceLock<f64> = std::sync::OnceLock::new();
     *TICKS.get_or_init(|| {

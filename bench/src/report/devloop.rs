@@ -226,8 +226,12 @@ fn missed(r: &Results, w: &mut String) -> Result<()> {
              componentize/initialisation per save), and transpile without tsc's type check in development"
         }
         Lang::Python => {
-            "keep the componentize-py runtime (CPython and the SDK) linked once per session and re-snapshot only the plugin's \
-             module per save, instead of a fresh link and initialisation of the whole interpreter"
+            "componentize-py compiles the whole linked interpreter with Cranelift on every build, to run it once for the \
+             pre-initialisation snapshot (about two thirds of its CPU under `perf record` of componentize-py 0.25.1 on this \
+             machine; its wasmtime engine has no compilation cache). What it compiles is CPython linked with the contract's \
+             bindings, the same on every save (the plugin's source is mounted as files while it initialises): give that \
+             engine a compilation cache (upstream, or by running the pre-initialisation through wasmloop's own engine and \
+             its function cache), or keep the runtime instantiated once per session and re-snapshot only the plugin's module"
         }
     };
     // (phase, the slowest edit's figure, the median over the edits, the design change that cuts it)

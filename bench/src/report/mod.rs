@@ -53,6 +53,11 @@ fn read<T: DeserializeOwned>(dir: &Path, name: &str) -> Result<T> {
     serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))
 }
 
+/// Section 8's second pass, with `PAGEMAP_SCAN` resets (polyglot_pagemap.json), if it was run.
+fn read_pagemap_polyglot(dir: &Path) -> Result<Option<crate::polyglot::Results>> {
+    if dir.join("polyglot_pagemap.json").exists() { read(dir, "polyglot_pagemap.json").map(Some) } else { Ok(None) }
+}
+
 /// Section 7's results: dev_loop.json (Rust), and dev_loop_ts.json and dev_loop_python.json
 /// where they exist.
 fn read_dev_loop(dir: &Path) -> Result<Vec<crate::devloop::Results>> {
@@ -134,7 +139,8 @@ pub fn run(args: Args) -> Result<()> {
             race.section(&mut md)?;
         } else if section == "polyglot" {
             let results: crate::polyglot::Results = read(dir, "polyglot.json")?;
-            let polyglot = Polyglot::new(&results)?;
+            let pagemap = read_pagemap_polyglot(dir)?;
+            let polyglot = Polyglot::new(&results, pagemap.as_ref())?;
             polyglot.target_rows(&mut md)?;
             writeln!(md)?;
             polyglot.section(&mut md)?;
@@ -166,7 +172,8 @@ pub fn run(args: Args) -> Result<()> {
     let dev_results = read_dev_loop(dir)?;
     let dev_loop = DevLoop::new(&dev_results)?;
     let polyglot_results: crate::polyglot::Results = read(dir, "polyglot.json")?;
-    let polyglot = Polyglot::new(&polyglot_results)?;
+    let polyglot_pagemap = read_pagemap_polyglot(dir)?;
+    let polyglot = Polyglot::new(&polyglot_results, polyglot_pagemap.as_ref())?;
     let shadow_results: Vec<crate::shadow::ScenarioResult> = read(dir, "shadow.json")?;
     let rollout = Rollout::new(&shadow_results)?;
     let rollout_race_results: crate::rollout_race::Results = read(dir, "rollout_race.json")?;
