@@ -155,8 +155,9 @@ impl<'a> Polyglot<'a> {
              **instantiating** the component afresh — TypeScript {} µs, Python {} µs, Rust {} µs: thousands of functions \
              and many core instances, the interpreter's memory image mapped again —; **touching that image afresh** — \
              {:.0} and {:.0} minor page faults per reconcile, Rust {:.0}: every page a call writes is a copy-on-write \
-             copy, given back to the kernel after the call ({} and {} µs of drop) —; and the **interpreter's own work** \
-             ({} and {} µs of call, Rust {} µs: the SDK parsing each object's JSON, then the plugin's code).",
+             copy, given back to the kernel after the call ({} and {} µs of drop) —; and the **call** itself ({} and {} µs, \
+             Rust {} µs: the interpreter running the SDK, which parses each object's JSON, and the plugin's code; most of \
+             the faults land here, as the pass below shows).",
             self.cpu_ratio(ts),
             self.cpu_ratio(py),
             phase(ts, 0),
@@ -186,9 +187,10 @@ impl<'a> Polyglot<'a> {
         )?;
         writeln!(
             w,
-            "| build | CPU per reconcile, default reset → pagemap reset (× Rust in the same pass) | page faults per converged reconcile |"
+            "| build | CPU per reconcile, default reset → pagemap reset (× Rust in the same pass) | page faults per converged reconcile | \
+             converged, wall: instantiate / call / drop |"
         )?;
-        writeln!(w, "|---|---|---|")?;
+        writeln!(w, "|---|---|---|---|")?;
         for b in &self.r.builds {
             let Some(q) = p.builds.iter().find(|q| q.language == b.language) else { continue };
             let cells: Vec<String> = b
@@ -199,13 +201,19 @@ impl<'a> Polyglot<'a> {
                 .collect();
             writeln!(
                 w,
-                "| {} | {} ({:.1}× → {:.1}×) | {:.0} → {:.0} |",
+                "| {} | {} ({:.1}× → {:.1}×) | {:.0} → {:.0} | {:.0} / {:.0} / {:.0} → {:.0} / {:.0} / {:.0} µs |",
                 b.language,
                 cells.join("; "),
                 self.cpu_ratio(b),
                 cpu_ratio(p, q),
                 b.faults_per_reconcile,
-                q.faults_per_reconcile
+                q.faults_per_reconcile,
+                b.phases_us[0],
+                b.phases_us[1],
+                b.phases_us[2],
+                q.phases_us[0],
+                q.phases_us[1],
+                q.phases_us[2]
             )?;
         }
         writeln!(

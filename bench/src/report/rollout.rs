@@ -52,9 +52,10 @@ impl Rollout<'_> {
             "The replicaset plugin serves one 10-Pod ReplicaSet, one reconcile at a time on the guest pool's serving lane, as \
              a worker does; shadowed, each reconcile also does what the worker does for a candidate (the same plugin loaded a \
              second time): take its one slot before the serving call if free (else the reconcile is not shadowed), let the \
-             serving call keep its reads (cache answers, clocks, random values), then start the candidate on the pool's \
-             lowest-priority lane (nice 19), where it waits until no serving call is in flight and replays those reads \
-             (never beside a serving call; it gives up after 2 s, counted as skipped), reduce the serving result for the \
+             serving call keep its cache answers (the cache's own objects, by query), then start the candidate on the pool's \
+             lowest-priority lane (nice 19), where it waits until the serving lane has been quiet for 300 µs and replays \
+             those answers (it gives up after 2 s, counted as skipped; a serving call that starts while it runs pauses \
+             it until the lane is quiet again), reduce the serving result for the \
              comparison, and leave the comparison to a task that waits for the candidate. Timed from the start of the \
              serving call to the serving side being ready (`wasmloop-bench shadow`, in-process, no cluster). Two arrival \
              patterns: back to back (a saturated worker: the next reconcile starts as soon as the previous one is handed \
@@ -88,9 +89,10 @@ impl Rollout<'_> {
         }
         writeln!(
             w,
-            "\nThe candidate never runs beside a serving call: it starts only when none is in flight, so what is left of \
-             the cost is keeping the serving call's reads (a copy of each answer) and a serving call that arrives while a \
-             candidate runs (the candidate then shares the cores at the lowest priority). A saturated worker leaves few \
+            "\nThe candidate never runs beside a serving call: it starts only when none is in flight, and it is paused \
+             whenever one starts, so what is left of the cost is keeping the serving call's answers (a reference count \
+             each), the moment it takes a running candidate to notice the pause (its next epoch check), and what the \
+             candidate leaves in the shared caches. A saturated worker leaves few \
              idle moments: there the shadow compares fewer reconciles (the skipped column) instead of slowing the serving \
              ones. Recording a reconcile and replaying it are measured in `tests/tests/replay.rs` (a 10-Pod ReplicaSet \
              reconcile records to about 1.5 KB; 100 replays give one outcome).\n"
