@@ -97,6 +97,45 @@ impl Rollout<'_> {
              ones. Recording a reconcile and replaying it are measured in `tests/tests/replay.rs` (a 10-Pod ReplicaSet \
              reconcile records to about 1.5 KB; 100 replays give one outcome).\n"
         )?;
+        self.missed(w)
+    }
+
+    /// Where the target is missed: how far the plain runs themselves spread, and the next step.
+    fn missed(&self, w: &mut String) -> Result<()> {
+        let missed: Vec<&ScenarioResult> = self.r.iter().filter(|s| s.p99_ratio > P99_RATIO_TARGET).collect();
+        if missed.is_empty() {
+            return Ok(());
+        }
+        let rows: Vec<String> = missed
+            .iter()
+            .map(|s| {
+                format!(
+                    "{}, {}: {:.2}×, while the plain runs' own p99 spread {:.0}–{:.0} µs ({:.1}× from best to worst)",
+                    s.scenario,
+                    s.arrival,
+                    s.p99_ratio,
+                    s.p99_plain_us.min,
+                    s.p99_plain_us.max,
+                    s.p99_plain_us.max / s.p99_plain_us.min
+                )
+            })
+            .collect();
+        let within_noise = missed.iter().all(|s| s.p99_ratio <= s.p99_plain_us.max / s.p99_plain_us.min);
+        let reading = if within_noise {
+            "Each difference is within what the runs without a shadow moved by themselves in this run, so this run cannot \
+             tell the shadow's cost from the machine's noise"
+        } else {
+            "A difference larger than the plain runs' own spread is the shadow's cost, not the machine's noise"
+        };
+        writeln!(
+            w,
+            "**Target missed in {} of {} rows** — {}. {reading}. Next step: alternate plain and shadowed in short blocks \
+             within each run (a noisy minute then falls on both), and count how often a serving call starts while a \
+             candidate runs (the pauses), to attribute what is left.\n",
+            missed.len(),
+            self.r.len(),
+            rows.join("; ")
+        )?;
         Ok(())
     }
 }
